@@ -1,0 +1,103 @@
+"""`RequestStream`: the event loop's view of one request.
+
+The owner thread never touches it directly: its events arrive through
+`loop.call_soon_threadsafe(stream.push, event)`, so every method here runs on
+the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from engine.messages import Event, Failed, Finished, Terminal, Token
+from engine.points import Point, reach
+
+log = logging.getLogger(__name__)
+
+
+class RequestStream:
+    """An async iterator of `Token`s; `result` holds the one terminal event once it arrived.
+
+    `abort()` only records the wish (the owner applies it on its next
+    iteration) and is acknowledged only while the stream has not ended: an
+    acknowledged abort always ends with finish reason "abort", even if the owner
+    finished the request naturally in the meantime.
+
+    `aclose()` must be called by whoever called `submit`, in a `finally`: it
+    aborts an unfinished request and returns only once the engine has let go of
+    it (the serialized slot or batch seat is free), also if the caller is
+    cancelled again while waiting.
+    """
+
+    def __init__(
+        self,
+        rid: str,
+        prompt_tokens: int,
+        on_abort: Callable[[str], None],
+        on_close: Callable[["RequestStream"], Awaitable[None]],
+    ):
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = 0
+        self.result: Finished | Failed | None = None
+        self.abort_acknowledged = False
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._on_abort = on_abort
+        self._on_close = on_close
+        self._ended = asyncio.get_running_loop().create_future()
+        self._closed = False
+        self._chunks = 0
+
+    # -- owner side (delivered on the loop) -------------------------------
+    def push(self, event: Event) -> None:
+        """Take one event from the owner thread; drops anything after the terminal event."""
+        if self._ended.done():
+            return
+        if isinstance(event, Terminal):
+            if self.abort_acknowledged and isinstance(event, Finished) and event.reason != "abort":
+                event = Finished(event.rid, "abort", event.prompt_tokens, event.completion_tokens)
+            self.result = event
+            self._ended.set_result(event)
+        elif self.abort_acknowledged:
+            return
+        self._queue.put_nowait(event)
+
+    # -- consumer side -----------------------------------------------------
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> Token:
+        event = await self._queue.get()
+        if isinstance(event, Token):
+            self.completion_tokens += 1
+            reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
+            self._chunks += 1
+            return event
+        raise StopAsyncIteration
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.done()
+
+    def abort(self) -> bool:
+        """Ask the engine to stop this request; True if acknowledged (it will end as "abort")."""
+        if self._ended.done() or self.abort_acknowledged:
+            return False
+        self.abort_acknowledged = True
+        self._on_abort(self.rid)
+        return True
+
+    async def wait_ended(self) -> Finished | Failed:
+        """The terminal event, waited for without being cancellable from outside."""
+        return await asyncio.shield(self._ended)
+
+    async def aclose(self) -> None:
+        """Abort if still running and hold on until the engine released the request."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._ended.done():
+            self.abort()
+        await self._on_close(self)

@@ -1,0 +1,5 @@
+import sys
+
+from invariants.cli import main
+
+sys.exit(main())

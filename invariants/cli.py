@@ -1,0 +1,51 @@
+"""The `invariants` console script.
+
+Each subcommand lives in its own module exposing `add_arguments(parser)` and
+`run(args) -> int`. Those modules import nothing heavy at module level: MLX, the
+HTTP stack and Hypothesis are imported inside `run`, so `invariants check` stays
+light enough for a pre-commit hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("invariants.commands.check", "run the static tripwires on Python files"),
+    "rules": ("invariants.commands.rules", "list the static rules"),
+    "explain": ("invariants.commands.explain", "print a rule's documentation and examples"),
+    "serve": ("engine.command", "run the reference OpenAI-compatible MLX engine"),
+    "fuzz": ("fuzz.command", "cancellation-fuzz an engine with the MLX access sentinel"),
+    "mutants": ("invariants.mutants.command", "apply the regression catalogue and show what kills each mutant"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="invariants",
+        description="Regression and invariant harness for MLX serving engines.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

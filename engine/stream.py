@@ -64,6 +64,11 @@ class RequestStream:
             return
         self._queue.put_nowait(event)
 
+    def push_terminal_if_open(self, message: str) -> None:
+        """End a stream the owner can no longer reach (it stopped or died) so no consumer waits forever."""
+        if not self._ended.done():
+            self.push(Failed(self.rid, message, kind="engine_stopped"))
+
     # -- consumer side -----------------------------------------------------
     def __aiter__(self) -> "RequestStream":
         return self

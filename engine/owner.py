@@ -1,0 +1,117 @@
+"""`OwnerThread`: the one thread per engine that touches MLX."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Callable, Optional
+
+from engine.errors import StartupError
+from engine.messages import Event
+from engine.model import LoadedModel, load
+
+log = logging.getLogger(__name__)
+
+
+class OwnerThread(threading.Thread):
+    """Loads the model, builds and warms the generator, then runs the owner loop; nothing else enters MLX.
+
+    Threads: this thread runs `_start()` (load, realize weights, build, warm
+    up), then `_iteration()` until `stop()`, then `_finish()`, which ends every
+    request it still holds. Subclasses hold all MLX state as attributes that
+    only this thread reads or writes.
+
+    Handoffs: the loop posts plain messages under `self.lock` and calls
+    `wake()`; results go back as lists of plain events through
+    `loop.call_soon_threadsafe(deliver, events)`. `ready` and `stopped` are loop
+    futures resolved the same way, so the loop never blocks on this thread.
+
+    Costs: an idle owner sleeps on an Event (never spins) and wakes at once
+    when work, an abort or a stop arrives.
+    """
+
+    def __init__(self, name: str, source: Optional[str], loop: asyncio.AbstractEventLoop,
+                 deliver: Callable[[list[Event]], None], warmup: bool = True):
+        super().__init__(name=f"mlx-owner-{name}", daemon=True)
+        self.source = source
+        self.loop = loop
+        self.warmup_enabled = warmup
+        self._deliver = deliver
+        self.lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self.loaded: Optional[LoadedModel] = None
+        self.ready: asyncio.Future[LoadedModel] = loop.create_future()
+        self.stopped: asyncio.Future[None] = loop.create_future()
+        self.crashed: Optional[BaseException] = None
+
+    # -- lifecycle, on the owner thread ------------------------------------
+    def run(self) -> None:
+        try:
+            self._start()
+        except BaseException as exc:  # readiness must report every startup failure, then the thread ends
+            log.error("engine startup failed on %s: %s", self.name, exc, exc_info=True)
+            self._to_loop(self._fail_ready, StartupError(f"engine startup failed: {type(exc).__name__}: {exc}"))
+            self._to_loop(self._resolve, self.stopped, None)
+            return
+        self._to_loop(self._resolve, self.ready, self.loaded)
+        try:
+            while not self._stopping.is_set():
+                self._iteration()
+        except BaseException as exc:  # a bug in the loop itself: die loudly, health goes 503
+            self.crashed = exc
+            log.critical("owner loop of %s crashed", self.name, exc_info=True)
+        finally:
+            try:
+                self._finish()
+            finally:
+                self._to_loop(self._resolve, self.stopped, None)
+
+    def _start(self) -> None:
+        """Load and realize the model here, so its arrays and streams belong to this thread."""
+        self.loaded = load(self.source)
+
+    def _iteration(self) -> None:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        raise NotImplementedError
+
+    # -- helpers ----------------------------------------------------------------
+    def emit(self, events: list[Event]) -> None:
+        """Hand plain events to the loop; one call per batch keeps the loop's work per step constant."""
+        if events:
+            self._to_loop(self._deliver, events)
+
+    def wait_for_work(self) -> None:
+        """Sleep until `wake()`; callers re-check their inbox afterwards."""
+        self._wake.wait()
+        self._wake.clear()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the loop to end after the current iteration; safe from any thread."""
+        self._stopping.set()
+        self.wake()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _to_loop(self, fn: Callable[..., None], *args: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is left to tell
+            log.debug("event loop closed; dropped %s", getattr(fn, "__name__", fn))
+
+    @staticmethod
+    def _resolve(future: asyncio.Future, value: object) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    def _fail_ready(self, error: BaseException) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(error)

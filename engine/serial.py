@@ -1,0 +1,203 @@
+"""`SimpleEngine`: the serialized route, one request generating at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+from engine.admission import Admission
+from engine.drain import wait_through_cancellation
+from engine.frontend import EngineFrontend
+from engine.messages import Failed, Finished, Pending, Token
+from engine.owner import OwnerThread
+from engine.points import Point, reach
+from engine.sampling import StopMatcher, logprob_of, make_request_sampler
+from engine.stream import RequestStream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """One request's work order for the owner thread.
+
+    `stop` is the only field the loop writes after submission (a thread-safe
+    flag checked every token); `done` is a loop future the owner resolves once
+    it has made its last MLX call for this job.
+    """
+
+    pending: Pending
+    done: asyncio.Future
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class SerialOwner(OwnerThread):
+    """Runs jobs one at a time, token by token, checking the stop flag after every token."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._inbox: "queue.SimpleQueue[Optional[Job]]" = queue.SimpleQueue()
+
+    def post(self, job: Job) -> None:
+        self._inbox.put(job)
+
+    def stop(self) -> None:
+        super().stop()
+        self._inbox.put(None)
+
+    def _start(self) -> None:
+        super()._start()
+        if self.warmup_enabled:
+            self._warmup()
+
+    def _warmup(self) -> None:
+        """One real token through the same path requests take, so the first request pays no compile cost."""
+        from mlx_lm import stream_generate
+
+        model, tokenizer = self.loaded.model, self.loaded.tokenizer
+        generator = stream_generate(model, tokenizer, [0], max_tokens=1)
+        try:
+            for _ in generator:
+                pass
+        finally:
+            generator.close()
+
+    def _iteration(self) -> None:
+        job = self._inbox.get()
+        if job is not None:
+            self._run(job)
+
+    def _run(self, job: Job) -> None:
+        """Generate one request; the terminal event is always sent, then `done` is resolved."""
+        rid = job.pending.rid
+        try:
+            self.emit([self._generate(job)])
+        except Exception as exc:  # an MLX or model error: this request fails, the engine goes on
+            log.error("request %s failed on the owner thread: %s", rid, exc, exc_info=True)
+            self.emit([Failed(rid, f"generation failed: {type(exc).__name__}: {exc}")])
+        finally:
+            try:
+                reach(Point.FINISHED, rid)
+            finally:
+                self._to_loop(self._resolve, job.done, None)
+
+    def _generate(self, job: Job) -> Finished:
+        from mlx_lm import stream_generate
+
+        pending, params = job.pending, job.pending.params
+        rid, tokenizer = pending.rid, self.loaded.tokenizer
+        reach(Point.WORKER_STARTED, rid)
+        if job.stop.is_set():
+            return Finished(rid, "abort", len(pending.prompt), 0)
+        sampler = make_request_sampler(params)
+        stops = StopMatcher(params.stop)
+        generator = stream_generate(self.loaded.model, tokenizer, list(pending.prompt),
+                                    max_tokens=params.max_tokens, sampler=sampler)
+        produced, reason = 0, "length"
+        try:
+            for response in generator:
+                if produced == 0:
+                    reach(Point.PREFILL_DONE, rid)
+                produced += 1
+                text, stopped = stops.feed(response.text)
+                logprob = logprob_of(response.logprobs, response.token) if params.logprobs else None
+                self.emit([Token(rid, response.token, text, logprob)])
+                if stopped or response.finish_reason == "stop":
+                    reason = "stop"
+                    break
+                if response.finish_reason == "length":
+                    break
+                if job.stop.is_set():
+                    reason = "abort"
+                    break
+                reach(Point.BEFORE_DECODE, rid, step=produced)
+        finally:
+            generator.close()
+        return Finished(rid, reason, len(pending.prompt), produced)
+
+    def _finish(self) -> None:
+        """End every job still queued; none has touched MLX yet."""
+        while True:
+            try:
+                job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                rid = job.pending.rid
+                self.emit([Finished(rid, "abort", len(job.pending.prompt), 0)])
+                self._to_loop(self._resolve, job.done, None)
+
+
+class SimpleEngine(EngineFrontend):
+    """The serialized route: one request generates at a time, on the engine's owner thread.
+
+    Threads: the owner thread runs each job's MLX work; the loop only admits,
+    streams and closes. Handoffs: `Job` into the owner's inbox; tokens and the
+    terminal event back through `_deliver`; `Job.done` resolved by the owner
+    after its last MLX call for the job. Costs: a busy answer takes one loop
+    turn (fail-fast) or at most `max_wait_ms` (wait mode); a cancel or
+    disconnect stops decode within one token.
+    """
+
+    name = "simple"
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        # Serializes Metal command-buffer (MLX) work: one request's generation at a time, held
+        # until its worker has finished. Not an admission gate: `Admission` decides busy before
+        # anyone reaches this lock, so it is never waited on.
+        self._generation_lock = asyncio.Lock()
+        self._jobs: dict[str, Job] = {}
+
+    def _make_admission(self) -> Admission:
+        c = self.config
+        return Admission(1, c.admission, c.max_queue, c.max_wait_ms / 1000.0,
+                         busy_code="text_generation_busy", retry_after=c.retry_after_s)
+
+    def _make_owner(self, loop: asyncio.AbstractEventLoop) -> SerialOwner:
+        return SerialOwner(self.name, self.config.model, loop, self._deliver, self.config.warmup)
+
+    async def submit(self, pending: Pending) -> RequestStream:
+        """Admit (or raise Busy at once), take the slot, hand the job to the owner thread."""
+        self._check_submittable(pending)
+        await self._admission.enter()
+        reach(Point.ADMITTED, pending.rid)
+        try:
+            await self._generation_lock.acquire()
+        except BaseException:
+            self._admission.leave()
+            raise
+        reach(Point.SLOT_ACQUIRED, pending.rid)
+        job = Job(pending, asyncio.get_running_loop().create_future())
+        self._jobs[pending.rid] = job
+        stream = self._open_stream(pending)
+        self._owner.post(job)
+        return stream
+
+    def _abort(self, rid: str) -> None:
+        job = self._jobs.get(rid)
+        if job is not None:
+            job.stop.set()
+
+    async def _close(self, stream: RequestStream) -> None:
+        """Keep the slot until the owner reports the job done, through any number of cancellations."""
+        job = self._jobs[stream.rid]
+        self._phase[stream.rid] = "draining"
+        try:
+            await wait_through_cancellation(job.done)
+        finally:
+            self._release(stream)
+
+    def _release(self, stream: RequestStream) -> None:
+        rid = stream.rid
+        if isinstance(stream.result, Failed) and stream.abort_acknowledged:
+            log.warning("request %s failed while being cancelled: %s", rid, stream.result.message)
+        del self._jobs[rid]
+        self._forget(rid)
+        self._generation_lock.release()
+        reach(Point.SLOT_RELEASED, rid)
+        self._admission.leave()

@@ -86,6 +86,11 @@ class RequestStream:
     def ended(self) -> bool:
         return self._ended.done()
 
+    @property
+    def ended_future(self) -> "asyncio.Future[Finished | Failed]":
+        """Resolved with the terminal event; engines drain on it when releasing a seat."""
+        return self._ended
+
     def abort(self) -> bool:
         """Ask the engine to stop this request; True if acknowledged (it will end as "abort")."""
         if self._ended.done() or self.abort_acknowledged:

@@ -269,8 +269,8 @@ def parse_chat(body: Any) -> ChatRequest:
 def parse_completion(body: Any) -> CompletionRequest:
     check(body, COMPLETION_SCHEMA)
     prompt = body["prompt"]
-    prompt = prompt[0] if prompt and isinstance(prompt[0], str) else prompt
-    prompt = prompt if isinstance(prompt, str) else tuple(prompt)
+    if isinstance(prompt, list):  # one string in a list, or token ids
+        prompt = prompt[0] if isinstance(prompt[0], str) else tuple(prompt)
     logprobs = body.get("logprobs") is not None
     return CompletionRequest(**_common(body, body.get("max_tokens"), logprobs), prompt=prompt)
 

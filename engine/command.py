@@ -1,0 +1,65 @@
+"""Serve the reference engine over an OpenAI-compatible HTTP API (see docs/http.md).
+
+The engine is started (model loaded, generator built, warmed up) before the
+port is opened; a startup failure prints one line and exits 1. SIGTERM or
+SIGINT stops admitting, drains for --shutdown-grace seconds, ends what is left
+with finish reason "abort", and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", metavar="PATH", help="a local mlx-lm model folder (default: the embedded tiny model)")
+    parser.add_argument("--engine", choices=["simple", "batched"], default="simple",
+                        help="simple: one request at a time; batched: continuous batching (default: simple)")
+    parser.add_argument("--admission", choices=["fail-fast", "wait"], default="fail-fast",
+                        help="when busy: answer 503 at once, or wait briefly in a bounded queue (default: fail-fast)")
+    parser.add_argument("--max-queue", type=int, default=4, metavar="N",
+                        help="wait mode: requests allowed to wait for the serialized slot (default: 4)")
+    parser.add_argument("--max-wait-ms", type=int, default=250, metavar="MS",
+                        help="wait mode: longest wait before the same 503 (default: 250)")
+    parser.add_argument("--max-batch", type=int, default=8, metavar="N",
+                        help="batched: sequences decoded together (default: 8)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: 8000)")
+    parser.add_argument("--shutdown-grace", type=float, default=5.0, metavar="S",
+                        help="on SIGTERM/SIGINT, seconds running requests may finish before being aborted (default: 5)")
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                        help="server log level (default: warning)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from invariants.extras import require
+
+    require("engine", "mlx.core", "mlx_lm", "starlette", "uvicorn")
+
+    import asyncio
+    import logging
+    import sys
+
+    from engine.base import EngineConfig
+    from engine.http.server import Server
+
+    for name, minimum in (("--max-queue", 0), ("--max-wait-ms", 0), ("--max-batch", 1), ("--port", 0)):
+        if getattr(args, name[2:].replace("-", "_")) < minimum:
+            print(f"invariants serve: {name} must be at least {minimum}", file=sys.stderr)
+            return 2
+    if args.shutdown_grace < 0:
+        print("invariants serve: --shutdown-grace must not be negative", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    config = EngineConfig(model=args.model, admission=args.admission, max_queue=args.max_queue,
+                          max_wait_ms=args.max_wait_ms, max_batch=args.max_batch)
+    if args.engine == "batched":
+        from engine.batched import BatchedEngine as engine_class
+    else:
+        from engine.serial import SimpleEngine as engine_class
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+
+    server = Server(engine_class(config), args.host, args.port, args.shutdown_grace, args.log_level, announce)
+    return asyncio.run(server.run())

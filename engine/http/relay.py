@@ -1,0 +1,121 @@
+"""Drive one submitted request to the client, stream or not, and abort it when the client leaves.
+
+Both relays are ASGI apps returned by a route only after `engine.submit`
+succeeded, so busy and bad requests were already answered with a proper
+status. While generating, each relay watches the ASGI `receive` channel for
+`http.disconnect` concurrently with the work: a client that hangs up, during
+prefill or decode, stream or not, cancels the work and the stream is closed
+(which aborts it in the engine) in a `finally`.
+
+The stream is closed, so the engine slot is free, *before* the last bytes
+(`[DONE]`, or the JSON body) go out: a client that sends its next request as
+soon as it has its answer never finds its own previous request still holding
+the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable
+
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from engine.http import sse
+from engine.http.errors import error_body
+from engine.http.payloads import Shape
+from engine.http.telemetry import Counters
+from engine.messages import Failed, Finished, Token
+from engine.stream import RequestStream
+
+
+async def wait_finished(work: Awaitable[None], receive: Receive) -> bool:
+    """Run `work`; True once it finished, False if the client disconnected first (then `work` is cancelled)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        watch.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # a bug in the work surfaces as the 500 it is
+    return True
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _failure(result: Failed) -> dict[str, Any]:
+    return error_body(result.message, "server_error", result.kind)
+
+
+class StreamRelay:
+    """SSE: a role chunk, one chunk per token, the finish chunk (and usage), then `[DONE]`."""
+
+    def __init__(self, stream: RequestStream, shape: Shape, counters: Counters):
+        self.stream = stream
+        self.shape = shape
+        self.counters = counters
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.counters.open_generations += 1
+        try:
+            if not await wait_finished(self._pump(send), receive):
+                self.counters.client_disconnects += 1
+        finally:
+            await self.stream.aclose()
+            self.counters.open_generations -= 1
+
+    async def _pump(self, send: Send) -> None:
+        async def emit(payload: dict[str, Any] | None) -> None:
+            if payload is not None:
+                await send({"type": "http.response.body", "body": sse.event(payload), "more_body": True})
+
+        await send({"type": "http.response.start", "status": 200, "headers": sse.HEADERS})
+        await emit(self.shape.first_chunk())
+        async for token in self.stream:
+            await emit(self.shape.token_chunk(token))
+        await self.stream.aclose()
+        result = self.stream.result
+        if isinstance(result, Finished):
+            await emit(self.shape.finish_chunk(result.reason))
+            if self.shape.include_usage:
+                await emit(self.shape.usage_chunk(result))
+        else:
+            await emit(_failure(result))
+        await send({"type": "http.response.body", "body": sse.DONE, "more_body": False})
+
+
+class OnceRelay:
+    """Non-stream: collect every token, then one JSON body (an engine failure is a 500 error body)."""
+
+    def __init__(self, stream: RequestStream, shape: Shape, counters: Counters):
+        self.stream = stream
+        self.shape = shape
+        self.counters = counters
+        self.tokens: list[Token] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.counters.open_generations += 1
+        try:
+            if not await wait_finished(self._collect(), receive):
+                self.counters.client_disconnects += 1
+                return
+        finally:
+            await self.stream.aclose()
+            self.counters.open_generations -= 1
+        result = self.stream.result
+        if isinstance(result, Finished):
+            response = JSONResponse(self.shape.body(self.tokens, result))
+        else:
+            response = JSONResponse(_failure(result), status_code=500)
+        await response(scope, receive, send)
+
+    async def _collect(self) -> None:
+        async for token in self.stream:
+            self.tokens.append(token)

@@ -1,0 +1,164 @@
+"""The batched route: per-step admission, aborts applied on the owner thread, failing steps contained."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine import BatchedEngine, Busy, Failed, SimpleEngine, StartupError
+from engine.points import Point
+
+from .conftest import consume, request, run_engine, wait_until
+
+
+def test_batched_output_matches_serialized_output():
+    """Greedy decoding is deterministic: both routes must produce the same tokens for the same prompt."""
+    outputs = {}
+
+    for cls in (SimpleEngine, BatchedEngine):
+        async def body(engine, cls=cls):
+            outputs[cls.name] = [t.token for t in await consume(await engine.submit(request(engine, "a", 20)))]
+
+        run_engine(cls, body)
+    assert outputs["simple"] == outputs["batched"]
+    assert len(outputs["simple"]) == 20
+
+
+def test_concurrent_requests_all_complete_in_one_batch(points):
+    async def body(engine):
+        streams = [await engine.submit(request(engine, f"r{i}", 10 + i)) for i in range(6)]
+        results = await asyncio.gather(*(consume(s) for s in streams))
+        assert [len(r) for r in results] == [10 + i for i in range(6)]
+        assert all(s.result.reason == "length" for s in streams)
+        assert engine.status()["active"] == 0
+
+    run_engine(BatchedEngine, body)
+
+
+def test_late_arrival_gets_first_token_within_two_steps(points):
+    async def body(engine):
+        hold = points.hold(Point.BEFORE_DECODE, "long", step=10)
+        long = await engine.submit(request(engine, "long", max_tokens=300))
+        reader = asyncio.create_task(consume(long))
+        assert await wait_until(hold.reached.is_set)
+        short = await engine.submit(request(engine, "short", max_tokens=3))
+        steps_before = points.count(Point.BEFORE_DECODE, "long")
+        hold.release.set()
+        await consume(short)
+        prefill_at = next(i for i, (p, r, _, _) in enumerate(points.events)
+                          if p is Point.PREFILL_DONE and r == "short")
+        steps_waited = sum(1 for p, r, _, _ in points.events[:prefill_at]
+                           if p is Point.BEFORE_DECODE and r == "long") - steps_before
+        assert steps_waited <= 3, f"short request waited {steps_waited} decode steps"
+        assert not long.ended
+        long.abort()
+        await reader
+
+    run_engine(BatchedEngine, body)
+
+
+def test_abort_before_insertion_is_not_lost(points):
+    """An abort recorded while the owner is between taking the request and inserting it still wins."""
+
+    async def body(engine):
+        hold = points.hold(Point.WORKER_STARTED, "a")
+        stream = await engine.submit(request(engine, "a", max_tokens=200))
+        assert await wait_until(hold.reached.is_set)
+        assert stream.abort()
+        hold.release.set()
+        await consume(stream)
+        assert stream.result.reason == "abort"
+        assert stream.result.completion_tokens <= 1
+        assert engine.status()["active"] == 0
+
+    run_engine(BatchedEngine, body)
+
+
+def test_abort_right_after_submit_finishes_without_tokens(points):
+    async def body(engine):
+        stream = await engine.submit(request(engine, "a", max_tokens=200))
+        assert stream.abort()
+        await consume(stream)
+        assert stream.result.reason == "abort"
+        assert stream.result.completion_tokens == 0
+
+    run_engine(BatchedEngine, body)
+
+
+@pytest.mark.parametrize("point,step", [(Point.PREFILL_DONE, None), (Point.BEFORE_DECODE, 5)])
+def test_abort_during_prefill_or_decode_frees_the_seat(points, point, step):
+    async def body(engine):
+        hold = points.hold(point, "a", step=step)
+        stream = await engine.submit(request(engine, "a", max_tokens=200))
+        other = await engine.submit(request(engine, "b", max_tokens=8))
+        reader = asyncio.create_task(consume(stream))
+        assert await wait_until(hold.reached.is_set)
+        reader.cancel()
+        assert await wait_until(lambda: engine.status()["requests"].get("a") == "draining")
+        assert Point.SLOT_RELEASED not in points.order("a")
+        hold.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        assert stream.result.reason == "abort"
+        assert len(await consume(other)) == 8
+        order = points.order("a")
+        assert order.index(Point.FINISHED) < order.index(Point.SLOT_RELEASED)
+        assert engine.status()["active"] == 0
+
+    run_engine(BatchedEngine, body)
+
+
+def test_failing_step_fails_its_requests_and_engine_recovers(points):
+    async def body(engine):
+        points.fail(Point.BEFORE_DECODE, "a", step=3)
+        first = await engine.submit(request(engine, "a", max_tokens=50))
+        second = await engine.submit(request(engine, "b", max_tokens=50))
+        await asyncio.gather(consume(first), consume(second))
+        assert isinstance(first.result, Failed) and isinstance(second.result, Failed)
+        assert "injected failure" in first.result.message
+        steps = points.count(Point.BEFORE_DECODE, "a")
+        after = await engine.submit(request(engine, "c", max_tokens=6))
+        assert len(await consume(after)) == 6
+        assert points.count(Point.BEFORE_DECODE, "a") == steps, "failed request kept decoding"
+        assert engine.healthy
+
+    run_engine(BatchedEngine, body)
+
+
+def test_capacity_beyond_batch_and_queue_is_refused(points):
+    async def body(engine):
+        streams = [await engine.submit(request(engine, f"r{i}", max_tokens=400)) for i in range(3)]
+        try:
+            with pytest.raises(Busy) as refused:
+                await engine.submit(request(engine, "over"))
+            assert refused.value.code == "engine_overloaded"
+        finally:
+            for s in streams:
+                await s.aclose()
+        assert engine.status()["active"] == 0
+
+    run_engine(BatchedEngine, body, max_batch=2, max_batch_queue=1)
+
+
+def test_shutdown_ends_every_open_stream(points):
+    async def body(engine):
+        streams = [await engine.submit(request(engine, f"r{i}", max_tokens=1000)) for i in range(3)]
+        readers = [asyncio.create_task(consume(s)) for s in streams]
+        assert await wait_until(lambda: all(points.count(Point.PREFILL_DONE, s.rid) for s in streams))
+        await engine.shutdown(grace_s=0.05)
+        await asyncio.gather(*readers)
+        assert [s.result.reason for s in streams] == ["abort"] * 3
+        assert not engine.healthy
+
+    run_engine(BatchedEngine, body)
+
+
+def test_batched_startup_failure_is_reported(tmp_path):
+    async def main():
+        engine = BatchedEngine(__import__("engine").EngineConfig(model=str(tmp_path)))
+        with pytest.raises(StartupError):
+            await engine.start()
+        assert not engine.healthy
+
+    asyncio.run(main())

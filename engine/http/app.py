@@ -9,6 +9,7 @@ are answered before the first response byte.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from typing import Any, Callable
@@ -30,6 +31,7 @@ from engine.http.telemetry import CountingMiddleware, Counters, LoopLag
 from engine.messages import Pending, SamplingParams
 
 BODY_TIMEOUT_S = 30.0  # a client trickling its body holds no engine slot, but must not hold a task forever
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 def error_response(err: ApiError) -> JSONResponse:
@@ -55,7 +57,8 @@ class GenerationRoute:
         state = request.app.state
         try:
             req = self.parse(await _read_json(request, state.max_body_bytes))
-            pending = _pending(state.engine, req, f"{self.prefix}-{uuid.uuid4().hex}", state.vocab_size)
+            rid = f"{self.prefix}-{_client_request_id(request) or uuid.uuid4().hex}"
+            pending = _pending(state.engine, req, rid, state.vocab_size)
             try:
                 stream = await state.engine.submit(pending)
             except EngineError as exc:
@@ -91,6 +94,15 @@ async def _read_json(request: Request, max_bytes: int) -> Any:
         raise ApiError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g}s",
                        "request_timeout") from None
     return schemas.parse_json(raw)
+
+
+def _client_request_id(request: Request) -> str | None:
+    """`X-Request-Id` names the request in the engine, `/v1/status` and the response `id` (tracing, tests)."""
+    given = request.headers.get("x-request-id")
+    if given is not None and not REQUEST_ID.fullmatch(given):
+        raise ApiError(400, "X-Request-Id must be 1 to 64 letters, digits or ._:-", "invalid_value",
+                       param="X-Request-Id")
+    return given
 
 
 def _too_large(max_bytes: int) -> ApiError:

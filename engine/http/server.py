@@ -134,8 +134,10 @@ class Server:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, kind, proto = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0][:3]
+    # proto must say TCP: asyncio sets TCP_NODELAY only on such sockets, and without it a response
+    # written as headers + body waits out the client's delayed ACK (~40 ms per keep-alive request).
+    sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

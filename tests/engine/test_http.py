@@ -1,0 +1,190 @@
+"""The HTTP server on a real socket with the tiny model: OpenAI client, busy, disconnects, loop lag."""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from engine.points import Point
+
+from ..conftest import wait_for
+
+
+def chat_body(model: str, max_tokens: int = 8, stream: bool = False, **extra) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "hello world"}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": stream, **extra}
+
+
+def client_for(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+class RawRequest:
+    """A request on its own socket, so the test decides when the client hangs up."""
+
+    def __init__(self, server, path: str, body: dict, rid: str):
+        payload = json.dumps(body).encode()
+        host, port = server.url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"X-Request-Id: {rid}\r\nConnection: close\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+            + payload)
+
+    def read_all(self) -> bytes:
+        """The whole answer: the server closes the connection after it (`Connection: close`)."""
+        chunks = []
+        while chunk := self.sock.recv(65536):
+            chunks.append(chunk)
+        self.sock.close()
+        return b"".join(chunks)
+
+    def hang_up(self) -> None:
+        self.sock.close()
+
+
+# -- the official client ------------------------------------------------------------------
+
+def test_openai_client_chat_and_completions(http_server):
+    client, model = client_for(http_server), http_server.model_id
+    messages = [{"role": "user", "content": "hello world"}]
+
+    once = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0)
+    assert once.choices[0].finish_reason == "length"
+    assert once.usage.completion_tokens == 12
+    assert once.usage.total_tokens == once.usage.prompt_tokens + 12
+
+    chunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == once.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.model_dump() == once.usage.model_dump()
+
+    plain = client.completions.create(model=model, prompt="hello world", max_tokens=6, temperature=0)
+    assert plain.choices[0].finish_reason == "length" and plain.usage.completion_tokens == 6
+    streamed = list(client.completions.create(model=model, prompt="hello world", max_tokens=6, temperature=0,
+                                              stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == plain.choices[0].text
+    assert streamed[-1].choices[0].finish_reason == "length"
+    assert [m.id for m in client.models.list()] == [model]
+
+
+def test_openai_client_sees_busy_as_status_error_with_code(http_server, points):
+    held = points.hold(Point.BEFORE_DECODE, "chatcmpl-holder", step=1)
+    holder = RawRequest(http_server, "/v1/chat/completions", chat_body(http_server.model_id, 50), "holder")
+    try:
+        assert held.reached.wait(30)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client_for(http_server).chat.completions.create(
+                model=http_server.model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert refused.value.status_code == 503
+        assert refused.value.code == "text_generation_busy"
+        assert refused.value.response.headers["retry-after"] == "1"
+    finally:
+        held.release.set()
+    assert b"200 OK" in holder.read_all()
+
+
+# -- busy before the first byte ------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_busy_is_503_before_any_byte_in_under_100ms(http_server, points, stream):
+    held = points.hold(Point.BEFORE_DECODE, f"chatcmpl-first-{stream}", step=1)
+    first = RawRequest(http_server, "/v1/chat/completions", chat_body(http_server.model_id, 50, stream),
+                       f"first-{stream}")
+    try:
+        assert held.reached.wait(30)
+        rejected_before = http_server.status()["rejected_busy"]
+        with httpx.Client(base_url=http_server.url, timeout=10) as client:
+            client.get("/health")  # connect first: time the answer, not the TCP handshake
+            started = time.perf_counter()
+            with client.stream("POST", "/v1/chat/completions", json=chat_body(http_server.model_id, 8, stream)) as r:
+                body = json.loads(r.read())
+            elapsed = time.perf_counter() - started
+        assert r.status_code == 503, body
+        assert r.headers["content-type"] == "application/json"
+        assert int(r.headers["retry-after"]) >= 1
+        assert body["error"]["code"] == "text_generation_busy"
+        assert body["error"]["type"] == "server_busy"
+        assert elapsed < 0.1, f"busy took {elapsed * 1000:.0f} ms"
+        assert http_server.status()["rejected_busy"] == rejected_before + 1
+    finally:
+        held.release.set()
+    answer = first.read_all()
+    assert b"200 OK" in answer and (b"[DONE]" in answer if stream else b'"finish_reason":"length"' in answer)
+
+
+# -- client disconnects ------------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("point, step", [(Point.WORKER_STARTED, None), (Point.BEFORE_DECODE, 3)],
+                         ids=["prefill", "decode"])
+def test_disconnect_aborts_the_request(http_server, points, stream, point, step):
+    rid = f"gone-{point.value}-{stream}"
+    held = points.hold(point, f"chatcmpl-{rid}", step=step)
+    disconnects = http_server.status()["server"]["client_disconnects"]
+    client = RawRequest(http_server, "/v1/chat/completions", chat_body(http_server.model_id, 200, stream), rid)
+    try:
+        assert held.reached.wait(30)
+        client.hang_up()
+        noticed = wait_for(lambda: http_server.status()["server"]["client_disconnects"] == disconnects + 1)
+    finally:
+        held.release.set()
+    assert noticed, "the server did not notice the client hanging up"
+    assert http_server.wait_idle()
+    assert points.count(Point.FINISHED, f"chatcmpl-{rid}") == 1
+    decoded = points.count(Point.BEFORE_DECODE, f"chatcmpl-{rid}")
+    assert decoded <= (step or 0) + 1, f"decode went on for {decoded} steps after the client left"
+
+
+# -- the loop stays responsive ---------------------------------------------------------------
+
+def test_health_answers_fast_while_a_long_generation_streams(http_server):
+    finished = threading.Event()
+    seen: list[str] = []
+
+    def read_stream() -> None:
+        body = chat_body(http_server.model_id, 300, stream=True)
+        with httpx.stream("POST", http_server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+            seen.extend(line for line in r.iter_lines() if line)
+        finished.set()
+
+    reader = threading.Thread(target=read_stream, daemon=True)
+    reader.start()
+    assert wait_for(lambda: len(seen) > 2 or finished.is_set(), 30)
+    latencies = []
+    with httpx.Client(base_url=http_server.url, timeout=10) as client:
+        while not finished.is_set():
+            started = time.perf_counter()
+            assert client.get("/health").status_code == 200
+            latencies.append(time.perf_counter() - started)
+    reader.join(30)
+    assert seen[-1] == "data: [DONE]"
+    assert len(latencies) >= 20, "the generation ended before /health was probed enough"
+    p50, worst = statistics.median(latencies), max(latencies)
+    print(f"/health while decoding: {len(latencies)} probes, p50 {p50 * 1000:.1f} ms, max {worst * 1000:.1f} ms")
+    assert p50 < 0.02 and worst < 0.25, f"/health p50 {p50 * 1000:.1f} ms, max {worst * 1000:.1f} ms"
+    assert http_server.status()["loop_lag"]["p99_ms"] < 50
+
+
+def test_status_reports_admission_and_server_counters(http_server, points):
+    held = points.hold(Point.BEFORE_DECODE, "chatcmpl-watched", step=1)
+    client = RawRequest(http_server, "/v1/chat/completions", chat_body(http_server.model_id, 4), "watched")
+    try:
+        assert held.reached.wait(30)
+        status = http_server.status()
+    finally:
+        held.release.set()
+    client.read_all()
+    assert status["active"] == 1 and status["queued"] == 0
+    assert status["requests"] == {"chatcmpl-watched": "decoding"}
+    assert status["server"]["open_generations"] == 1
+    assert {"rejected_busy", "admission", "loop_lag"} <= set(status)

@@ -1,0 +1,62 @@
+"""The adapter protocol: all the fuzzer needs from an engine, small enough to write in a page.
+
+An adapter starts one fresh engine, opens requests described by `RequestSpec`,
+and shuts the engine down. A `Handle` is one open request: iterate it for its
+tokens, abort it, close it (always, in a `finally`). Engines that mark named
+points (`engine.points`-style modules) hand the fuzzer their hook setter, so
+faults land exactly there; engines without points are fuzzed at the points
+the client itself sees (ADMITTED, CHUNK_SENT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Optional, Protocol
+
+from fuzz.scenario import RequestSpec
+
+PointHook = Callable[[Any, str, dict], None]
+
+_WORDS = ("the quick owner thread keeps every metal command buffer to itself while the loop streams "
+          "tokens to each client and admission answers busy at once").split()
+
+
+def prompt_text(spec: RequestSpec) -> str:
+    """The deterministic prompt of `spec`: `prompt_len` words, different per request id."""
+    offset = sum(map(ord, spec.rid))
+    return " ".join(_WORDS[(offset + i) % len(_WORDS)] for i in range(spec.prompt_len))
+
+
+class Refused(Exception):
+    """The engine declined the request before any output (busy, shutting down, invalid)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # completed | aborted | error
+    reason: str = ""
+    message: str = ""
+
+
+class Handle(Protocol):
+    def __aiter__(self) -> AsyncIterator[Any]: ...   # the tokens, as the engine yields them
+    async def wait_ended(self) -> None: ...           # non-streaming: until the terminal event
+    def outcome(self) -> Outcome: ...                 # once ended
+    def abort(self) -> bool: ...                      # True if the engine acknowledged it
+    async def close(self) -> None: ...                # must be awaited in a finally
+
+
+class Adapter(Protocol):
+    name: str
+    owner: Optional[str]       # who may enter MLX: a thread-name glob, "sticky", or None
+    busy_bound_s: float        # how long a refusal may take
+
+    def set_point_hook(self, hook: Optional[PointHook]) -> None: ...   # no-op for engines without points
+    async def start(self) -> None: ...
+    async def submit(self, spec: RequestSpec) -> Handle: ...           # raises Refused
+    async def shutdown(self) -> None: ...                              # idempotent
+    def status(self) -> dict[str, int]: ...                            # held slots/queue entries; {} if unknown

@@ -1,0 +1,353 @@
+"""Run one scenario against a fresh engine, on a fresh event loop, and return its trace.
+
+The driver only records facts: what each client saw, which faults landed
+where, what the engine reported afterwards. `oracles.judge(trace)` decides
+what is wrong. Nothing here waits on a timer to order events: faults ride on
+points, and "is it stuck?" is asked of the loop and the threads themselves
+(everything parked, nothing ready) before a wall-clock backstop applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import linecache
+import re
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from fuzz.adapters.base import Adapter, Handle, Refused
+from fuzz.executors import THREAD_PREFIX, CountingExecutor, make_executor
+from fuzz.faults import Injector, wait_loop_idle
+from fuzz.locks import watch_locks
+from fuzz.scenario import FaultSpec, RequestSpec, Scenario
+from fuzz.sentinel import Sentinel
+from fuzz.trace import Trace
+
+TICK_S = 0.1
+TASK_PREFIX = "fuzz-"
+_PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
+                               "wait_for_work", "accept", "recv", "readinto"})
+_PARKED_LINE = re.compile(r"\.(get|wait|acquire|join|result|recv|accept|select|poll)\(|with\s.*lock")
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    quiet_ticks: int = 3          # ticks with every thread parked and the loop idle: stalled
+    stall_s: float = 5.0          # backstop: no progress at all for this long
+    cap_s: float = 2.0            # a paused worker resumes after this even if the loop never idles
+    backstop_s: float = 60.0      # the whole scenario
+    lag_bound_s: float = 0.5
+    strict: bool = False          # the sentinel refuses bad entries instead of only recording them
+    followup: RequestSpec = RequestSpec("followup", prompt_len=5, max_tokens=6, stream=True)
+
+
+@dataclass
+class Client:
+    spec: RequestSpec
+    task: Optional[asyncio.Task] = None
+    handle: Optional[Handle] = None
+    disconnected: bool = False
+    abort_pending: bool = False
+    tokens: list[Any] = field(default_factory=list)
+
+
+def run_scenario(adapter_factory: Callable[[], Adapter], scenario: Scenario, *,
+                 sentinel: Optional[Sentinel] = None, expected_followup: Optional[list[Any]] = None,
+                 settings: DriverSettings = DriverSettings()) -> Trace:
+    """Run `scenario` on a fresh adapter; pass an installed `sentinel` to reuse it across scenarios."""
+    trace = Trace()
+    trace.meta.update(scenario=scenario.to_json(), lag_bound_s=settings.lag_bound_s)
+    adapter = adapter_factory()
+    trace.meta.update(engine=adapter.name, busy_bound_s=adapter.busy_bound_s)
+    own_sentinel = sentinel is None
+    if sentinel is None:
+        sentinel = Sentinel(owner=adapter.owner, strict=settings.strict).install()
+    sentinel.owner = adapter.owner
+    sentinel.attach(trace)
+    loop = asyncio.new_event_loop()
+    executor = make_executor(scenario.executor)
+    loop.set_default_executor(executor)
+    loop.set_debug(scenario.debug)
+    try:
+        with watch_locks(trace):
+            run = _Run(adapter, scenario, trace, loop, executor, settings, expected_followup)
+            loop.run_until_complete(loop.create_task(run.main(), name="fuzz-main"))
+    finally:
+        adapter.set_point_hook(None)
+        _close_loop(loop)
+        if own_sentinel:
+            sentinel.uninstall()
+        else:
+            sentinel.attach(Trace())
+    return trace
+
+
+class _Run:
+    def __init__(self, adapter: Adapter, scenario: Scenario, trace: Trace, loop: asyncio.AbstractEventLoop,
+                 executor: CountingExecutor, settings: DriverSettings, expected_followup: Optional[list[Any]]):
+        self.adapter, self.scenario, self.trace, self.loop = adapter, scenario, trace, loop
+        self.executor, self.settings, self.expected_followup = executor, settings, expected_followup
+        self.clients = {r.rid: Client(r) for r in scenario.requests}
+        triggers = list(scenario.faults) + [FaultSpec(f"arrive {r.rid}", r.arrival)
+                                             for r in scenario.requests if r.arrival]
+        self.injector = Injector(trace, loop, triggers, self._deliver, cap_s=settings.cap_s)
+        self.shutdown_task: Optional[asyncio.Task] = None
+        self.max_lag = 0.0
+        self.threads_before: set[threading.Thread] = set()
+
+    async def main(self) -> None:
+        self.loop.set_exception_handler(self._loop_error)
+        self.threads_before = set(threading.enumerate())
+        body = self.loop.create_task(self._body(), name="fuzz-body")
+        done, _ = await asyncio.wait({body}, timeout=self.settings.backstop_s)
+        if not done:
+            self._record_stall("backstop", [c.spec.rid for c in self._unfinished()] or ["scenario"])
+        elif body.exception() is not None:
+            raise body.exception()  # a driver bug: let it surface with its traceback
+
+    async def _body(self) -> None:
+        self.adapter.set_point_hook(self.injector.hook)
+        try:
+            await self.adapter.start()
+        except Exception as exc:
+            self.trace.record("check", "startup-failed", info={"error": f"{type(exc).__name__}: {exc}"})
+            return
+        lag = self.loop.create_task(self._watch_lag(), name="fuzz-lag")
+        for client in self.clients.values():
+            if client.spec.arrival is None:
+                self._launch(client)
+        live = await self._wait_clients()
+        if live and self.shutdown_task is None and self.scenario.followup:
+            live = await self._followup()
+        if live and self.shutdown_task is None:
+            self.trace.record("check", "status", info=self.adapter.status())
+        lag.cancel()
+        self.trace.record("check", "loop-lag", info={"max_s": round(self.max_lag, 4)})
+        await self._shutdown_and_check(live)
+
+    # -- clients ------------------------------------------------------------------
+    def _launch(self, client: Client) -> None:
+        if client.task is None:
+            client.task = self.loop.create_task(self._client(client), name=f"fuzz-client-{client.spec.rid}")
+
+    async def _client(self, client: Client) -> None:
+        rid, spec = client.spec.rid, client.spec
+        self.trace.record("request", "submit", rid, info={"stream": spec.stream, "max_tokens": spec.max_tokens})
+        started = self.loop.time()
+        end: dict[str, Any] = {"outcome": "cancelled"}
+        stack: tuple[str, ...] = ()
+        try:
+            try:
+                client.handle = await self.adapter.submit(spec)
+            except Refused as exc:
+                end = {"outcome": "refused", "code": exc.code, "elapsed_s": round(self.loop.time() - started, 4)}
+                return
+            if client.abort_pending:
+                self._abort(client)
+            if spec.stream:
+                async for token in client.handle:
+                    client.tokens.append(token)
+            else:
+                await client.handle.wait_ended()
+            outcome = client.handle.outcome()
+            end = {"outcome": outcome.kind, "reason": outcome.reason, "message": outcome.message,
+                   "tokens": len(client.tokens)}
+        except asyncio.CancelledError:
+            end = {"outcome": "disconnected" if client.disconnected else "cancelled"}
+            if not client.disconnected:
+                raise
+            asyncio.current_task().uncancel()
+        except Exception as exc:
+            end, stack = _crashed(exc)
+        finally:
+            try:
+                if client.handle is not None:
+                    await client.handle.close()
+            except Exception as exc:
+                end, stack = _crashed(exc, "close: ")
+            finally:
+                self.trace.record("request", "end", rid, info=end, stack=stack)
+
+    async def _followup(self) -> bool:
+        """One greedy request after the scenario; its tokens must match a fresh engine's."""
+        client = self.clients["followup"] = Client(self.settings.followup)
+        self._launch(client)
+        if not await self._wait_clients():
+            return False
+        end = self.trace.of("request", "end", "followup")[-1].info
+        got: Any = client.tokens if end.get("outcome") == "completed" else f"{end.get('outcome')} {end}"
+        self.trace.meta["followup"] = got
+        if self.expected_followup is not None:
+            self.trace.record("check", "followup", info={"got": got, "expected": self.expected_followup})
+        return True
+
+    # -- faults ---------------------------------------------------------------------
+    async def _deliver(self, fault: FaultSpec) -> None:
+        kind, rid = fault.kind, fault.at.rid
+        if kind.startswith("arrive "):
+            client = self.clients[kind.split(" ", 1)[1]]
+            self.trace.record("fault", "arrive", client.spec.rid, info={"at": str(fault.at)})
+            self._launch(client)
+            return
+        client = self.clients[rid]
+        task = client.task
+        info = {"at": str(fault.at)}
+        if kind in ("cancel", "cancel-twice", "disconnect"):
+            client.disconnected = kind == "disconnect"
+            delivered = task is not None and task.cancel()
+            self.trace.record("fault", kind, rid, info={**info, "delivered": delivered})
+            if kind == "cancel-twice" and delivered:
+                await wait_loop_idle()
+                again = not task.done() and task.cancel()
+                self.trace.record("fault", "cancel-again", rid, info={**info, "delivered": again})
+        elif kind == "abort":
+            if client.handle is None:
+                client.abort_pending = True
+                self.trace.record("fault", "abort-deferred", rid, info=info)
+            else:
+                self._abort(client)
+        elif kind == "shutdown":
+            self.trace.record("fault", "shutdown", rid, info=info)
+            self._start_shutdown()
+
+    def _abort(self, client: Client) -> None:
+        acknowledged = client.handle.abort()
+        self.trace.record("fault", "abort", client.spec.rid, info={"acknowledged": acknowledged})
+
+    def _start_shutdown(self) -> None:
+        if self.shutdown_task is None:
+            self.shutdown_task = self.loop.create_task(self.adapter.shutdown(), name="fuzz-shutdown")
+
+    # -- waiting --------------------------------------------------------------------
+    def _unfinished(self) -> list[Client]:
+        return [c for c in self.clients.values() if c.task is not None and not c.task.done()]
+
+    async def _wait_clients(self) -> bool:
+        """Until every client ended (True), or until nothing can run but some have not (False)."""
+        seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
+        while True:
+            pending = [c.task for c in self._unfinished()]
+            if not pending:
+                late = [c for c in self.clients.values() if c.task is None]
+                if not late:
+                    return True
+                for client in late:  # its arrival point never came: it arrives now
+                    self._launch(client)
+                continue
+            done, _ = await asyncio.wait(pending, timeout=TICK_S)
+            if done or len(self.trace.events) != seen:
+                seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
+                continue
+            if self.shutdown_task is not None and self.shutdown_task.done():
+                await wait_loop_idle()
+                if self._unfinished():
+                    self._record_waiters()
+                    return False
+                continue
+            quiet = quiet + 1 if self._quiescent() else 0
+            if quiet >= self.settings.quiet_ticks or self.loop.time() - last_change > self.settings.stall_s:
+                self._record_stall("stalled", [c.spec.rid for c in self._unfinished()])
+                return False
+
+    def _quiescent(self) -> bool:
+        """Nothing can run: the loop has nothing ready, no fault is in flight, every other thread is parked."""
+        if self.loop._ready or self.injector.deliveries or self.injector.paused:  # type: ignore[attr-defined]
+            return False
+        me = threading.get_ident()
+        return all(_parked(frame) for ident, frame in sys._current_frames().items() if ident != me)
+
+    async def _shutdown_and_check(self, live: bool) -> None:
+        self._start_shutdown()
+        done, _ = await asyncio.wait({self.shutdown_task}, timeout=self.settings.stall_s * 2)
+        if not done:
+            self._record_stall("stalled", ["shutdown"])
+            return
+        if self.shutdown_task.exception() is not None:
+            exc = self.shutdown_task.exception()
+            self.trace.record("check", "shutdown-failed", info={"error": f"{type(exc).__name__}: {exc}"})
+        await wait_loop_idle()
+        if live and self._unfinished():
+            self._record_waiters()
+        if self.executor.busy:
+            self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
+        self._check_threads()
+        await wait_loop_idle()
+        stray = [t for t in asyncio.all_tasks(self.loop)
+                 if not t.done() and not t.get_name().startswith(TASK_PREFIX)]
+        if stray:
+            self.trace.record("check", "stray-tasks", info={"tasks": [repr(t) for t in stray]})
+
+    def _check_threads(self) -> None:
+        """Threads the engine started must be gone once shutdown returned (a short join allowed)."""
+        new = [t for t in threading.enumerate() if t not in self.threads_before and t.is_alive()
+               and not t.name.startswith(THREAD_PREFIX)]
+        for thread in new:
+            thread.join(timeout=2.0)
+        alive = [t for t in new if t.is_alive()]
+        if alive:
+            self.trace.record("check", "threads-alive", info={"names": [t.name for t in alive],
+                                                               "stacks": _thread_stacks()})
+
+    # -- records ------------------------------------------------------------------------
+    def _record_stall(self, name: str, rids: list[str]) -> None:
+        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": self._stacks()})
+
+    def _record_waiters(self) -> None:
+        self.trace.record("check", "waiters-after-shutdown",
+                          info={"rids": [c.spec.rid for c in self._unfinished()], "stacks": self._stacks()})
+
+    def _stacks(self) -> str:
+        out = io.StringIO()
+        for task in asyncio.all_tasks(self.loop):
+            if not task.done():
+                out.write(f"--- task {task.get_name()}\n")
+                task.print_stack(file=out)
+        return out.getvalue() + _thread_stacks()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        text = "".join(traceback.format_exception(exc)) if exc else ""
+        self.trace.record("loop", "error", info={"message": context.get("message", ""), "traceback": text})
+
+    async def _watch_lag(self) -> None:
+        period = 0.02
+        while True:
+            before = self.loop.time()
+            await asyncio.sleep(period)
+            self.max_lag = max(self.max_lag, self.loop.time() - before - period)
+
+
+def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:
+    lines = tuple(line.rstrip() for line in traceback.format_exception(exc))
+    return {"outcome": "crashed", "error": f"{prefix}{type(exc).__name__}: {exc}"}, lines
+
+
+def _parked(frame: Any) -> bool:
+    """Whether a thread stands in a blocking wait (best effort: its innermost Python frame)."""
+    if frame.f_code.co_name in _PARKED_FUNCTIONS:
+        return True
+    return bool(_PARKED_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
+
+
+def _thread_stacks() -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        out.append(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)))
+    return "\n".join(out)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left, give it a bounded chance to finish, close; a wedged task is abandoned."""
+    leftover = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in leftover:
+        task.cancel()
+    if leftover:
+        loop.run_until_complete(asyncio.wait(leftover, timeout=1.0))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+

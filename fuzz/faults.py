@@ -1,0 +1,114 @@
+"""Deliver faults (and late arrivals) when a request reaches a named point; never after a delay.
+
+The injector is the engine's points hook. It records every point. When a
+fault is due:
+- on an owner-side point the calling worker pauses, the fault is delivered on
+  the event loop, and the worker resumes once the loop is idle (nothing
+  runnable), or after `cap_s` of real time if it never gets there;
+- on a loop-side point (which must neither block nor raise) the delivery is
+  scheduled for the loop's next turn;
+- a "raise" fault raises `InjectedFault` in the worker, standing for an error
+  inside the MLX call at that spot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Awaitable, Callable
+
+from fuzz.scenario import INDEXED_POINTS, FaultSpec
+from fuzz.trace import Trace, capture_stack
+
+Action = Callable[[FaultSpec], Awaitable[None]]
+
+
+class InjectedFault(RuntimeError):
+    """The fuzzer's stand-in for an exception raised inside an MLX call."""
+
+
+async def wait_loop_idle(max_turns: int = 1000) -> bool:
+    """Yield until nothing else is ready to run on this loop; False if it never settled."""
+    loop = asyncio.get_running_loop()
+    for _ in range(max_turns):
+        await asyncio.sleep(0)
+        if not loop._ready:  # type: ignore[attr-defined]  # CPython's ready queue: empty means idle
+            return True
+    return False
+
+
+class Injector:
+    """The points hook for one scenario run."""
+
+    def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[FaultSpec],
+                 deliver: Action, cap_s: float = 2.0):
+        self.trace = trace
+        self.loop = loop
+        self.cap_s = cap_s
+        self._due = list(due)
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self.deliveries: set[asyncio.Task] = set()
+        self.paused = 0
+
+    @property
+    def undelivered(self) -> list[FaultSpec]:
+        with self._lock:
+            return list(self._due)
+
+    def hook(self, point: Any, rid: str, info: dict[str, Any]) -> None:
+        name = getattr(point, "name", str(point))
+        index = info.get("step", info.get("index", 0))
+        on_loop = self._on_loop_thread()
+        self.trace.record("point", name, rid, info=dict(info), stack=() if on_loop else capture_stack(1))
+        with self._lock:
+            fired = [f for f in self._due if f.at.rid == rid and f.at.point == name
+                     and (name not in INDEXED_POINTS or f.at.index == index)]
+            for fault in fired:
+                self._due.remove(fault)
+        if not fired:
+            return
+        raises = [f for f in fired if f.kind == "raise"]
+        others = [f for f in fired if f.kind != "raise"]
+        if others:
+            if on_loop:
+                self.loop.call_soon(self._start_delivery, others, None)
+            else:
+                self._pause_for(others)
+        if raises and not on_loop:
+            self.trace.record("fault", "raise", rid, info={"at": str(raises[0].at)})
+            raise InjectedFault(f"injected MLX error at {raises[0].at}")
+
+    def _pause_for(self, faults: list[FaultSpec]) -> None:
+        resume = threading.Event()
+        try:
+            self.loop.call_soon_threadsafe(self._start_delivery, faults, resume)
+        except RuntimeError:  # the loop is closed: the scenario is over
+            return
+        self.paused += 1
+        try:
+            if not resume.wait(self.cap_s):
+                self.trace.record("fault", "resume-capped", faults[0].at.rid, info={"cap_s": self.cap_s})
+        finally:
+            self.paused -= 1
+
+    def _start_delivery(self, faults: list[FaultSpec], resume: threading.Event | None) -> None:
+        task = self.loop.create_task(self._deliver_all(faults, resume), name="fuzz-delivery")
+        self.deliveries.add(task)
+        task.add_done_callback(self.deliveries.discard)
+
+    async def _deliver_all(self, faults: list[FaultSpec], resume: threading.Event | None) -> None:
+        try:
+            for fault in faults:
+                await self._deliver(fault)
+            if resume is not None:
+                await wait_loop_idle()
+        finally:
+            if resume is not None:
+                resume.set()
+
+    def _on_loop_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False

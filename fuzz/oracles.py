@@ -1,0 +1,214 @@
+"""`ORACLES`: pure functions of a `Trace` that yield `Violation`s.
+
+None of them sleeps or touches an engine: the driver records facts (points,
+MLX spans, request outcomes, after-the-fact checks) and these decide what is
+wrong, so every oracle is tested on hand-built traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from fuzz.trace import Trace
+
+# After an acknowledged abort the owner may finish the step it is in and one more.
+ABORT_SLACK_STEPS = 2
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str  # kebab-case, e.g. "slot-freed-early"
+    message: str
+    stacks: tuple[tuple[str, ...], ...] = ()
+    rid: str | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "message": self.message, "rid": self.rid,
+                "stacks": [list(s) for s in self.stacks], "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Violation":
+        return cls(data["kind"], data["message"], tuple(tuple(s) for s in data.get("stacks", ())),
+                   data.get("rid"), data.get("detail", ""))
+
+
+def mlx_never_concurrent(trace: Trace) -> Iterator[Violation]:
+    """Two threads were inside MLX at the same time."""
+    for first, second in trace.overlapping("mlx"):
+        yield Violation("mlx-concurrent",
+                        f"{second.who} entered {second.name} while {first.who} was inside {first.name}",
+                        stacks=(first.stack, second.stack))
+
+
+def mlx_only_on_owner(trace: Trace) -> Iterator[Violation]:
+    """MLX was entered from a thread that is not the declared owner (reported once per thread)."""
+    owner = next((e for e in trace.of("mlx") if not e.info.get("off_owner")), None)
+    seen: set[int] = set()
+    for span in trace.of("mlx"):
+        if span.info.get("off_owner") and span.thread not in seen:
+            seen.add(span.thread)
+            where = f"; the owner is {owner.who}" if owner else ""
+            yield Violation("mlx-off-owner", f"{span.who} entered {span.name} off the MLX owner thread{where}",
+                            stacks=((owner.stack if owner else ()), span.stack))
+
+
+def no_stream_errors(trace: Trace) -> Iterator[Violation]:
+    """MLX raised "There is no Stream(...) in current thread": an array or stream crossed threads."""
+    for event in trace.of("mlx-error", "no-stream"):
+        yield Violation("mlx-no-stream", f"{event.who} in {event.info.get('target')}: {event.info.get('message')}",
+                        stacks=(event.stack,))
+
+
+def slot_kept_until_worker_done(trace: Trace) -> Iterator[Violation]:
+    """A request's slot was released while its worker was still inside MLX (before FINISHED)."""
+    for rid in trace.rids():
+        started = trace.first("point", "WORKER_STARTED", rid)
+        released = trace.first("point", "SLOT_RELEASED", rid)
+        if started is None or released is None:
+            continue
+        finished = trace.first("point", "FINISHED", rid)
+        if finished is None or finished.seq > released.seq:
+            later = f"FINISHED came at #{finished.seq}" if finished else "FINISHED never came"
+            yield Violation("slot-freed-early",
+                            f"{rid}: SLOT_RELEASED at #{released.seq} while its worker was still running ({later})",
+                            stacks=(started.stack, released.stack), rid=rid)
+
+
+def lock_never_reentered(trace: Trace) -> Iterator[Violation]:
+    """A task acquired an asyncio lock it already held: without `OwnedLock` that deadlocks."""
+    for event in trace.of("lock", "reentered"):
+        yield Violation("lock-reentered", f"task {event.info.get('task')} re-acquired a lock it holds",
+                        stacks=(tuple(event.info.get("holder_stack", ())), event.stack), rid=event.rid)
+
+
+def every_request_ends_once(trace: Trace) -> Iterator[Violation]:
+    """Each submitted request ends exactly once: completed, cancelled, aborted, refused or a clear error."""
+    for submit in trace.of("request", "submit"):
+        rid = submit.rid
+        ends = trace.of("request", "end", rid)
+        if not ends:
+            yield Violation("request-unended", f"{rid} never ended", rid=rid)
+        elif len(ends) > 1:
+            yield Violation("request-ended-twice", f"{rid} ended {len(ends)} times", rid=rid)
+        finished = trace.of("point", "FINISHED", rid)
+        if len(finished) > 1:
+            yield Violation("request-ended-twice", f"{rid} reached FINISHED {len(finished)} times",
+                            stacks=(finished[0].stack, finished[1].stack), rid=rid)
+        for end in ends:
+            outcome = end.info.get("outcome")
+            if outcome == "crashed":
+                yield Violation("request-crashed",
+                                f"{rid} ended with an unexpected {end.info.get('error')}, not a clear engine error",
+                                stacks=(end.stack,), rid=rid)
+            elif outcome == "error" and not end.info.get("message"):
+                yield Violation("unclear-error", f"{rid} failed without a message", rid=rid)
+
+
+def acknowledged_abort_never_completes(trace: Trace) -> Iterator[Violation]:
+    """An acknowledged abort ends its request as aborted, within a step or two of decoding."""
+    for abort in trace.of("fault", "abort"):
+        if not abort.info.get("acknowledged"):
+            continue
+        rid = abort.rid
+        for end in trace.of("request", "end", rid):
+            if end.info.get("outcome") == "completed":
+                yield Violation("abort-completed",
+                                f"{rid}: abort acknowledged at #{abort.seq}, request completed "
+                                f"({end.info.get('reason')})", rid=rid)
+        steps = [p for p in trace.of("point", "BEFORE_DECODE", rid) if p.seq > abort.seq]
+        if len(steps) > ABORT_SLACK_STEPS:
+            yield Violation("abort-ignored",
+                            f"{rid}: abort acknowledged at #{abort.seq}, then {len(steps)} more decode steps",
+                            stacks=(abort.stack, steps[-1].stack), rid=rid)
+
+
+def nothing_leaked(trace: Trace) -> Iterator[Violation]:
+    """After the scenario the engine holds no slot, queue entry, stray task or busy executor."""
+    for check in trace.of("check", "status"):
+        held = {k: v for k, v in check.info.items() if isinstance(v, int) and v}
+        if held:
+            yield Violation("slot-leaked", f"engine status after every request ended: {held}")
+    for check in trace.of("check", "stray-tasks"):
+        yield Violation("stray-task", f"{len(check.info['tasks'])} task(s) still pending after the scenario",
+                        detail="\n".join(check.info["tasks"]))
+    for check in trace.of("check", "executor-busy"):
+        yield Violation("executor-busy", f"{check.info['busy']} executor job(s) still running after shutdown")
+    for check in trace.of("check", "threads-alive"):
+        yield Violation("thread-leaked", f"thread(s) still alive after shutdown: {', '.join(check.info['names'])}",
+                        detail=check.info.get("stacks", ""))
+
+
+def nothing_waits_after_shutdown(trace: Trace) -> Iterator[Violation]:
+    """Once shutdown returned, every request has ended."""
+    for check in trace.of("check", "waiters-after-shutdown"):
+        rids = ", ".join(check.info["rids"])
+        yield Violation("shutdown-left-waiter", f"after shutdown, still waiting: {rids}",
+                        detail=check.info.get("stacks", ""))
+
+
+def followup_matches_fresh(trace: Trace) -> Iterator[Violation]:
+    """A greedy follow-up request returns what it returns on a fresh engine."""
+    for check in trace.of("check", "followup"):
+        if check.info.get("got") != check.info.get("expected"):
+            yield Violation("followup-differs",
+                            f"follow-up returned {check.info.get('got')}, a fresh engine {check.info.get('expected')}")
+
+
+def stays_live(trace: Trace) -> Iterator[Violation]:
+    """Nothing could run but requests were unfinished: a deadlock, reported with every stack."""
+    for check in trace.of("check", "stalled"):
+        yield Violation("stalled", f"nothing can run but {', '.join(check.info['rids'])} are unfinished",
+                        detail=check.info.get("stacks", ""))
+
+
+def busy_answers_fast(trace: Trace) -> Iterator[Violation]:
+    """A refused request heard so within the admission bound."""
+    bound = trace.meta.get("busy_bound_s", 1.0)
+    for end in trace.of("request", "end"):
+        if end.info.get("outcome") == "refused" and end.info.get("elapsed_s", 0.0) > bound:
+            yield Violation("busy-slow", f"{end.rid} was refused after {end.info['elapsed_s']:.2f}s (bound {bound}s)",
+                            rid=end.rid)
+
+
+def loop_stays_responsive(trace: Trace) -> Iterator[Violation]:
+    """The event loop never stalled longer than a loose bound, and no callback died unnoticed."""
+    bound = trace.meta.get("lag_bound_s", 0.5)
+    for check in trace.of("check", "loop-lag"):
+        if check.info.get("max_s", 0.0) > bound:
+            yield Violation("loop-lag", f"event loop lagged {check.info['max_s']:.3f}s (bound {bound}s)")
+    for event in trace.of("loop", "error"):
+        yield Violation("loop-error", f"unhandled on the event loop: {event.info.get('message')}",
+                        stacks=(event.stack,), detail=event.info.get("traceback", ""))
+
+
+def engine_starts(trace: Trace) -> Iterator[Violation]:
+    """The engine under test started; nothing else means anything if it did not."""
+    for check in trace.of("check", "startup-failed"):
+        yield Violation("startup-failed", f"engine did not start: {check.info.get('error')}")
+
+
+Oracle = Callable[[Trace], Iterator[Violation]]
+ORACLES: tuple[Oracle, ...] = (
+    engine_starts,
+    mlx_never_concurrent,
+    mlx_only_on_owner,
+    no_stream_errors,
+    slot_kept_until_worker_done,
+    lock_never_reentered,
+    every_request_ends_once,
+    acknowledged_abort_never_completes,
+    nothing_leaked,
+    nothing_waits_after_shutdown,
+    followup_matches_fresh,
+    stays_live,
+    busy_answers_fast,
+    loop_stays_responsive,
+)
+
+
+def judge(trace: Trace) -> list[Violation]:
+    """Every violation every oracle finds in `trace`, in oracle order."""
+    return [v for oracle in ORACLES for v in oracle(trace)]
+

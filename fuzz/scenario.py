@@ -1,0 +1,131 @@
+"""A scenario as plain data: requests, faults aimed at named points, and the executor policy.
+
+Everything here round-trips through JSON, so a failing case is a file that
+`invariants fuzz --replay FILE` runs again without Hypothesis.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+POINTS: tuple[str, ...] = (
+    "ADMITTED", "SLOT_ACQUIRED", "WORKER_STARTED", "PREFILL_DONE",
+    "BEFORE_DECODE", "CHUNK_SENT", "FINISHED", "SLOT_RELEASED",
+)
+# Points the engine marks on its owner thread: the fuzzer pauses the worker there.
+OWNER_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE", "FINISHED"})
+INDEXED_POINTS: frozenset[str] = frozenset({"BEFORE_DECODE", "CHUNK_SENT"})
+# Simplest first: Hypothesis shrinks towards the front of each list.
+FAULT_KINDS: tuple[str, ...] = ("cancel", "abort", "disconnect", "cancel-twice", "raise", "shutdown")
+EXECUTORS: tuple[str, ...] = ("owner", "alternate", "pool")
+ROUTES: tuple[str, ...] = ("completions", "chat")
+
+
+@dataclass(frozen=True)
+class At:
+    """A named point of one request; `index` is the decode step or chunk number where it has one."""
+
+    rid: str
+    point: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        suffix = f"({self.index})" if self.point in INDEXED_POINTS else ""
+        return f"{self.rid}@{self.point}{suffix}"
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One client request. `arrival` None: sent at the start; else when that point is reached
+    (or, if it never is, once every earlier request has ended)."""
+
+    rid: str
+    prompt_len: int = 4
+    max_tokens: int = 8
+    stream: bool = True
+    route: str = "completions"
+    arrival: At | None = None
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """`kind` delivered when `at` is reached: on the loop, while an owner-side worker waits."""
+
+    kind: str
+    at: At
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.at}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    requests: tuple[RequestSpec, ...]
+    faults: tuple[FaultSpec, ...] = ()
+    executor: str = "owner"
+    followup: bool = True
+    debug: bool = False  # run the loop in asyncio debug mode
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def describe(self) -> str:
+        reqs = ", ".join(
+            f"{r.rid}(p{r.prompt_len} m{r.max_tokens}{' stream' if r.stream else ''}"
+            f"{' ' + r.route if r.route != 'completions' else ''}{' after ' + str(r.arrival) if r.arrival else ''})"
+            for r in self.requests)
+        faults = "; ".join(str(f) for f in self.faults) or "no faults"
+        return f"[{reqs}] {faults} executor={self.executor}{' debug' if self.debug else ''}"
+
+    def with_debug(self) -> "Scenario":
+        return replace(self, debug=True)
+
+    # -- JSON -----------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Scenario":
+        if "scenario" in data and "requests" not in data:
+            data = data["scenario"]  # a report.json names its scenario
+        requests = tuple(
+            RequestSpec(**{**r, "arrival": At(**r["arrival"]) if r.get("arrival") else None})
+            for r in data["requests"])
+        faults = tuple(FaultSpec(f["kind"], At(**f["at"])) for f in data.get("faults", ()))
+        scenario = cls(requests, faults, data.get("executor", "owner"), data.get("followup", True),
+                       data.get("debug", False), dict(data.get("meta", {})))
+        scenario.validate()
+        return scenario
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    @classmethod
+    def loads(cls, text: str) -> "Scenario":
+        return cls.from_json(json.loads(text))
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field a hand-edited scenario file got wrong."""
+        rids = [r.rid for r in self.requests]
+        if len(set(rids)) != len(rids):
+            raise ValueError(f"request ids must be unique, got {rids}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        for request in self.requests:
+            if request.max_tokens < 1 or request.prompt_len < 1:
+                raise ValueError(f"{request.rid}: prompt_len and max_tokens must be at least 1")
+            if request.route not in ROUTES:
+                raise ValueError(f"{request.rid}: route must be one of {ROUTES}")
+            if request.arrival:
+                _check_at(request.arrival, rids)
+        for fault in self.faults:
+            if fault.kind not in FAULT_KINDS:
+                raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {fault.kind!r}")
+            _check_at(fault.at, rids)
+
+
+def _check_at(at: At, rids: list[str]) -> None:
+    if at.rid not in rids:
+        raise ValueError(f"{at} names no request of this scenario")
+    if at.point not in POINTS:
+        raise ValueError(f"{at}: point must be one of {POINTS}")

@@ -1,0 +1,347 @@
+"""The MLX access sentinel: wraps MLX entry points and records who was inside, when, from where.
+
+CPU MLX does not crash when two threads enter it at once, so on a Linux
+runner this record is the only witness of a race that aborts Metal on a Mac.
+Each outermost entry on a thread becomes an "mlx" span in a `Trace` (nested
+calls on the same thread count once); the oracles decide what is wrong. In
+strict mode the sentinel also refuses the second entrant (and an entrant off
+the owner thread) by raising `SentinelError` instead of letting it in.
+
+Targets are "module:qualname" strings; the module part may be a glob
+("mlx_lm.models.*:Model.__call__"). Modules not imported yet are wrapped when
+they are imported, so the same code serves a process started with the
+sentinel injected through `sitecustomize` (see `fuzz/inject/`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib.abc
+import inspect
+import json
+import sys
+import threading
+import types
+from dataclasses import asdict
+from typing import Any, Callable, Iterable, Iterator
+
+from fuzz.trace import Event, Trace, capture_stack, thread_token
+
+DEFAULT_TARGETS: tuple[str, ...] = (
+    "mlx.core:eval",
+    "mlx.core:async_eval",
+    "mlx.core:synchronize",
+    "mlx.core:array.item",
+    "mlx.core:array.tolist",
+    "mlx_lm.models.*:Model.__call__",
+    "mlx_lm.generate:BatchGenerator.insert",
+    "mlx_lm.generate:BatchGenerator.next",
+    "mlx_lm.generate:BatchGenerator.remove",
+    "mlx_lm.generate:BatchGenerator.close",
+    "mlx_lm.generate:generate_step",
+    "mlx_lm.generate:stream_generate",
+    "mlx_lm.generate:generate",
+)
+NO_STREAM = "There is no Stream("
+STICKY = "sticky"
+
+
+class SentinelError(RuntimeError):
+    """Strict mode refused an MLX entry that would have been concurrent or off the owner thread."""
+
+
+class Sentinel:
+    """Wraps MLX entry points while installed; records spans into `trace`.
+
+    owner: None (no owner check), "sticky" (the first thread to enter owns
+    MLX), or a thread-name glob such as "mlx-owner*". `declare_owner()`
+    makes the calling thread the owner by its token instead.
+    """
+
+    def __init__(self, targets: Iterable[str] = DEFAULT_TARGETS, *, owner: str | None = None,
+                 strict: bool = False, trace: Trace | None = None,
+                 emit: Callable[[Event], None] | None = None):
+        self.targets = tuple(targets)
+        self.owner = owner
+        self.strict = strict
+        self.trace = trace or Trace()
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._inside: dict[int, Event] = {}
+        self._owner_token: int | None = None
+        self._tls = threading.local()
+        self._patches: list[tuple[Any, str, Any, bool]] = []
+        self._wrapped: set[tuple[str, str]] = set()
+        self._finder: _PostImportFinder | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def install(self) -> "Sentinel":
+        if self._finder is not None:
+            raise RuntimeError("this sentinel is already installed")
+        self._finder = _PostImportFinder(self._on_import, [t.split(":", 1)[0] for t in self.targets])
+        sys.meta_path.insert(0, self._finder)
+        for name, module in list(sys.modules.items()):
+            if module is not None:
+                self._on_import(name, module)
+        return self
+
+    def uninstall(self) -> None:
+        """Restore every wrapped attribute, newest first; safe to call twice."""
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        self._finder = None
+        for obj, attr, original, had_own in reversed(self._patches):
+            if had_own:
+                setattr(obj, attr, original)
+            else:
+                delattr(obj, attr)
+        self._patches.clear()
+        self._wrapped.clear()
+
+    def __enter__(self) -> "Sentinel":
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def attach(self, trace: Trace) -> None:
+        """Record into a fresh trace (one per scenario) and forget who was inside."""
+        with self._lock:
+            self.trace = trace
+            self._inside.clear()
+            if self.owner == STICKY:
+                self._owner_token = None
+
+    def declare_owner(self) -> None:
+        """The calling thread is the only one allowed into MLX from now on."""
+        self._owner_token = thread_token()
+
+    # -- what the wrappers call ---------------------------------------------
+    def _enter(self, target: str) -> Event | None:
+        depth = getattr(self._tls, "depth", 0)
+        self._tls.depth = depth + 1
+        if depth:
+            return None
+        token = thread_token()
+        name = threading.current_thread().name
+        stack = capture_stack(2)
+        with self._lock:
+            off_owner = not self._is_owner(token, name)
+            others = [e for t, e in self._inside.items() if t != token]
+            info: dict[str, Any] = {}
+            if off_owner:
+                info["off_owner"] = True
+            if others:
+                info["while"] = others[0].seq
+            refused = self.strict and (off_owner or bool(others))
+            if refused:
+                info["refused"] = True
+            span = self.trace.record("mlx", target, info=info, stack=stack)
+            if not refused:
+                self._inside[token] = span
+        if refused:
+            self._tls.depth = depth
+            self.trace.close_span(span)
+            self._publish(span)
+            why = f"{name} is not the MLX owner" if off_owner else f"{others[0].who} is inside MLX"
+            raise SentinelError(f"strict MLX sentinel refused {target}: {why}")
+        return span
+
+    def _exit(self, span: Event | None) -> None:
+        self._tls.depth -= 1
+        if span is None:
+            return
+        with self._lock:
+            self._inside.pop(span.thread, None)
+            self.trace.close_span(span)
+        self._publish(span)
+
+    def _failed(self, target: str, exc: BaseException) -> None:
+        if isinstance(exc, RuntimeError) and NO_STREAM in str(exc):
+            event = self.trace.record("mlx-error", "no-stream", info={"target": target, "message": str(exc)},
+                                      stack=capture_stack(2))
+            self._publish(event)
+
+    def _is_owner(self, token: int, name: str) -> bool:
+        if self._owner_token is not None:
+            return token == self._owner_token
+        if self.owner == STICKY:
+            self._owner_token = token
+            return True
+        return self.owner is None or fnmatch.fnmatchcase(name, self.owner)
+
+    def _publish(self, event: Event) -> None:
+        if self._emit is not None:
+            self._emit(event)
+
+    # -- wrapping ------------------------------------------------------------
+    def _on_import(self, module_name: str, module: types.ModuleType) -> None:
+        for target in self.targets:
+            pattern, qualname = target.split(":", 1)
+            if fnmatch.fnmatchcase(module_name, pattern) and (module_name, qualname) not in self._wrapped:
+                if self._wrap(module, qualname, f"{module_name.rsplit('.', 1)[-1]}.{qualname}"):
+                    self._wrapped.add((module_name, qualname))
+
+    def _wrap(self, module: types.ModuleType, qualname: str, label: str) -> bool:
+        *path, attr = qualname.split(".")
+        owner: Any = module
+        for part in path:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return False
+        original = getattr(owner, attr, None)
+        if original is None or getattr(original, "__mlx_sentinel__", None) is self:
+            return False
+        if isinstance(owner, type) and getattr(owner, "__module__", module.__name__) != module.__name__:
+            return False  # a class re-exported from elsewhere is wrapped in its own module
+        wrapper = self._guarded(original, label)
+        self._patch(owner, attr, wrapper)
+        if isinstance(owner, types.ModuleType):
+            self._rebind_aliases(original, wrapper)
+        return True
+
+    def _patch(self, obj: Any, attr: str, value: Any) -> None:
+        had_own = attr in vars(obj)
+        self._patches.append((obj, attr, vars(obj)[attr] if had_own else None, had_own))
+        setattr(obj, attr, value)
+
+    def _rebind_aliases(self, original: Any, wrapper: Any) -> None:
+        """Modules that did `from mlx.core import eval` before we were installed hold the original."""
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not namespace:
+                continue
+            for key, value in list(namespace.items()):
+                if value is original:
+                    self._patch(module, key, wrapper)
+
+    def _guarded(self, fn: Any, label: str) -> Any:
+        sentinel = self
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def guarded_generator(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                return _GuardedGenerator(sentinel, label, fn(*args, **kwargs))
+            guarded_generator.__mlx_sentinel__ = sentinel  # type: ignore[attr-defined]
+            return guarded_generator
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            span = sentinel._enter(label)
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                sentinel._failed(label, exc)
+                raise
+            finally:
+                sentinel._exit(span)
+        guarded.__mlx_sentinel__ = sentinel  # type: ignore[attr-defined]
+        return guarded
+
+
+class _GuardedGenerator:
+    """A generator whose every resume counts as an MLX entry (mlx-lm does its work between yields)."""
+
+    def __init__(self, sentinel: Sentinel, label: str, inner: Any):
+        self._sentinel, self._label, self._inner = sentinel, label, inner
+
+    def __iter__(self) -> "_GuardedGenerator":
+        return self
+
+    def __next__(self) -> Any:
+        return self._resume(self._inner.__next__)
+
+    def send(self, value: Any) -> Any:
+        return self._resume(self._inner.send, value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._resume(self._inner.throw, *exc)
+
+    def close(self) -> None:
+        self._resume(self._inner.close)
+
+    def _resume(self, step: Callable[..., Any], *args: Any) -> Any:
+        span = self._sentinel._enter(self._label)
+        try:
+            return step(*args)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self._sentinel._failed(self._label, exc)
+            raise
+        finally:
+            self._sentinel._exit(span)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Lets the real finders find a module, then calls back once the module has executed."""
+
+    def __init__(self, callback: Callable[[str, types.ModuleType], None], patterns: list[str]):
+        self._callback = callback
+        self._patterns = patterns
+        self._busy = threading.local()
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if getattr(self._busy, "on", False) or not any(fnmatch.fnmatchcase(fullname, p) for p in self._patterns):
+            return None
+        self._busy.on = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._busy.on = False
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _NotifyingLoader(spec.loader, self._callback)
+        return spec
+
+
+class _NotifyingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, callback: Callable[[str, types.ModuleType], None]):
+        self._loader, self._callback = loader, callback
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._callback(module.__name__, module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+# -- records in a file (a sentinel injected into another process) ------------
+def file_emitter(path: str) -> Callable[[Event], None]:
+    """Append each finished span or error as one JSON line; a killed process loses nothing finished."""
+    lock = threading.Lock()
+    handle = open(path, "a", buffering=1, encoding="utf-8")
+
+    def emit(event: Event) -> None:
+        line = json.dumps(asdict(event), default=str)
+        with lock:
+            handle.write(line + "\n")
+    return emit
+
+
+def read_records(path: str, offset: int = 0) -> tuple[list[Event], int]:
+    """Events written by `file_emitter` from byte `offset` on, and the offset to continue from."""
+    events: list[Event] = []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return events, offset
+    complete = data[: data.rfind(b"\n") + 1]
+    for raw in complete.decode("utf-8").splitlines():
+        if raw.strip():
+            fields = json.loads(raw)
+            fields["stack"] = tuple(fields.get("stack", ()))
+            events.append(Event(**fields))
+    return events, offset + len(complete)

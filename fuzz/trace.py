@@ -1,0 +1,148 @@
+"""The ordered event record of one scenario: the only input of the oracles.
+
+Every event gets a sequence number under one lock, so "A happened before B"
+is exact across threads even where clocks are too coarse. MLX calls are spans
+(`seq` at entry, `end` at exit); everything else is an instant.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+_local = threading.local()
+_tokens = itertools.count(1)
+_token_lock = threading.Lock()
+
+
+def thread_token() -> int:
+    """A per-thread number that is never reused, unlike `threading.get_ident()`."""
+    token = getattr(_local, "token", None)
+    if token is None:
+        with _token_lock:
+            token = _local.token = next(_tokens)
+    return token
+
+
+def capture_stack(skip: int = 1, limit: int = 30) -> tuple[str, ...]:
+    """The caller's stack as "file:line in function" lines, innermost last; cheap enough per MLX entry."""
+    frame = sys._getframe(skip + 1)
+    lines: list[str] = []
+    while frame is not None and len(lines) < limit:
+        code = frame.f_code
+        lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        frame = frame.f_back
+    lines.reverse()
+    return tuple(lines)
+
+
+@dataclass
+class Event:
+    """One fact. `kind` groups events for the oracles; `name` says which one."""
+
+    seq: int
+    kind: str  # point | mlx | fault | request | lock | loop | check
+    name: str
+    rid: str | None = None
+    thread: int = 0
+    thread_name: str = ""
+    t: float = 0.0
+    end: int | None = None  # spans only: the sequence number at exit
+    info: dict[str, Any] = field(default_factory=dict)
+    stack: tuple[str, ...] = ()
+
+    @property
+    def who(self) -> str:
+        return f"thread #{self.thread} ({self.thread_name})"
+
+    def line(self) -> str:
+        """One line for the report's event listing."""
+        span = f"..{self.end}" if self.end is not None else ""
+        rid = f" {self.rid}" if self.rid else ""
+        info = f" {self.info}" if self.info else ""
+        return f"{self.seq:>5}{span:<7} {self.t * 1000:9.2f}ms  {self.kind:<7} {self.name}{rid}{info}  [{self.who}]"
+
+
+class Trace:
+    """Thread-safe append-only list of events for one scenario run."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.meta: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self._t0 = time.perf_counter()
+
+    def record(self, kind: str, name: str, rid: str | None = None, *,
+               info: dict[str, Any] | None = None, stack: tuple[str, ...] = ()) -> Event:
+        thread = threading.current_thread()
+        token = thread_token()
+        with self._lock:
+            event = Event(next(self._seq), kind, name, rid, token, thread.name,
+                          time.perf_counter() - self._t0, None, dict(info or {}), stack)
+            self.events.append(event)
+        return event
+
+    def close_span(self, event: Event) -> None:
+        with self._lock:
+            event.end = next(self._seq)
+
+    def merge(self, events: list[Event]) -> None:
+        """Append events numbered elsewhere (another process's sentinel), keeping their relative order."""
+        numbers = sorted({n for e in events for n in (e.seq, e.end) if n is not None})
+        with self._lock:
+            renumber = {n: next(self._seq) for n in numbers}
+            for event in sorted(events, key=lambda e: e.seq):
+                event.seq = renumber[event.seq]
+                event.end = renumber[event.end] if event.end is not None else None
+                self.events.append(event)
+
+    # -- queries (oracles) -------------------------------------------------
+    def of(self, kind: str, name: str | None = None, rid: str | None = None) -> list[Event]:
+        return [e for e in self.events if e.kind == kind and (name is None or e.name == name)
+                and (rid is None or e.rid == rid)]
+
+    def first(self, kind: str, name: str, rid: str | None = None) -> Event | None:
+        found = self.of(kind, name, rid)
+        return found[0] if found else None
+
+    def overlapping(self, kind: str) -> Iterator[tuple[Event, Event]]:
+        """Pairs of spans on different threads where `second` began while `first` was open."""
+        spans = sorted(self.of(kind), key=lambda e: e.seq)
+        for i, first in enumerate(spans):
+            end = first.end if first.end is not None else sys.maxsize
+            for second in spans[i + 1:]:
+                if second.seq > end:
+                    break
+                if second.thread != first.thread:
+                    yield first, second
+
+    def rids(self) -> list[str]:
+        return sorted({e.rid for e in self.events if e.rid}, key=_rid_order)
+
+    # -- persistence -------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"meta": self.meta, "events": [asdict(e) for e in self.events]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Trace":
+        trace = cls()
+        trace.meta = dict(data.get("meta", {}))
+        for raw in data.get("events", []):
+            raw = dict(raw)
+            raw["stack"] = tuple(raw.get("stack", ()))
+            trace.events.append(Event(**raw))
+        return trace
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), default=str)
+
+
+def _rid_order(rid: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in rid if ch.isdigit())
+    return (int(digits) if digits else 0, rid)

@@ -1,0 +1,75 @@
+"""Every MLX call of both routes happens on the engine's owner thread, under load, cancels and aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from engine import BatchedEngine, SimpleEngine
+from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+from fuzz.sentinel import Sentinel
+
+from .conftest import consume, request, run_engine
+
+
+def test_cross_thread_stream_use_fails_on_this_platform():
+    """The failure the owner thread prevents is real here: a generation-stream array evaluated elsewhere raises."""
+    import mlx.core as mx
+    from mlx_lm.generate import generation_stream
+
+    made: list = []
+    built, evaluated = threading.Event(), threading.Event()
+
+    def build() -> None:
+        with mx.stream(generation_stream):
+            made.append(mx.ones((4,)) * 2)
+        built.set()
+        evaluated.wait(10)  # stay alive: a finished thread's id (and its streams) can be reused
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    assert built.wait(10)
+    errors: list[BaseException] = []
+
+    def evaluate() -> None:
+        try:
+            mx.eval(made[0])
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    evaluator = threading.Thread(target=evaluate)
+    evaluator.start()
+    evaluator.join()
+    evaluated.set()
+    builder.join()
+    assert errors and "There is no Stream(" in str(errors[0])
+
+
+@pytest.mark.parametrize("engine_cls", [SimpleEngine, BatchedEngine])
+def test_every_mlx_call_is_on_the_owner_thread(engine_cls):
+    async def body(engine):
+        first = await engine.submit(request(engine, "a", max_tokens=30))
+        reader = asyncio.create_task(consume(first))
+        if engine_cls is BatchedEngine:
+            second = await engine.submit(request(engine, "b", max_tokens=30))
+            third = await engine.submit(request(engine, "c", max_tokens=30))
+            third.abort()
+            await asyncio.gather(consume(second), consume(third))
+        await reader
+        cancelled = await engine.submit(request(engine, "d", max_tokens=300))
+        task = asyncio.create_task(consume(cancelled))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with Sentinel(owner="mlx-owner*") as sentinel:
+        run_engine(engine_cls, body)
+    trace = sentinel.trace
+    spans = trace.of("mlx")
+    assert len(spans) > 30, "the sentinel saw too little MLX to judge"
+    assert {span.thread_name for span in spans} == {f"mlx-owner-{engine_cls.name}"}
+    assert len({span.thread for span in spans}) == 1
+    assert not [*mlx_only_on_owner(trace), *mlx_never_concurrent(trace), *no_stream_errors(trace)]

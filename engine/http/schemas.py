@@ -143,21 +143,28 @@ def _invalid(path: str, message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, f"'{path}' {message}", code, param=path)
 
 
+def _has_type(value: Any, schema: dict[str, Any]) -> bool:
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    return kinds is None or any(_JSON_TYPES[k](value) for k in kinds)
+
+
 def check(value: Any, schema: dict[str, Any], path: str = "body") -> None:
     """Raise ApiError 400 if `value` breaks `schema`; the message names the parameter and the fix."""
     if "anyOf" in schema:
-        for branch in schema["anyOf"]:
+        typed = [b for b in schema["anyOf"] if _has_type(value, b)]
+        if len(typed) == 1:  # only one branch could apply: its own error is the precise one
+            check(value, typed[0], path)
+            return
+        for branch in typed:
             try:
                 check(value, branch, path)
                 return
             except ApiError:
                 continue
         raise _invalid(path, "must be " + " or ".join(_describe(b) for b in schema["anyOf"]), "invalid_type")
-    kinds = schema.get("type")
-    if kinds is not None:
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if not any(_JSON_TYPES[k](value) for k in kinds):
-            raise _invalid(path, f"must be {_describe(schema)}", "invalid_type")
+    if not _has_type(value, schema):
+        raise _invalid(path, f"must be {_describe(schema)}", "invalid_type")
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(json.dumps(v) for v in schema["enum"])
         raise _invalid(path, f"must be one of {allowed}")
@@ -204,16 +211,16 @@ def _check_array(value: list, schema: dict[str, Any], path: str) -> None:
 def _check_object(value: dict, schema: dict[str, Any], path: str) -> None:
     properties = schema.get("properties", {})
     prefix = "" if path == "body" else f"{path}."
-    for name in schema.get("required", ()):
-        if name not in value:
-            raise ApiError(400, f"'{prefix}{name}' is required", "missing_required_parameter",
-                           param=prefix + name)
-    for name, item in value.items():
+    for name, item in value.items():  # what is there first: a wrong "type" explains a missing "text"
         if name in properties:
             check(item, properties[name], prefix + name)
         elif schema.get("additionalProperties", True) is False:
             raise ApiError(400, f"'{prefix}{name}' is not a supported parameter; remove it",
                            "unknown_parameter", param=prefix + name)
+    for name in schema.get("required", ()):
+        if name not in value:
+            raise ApiError(400, f"'{prefix}{name}' is required", "missing_required_parameter",
+                           param=prefix + name)
 
 
 # -- validated requests ----------------------------------------------------------------

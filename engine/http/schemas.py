@@ -188,8 +188,6 @@ def _check_string(value: str, schema: dict[str, Any], path: str) -> None:
 
 
 def _check_number(value: float, schema: dict[str, Any], path: str) -> None:
-    if not math.isfinite(value):
-        raise _invalid(path, "must be a finite number")
     if "minimum" in schema and value < schema["minimum"]:
         raise _invalid(path, f"must be at least {schema['minimum']}, got {value}")
     if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:

@@ -10,14 +10,16 @@ points, and "is it stuck?" is asked of the loop and the threads themselves
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
+import logging
 import linecache
 import re
 import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from fuzz.adapters.base import Adapter, Handle, Refused
 from fuzz.executors import THREAD_PREFIX, CountingExecutor, make_executor
@@ -61,23 +63,25 @@ def run_scenario(adapter_factory: Callable[[], Adapter], scenario: Scenario, *,
     """Run `scenario` on a fresh adapter; pass an installed `sentinel` to reuse it across scenarios."""
     trace = Trace()
     trace.meta.update(scenario=scenario.to_json(), lag_bound_s=settings.lag_bound_s)
-    adapter = adapter_factory()
-    trace.meta.update(engine=adapter.name, busy_bound_s=adapter.busy_bound_s)
     own_sentinel = sentinel is None
     if sentinel is None:
-        sentinel = Sentinel(owner=adapter.owner, strict=settings.strict).install()
-    sentinel.owner = adapter.owner
-    sentinel.attach(trace)
+        sentinel = Sentinel(strict=settings.strict).install()
     loop = asyncio.new_event_loop()
     executor = make_executor(scenario.executor)
     loop.set_default_executor(executor)
     loop.set_debug(scenario.debug)
+    adapter: Optional[Adapter] = None
     try:
-        with watch_locks(trace):
+        with watch_locks(trace), _logs_into(trace):
+            adapter = adapter_factory()  # engines build their asyncio locks under the watch
+            trace.meta.update(engine=adapter.name, busy_bound_s=adapter.busy_bound_s, owner=adapter.owner)
+            sentinel.owner = adapter.owner
+            sentinel.attach(trace)
             run = _Run(adapter, scenario, trace, loop, executor, settings, expected_followup)
             loop.run_until_complete(loop.create_task(run.main(), name="fuzz-main"))
     finally:
-        adapter.set_point_hook(None)
+        if adapter is not None:
+            adapter.set_point_hook(None)
         _close_loop(loop)
         if own_sentinel:
             sentinel.uninstall()
@@ -319,6 +323,28 @@ class _Run:
             before = self.loop.time()
             await asyncio.sleep(period)
             self.max_lag = max(self.max_lag, self.loop.time() - before - period)
+
+
+@contextlib.contextmanager
+def _logs_into(trace: Trace) -> Iterator[None]:
+    """Engine log records (warnings and worse) become trace events instead of stderr noise."""
+    handler = _TraceLogHandler(trace)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
+class _TraceLogHandler(logging.Handler):
+    def __init__(self, trace: Trace):
+        super().__init__(logging.WARNING)
+        self.trace = trace
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.trace.record("log", record.levelname.lower(), info={"logger": record.name,
+                                                                  "message": record.getMessage()})
 
 
 def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -16,6 +16,8 @@ POINTS: tuple[str, ...] = (
 )
 # Points the engine marks on its owner thread: the fuzzer pauses the worker there.
 OWNER_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE", "FINISHED"})
+# Points inside the worker's MLX work: where a "raise" fault stands for an MLX error.
+RAISE_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE"})
 INDEXED_POINTS: frozenset[str] = frozenset({"BEFORE_DECODE", "CHUNK_SENT"})
 # Simplest first: Hypothesis shrinks towards the front of each list.
 FAULT_KINDS: tuple[str, ...] = ("cancel", "abort", "disconnect", "cancel-twice", "raise", "shutdown")
@@ -122,6 +124,8 @@ class Scenario:
             if fault.kind not in FAULT_KINDS:
                 raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {fault.kind!r}")
             _check_at(fault.at, rids)
+            if fault.kind == "raise" and fault.at.point not in RAISE_POINTS:
+                raise ValueError(f"{fault}: a raise fault needs one of {sorted(RAISE_POINTS)}")
 
 
 def _check_at(at: At, rids: list[str]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, OWNER_POINTS, POINTS, ROUTES, At, FaultSpec,
+from fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES, At, FaultSpec,
                            RequestSpec, Scenario)
 
 
@@ -27,8 +27,8 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
               arrivals: bool = True) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
-    "raise" faults are only aimed at owner-thread points, where they stand for
-    an error inside an MLX call.
+    "raise" faults are only aimed at points inside the worker's MLX work, where
+    they stand for an error inside an MLX call.
     """
     count = draw(st.integers(1, max_requests))
     requests: list[RequestSpec] = []
@@ -53,7 +53,7 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     faults: list[FaultSpec] = []
     for _ in range(draw(st.integers(min_faults, max_faults))):
         kind = draw(st.sampled_from(kinds))
-        allowed = tuple(p for p in points if p in OWNER_POINTS) if kind == "raise" else points
+        allowed = tuple(p for p in points if p in RAISE_POINTS) if kind == "raise" else points
         if not allowed:
             continue
         faults.append(FaultSpec(kind, draw(_at(rids, budget, allowed))))

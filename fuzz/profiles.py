@@ -1,0 +1,64 @@
+"""The `ci` and `runner` profiles: how many examples, how long, which Hypothesis database.
+
+`ci` is what the default pytest run and a Linux CPU job use: derandomized, no
+example database, a bounded number of examples, plus one asyncio debug-mode
+run. `runner` is for Apple Silicon and GPU runners: random seeds, a shared
+example database (so failures found once are tried first next time), and a
+long budget.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    derandomize: bool
+    examples: int           # default example count per run
+    budget_s: float         # default wall-clock budget
+    round_examples: int     # examples per Hypothesis round (each round a new seed unless derandomized)
+    debug_run: bool         # one extra scenario on an asyncio debug-mode loop
+    database: bool
+
+    def database_path(self) -> Optional[str]:
+        if not self.database:
+            return None
+        return os.environ.get("MLX_INVARIANTS_FUZZ_DB", os.path.join(".hypothesis", "mlx-invariants"))
+
+
+PROFILES: dict[str, Profile] = {
+    "ci": Profile("ci", derandomize=True, examples=100, budget_s=120.0, round_examples=100, debug_run=True,
+                  database=False),
+    "runner": Profile("runner", derandomize=False, examples=1_000_000, budget_s=3600.0, round_examples=50,
+                      debug_run=True, database=True),
+}
+
+
+def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Optional[bool] = None) -> Any:
+    """Hypothesis settings for one round of `profile`."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    path = profile.database_path()
+    return settings(
+        max_examples=max_examples,
+        derandomize=profile.derandomize if derandomize is None else derandomize,
+        database=DirectoryBasedExampleDatabase(path) if path else None,
+        deadline=None,
+        print_blob=True,
+        report_multiple_bugs=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def register_hypothesis_profiles() -> None:
+    """Make `--hypothesis-profile=ci|runner` work for tests that use `scenarios()` directly."""
+    from hypothesis import settings
+
+    for profile in PROFILES.values():
+        settings.register_profile(profile.name, hypothesis_settings(profile, min(profile.examples, 1000)))

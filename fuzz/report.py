@@ -1,0 +1,157 @@
+"""Failure reports: the minimal scenario, how to reproduce it, what went wrong, in what order.
+
+A report directory holds `scenario.json` (what `--replay` runs), `report.json`
+(everything, for tools) and `report.txt` (for people): headline, violations
+with both stacks, the device it ran on, "reproduced k/N", the Hypothesis seed
+and reproduce blob, the ordered event trace, and the replay command.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from fuzz.oracles import Violation
+from fuzz.scenario import Scenario
+from fuzz.trace import Trace
+
+
+@dataclass
+class Failure:
+    """One violation-producing scenario and everything needed to reproduce it."""
+
+    scenario: Scenario
+    trace: Trace
+    violations: list[Violation]
+    engine: str
+    engine_args: Optional[str] = None     # the CLI options that rebuild this engine ("--engine simple")
+    seed: Optional[str] = None            # "1234" or "derandomized"
+    blob: Optional[str] = None            # Hypothesis's @reproduce_failure decorator
+    reproduced: Optional[tuple[int, int]] = None
+    device: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headline(self) -> str:
+        first = self.violations[0]
+        return f"{first.kind}: {first.message}"
+
+    def replay_command(self, scenario_path: str | Path) -> str:
+        engine = f" {self.engine_args}" if self.engine_args else ""
+        return f"invariants fuzz --replay {scenario_path}{engine}"
+
+
+def device_info() -> dict[str, Any]:
+    """Where MLX ran, so a CPU run is never mistaken for a GPU one."""
+    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return info
+    info["mlx"] = getattr(mx, "__version__", "?")
+    info["default_device"] = str(mx.default_device())
+    metal = getattr(mx, "metal", None)
+    if metal is not None and metal.is_available():
+        details = metal.device_info() if hasattr(metal, "device_info") else {}
+        info["metal"] = {k: details[k] for k in ("device_name", "architecture") if k in details}
+    else:
+        info["metal"] = None
+    cuda = getattr(mx, "cuda", None)
+    info["cuda"] = bool(cuda is not None and hasattr(cuda, "is_available") and cuda.is_available())
+    try:
+        import mlx_lm
+        info["mlx_lm"] = mlx_lm.__version__
+    except (ImportError, AttributeError):
+        pass
+    return info
+
+
+def write_report(directory: str | Path, failure: Failure) -> Path:
+    """Write the report into a new folder under `directory`; returns that folder."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{failure.engine}-{failure.violations[0].kind}")
+    folder = Path(directory) / f"{stamp}-{slug}"
+    suffix = 1
+    while folder.exists():
+        suffix += 1
+        folder = Path(directory) / f"{stamp}-{slug}-{suffix}"
+    folder.mkdir(parents=True)
+    scenario_path = folder / "scenario.json"
+    scenario_path.write_text(failure.scenario.dumps() + "\n")
+    (folder / "report.json").write_text(json.dumps({
+        "headline": failure.headline,
+        "engine": failure.engine,
+        "engine_args": failure.engine_args,
+        "scenario": failure.scenario.to_json(),
+        "violations": [v.to_json() for v in failure.violations],
+        "seed": failure.seed,
+        "reproduce_blob": failure.blob,
+        "reproduced": list(failure.reproduced) if failure.reproduced else None,
+        "device": failure.device,
+        "replay": failure.replay_command(scenario_path),
+        "trace": failure.trace.to_json(),
+    }, indent=2, default=str) + "\n")
+    (folder / "report.txt").write_text(render(failure, scenario_path))
+    return folder
+
+
+def render(failure: Failure, scenario_path: str | Path) -> str:
+    """The human report: what to read first comes first."""
+    lines = [f"FUZZ VIOLATION in {failure.engine}: {failure.headline}", ""]
+    lines.append(f"scenario:   {failure.scenario.describe()}")
+    if failure.reproduced:
+        k, n = failure.reproduced
+        lines.append(f"reproduced: {k}/{n} automatic replays")
+    lines.append(f"device:     {_device_line(failure.device)}")
+    lines.append(f"seed:       {failure.seed or 'n/a'}")
+    if failure.blob:
+        lines.append(f"blob:       {failure.blob}")
+    lines.append(f"replay:     {failure.replay_command(scenario_path)}")
+    lines.append("")
+    for number, violation in enumerate(failure.violations, 1):
+        lines.append(f"[{number}] {violation.kind}: {violation.message}")
+        for label, stack in zip(("first", "second"), violation.stacks):
+            if stack:
+                lines.append(f"    {label} stack:")
+                lines.extend(f"      {frame}" for frame in stack[-12:])
+        if violation.detail:
+            lines.append("    detail:")
+            lines.extend(f"      {line}" for line in violation.detail.splitlines()[:200])
+        lines.append("")
+    lines.append("minimal scenario:")
+    lines.extend(f"  {line}" for line in failure.scenario.dumps().splitlines())
+    lines.append("")
+    lines.append("event trace (MLX spans folded into counts):")
+    lines.extend(f"  {line}" for line in _trace_lines(failure.trace))
+    return "\n".join(lines) + "\n"
+
+
+def _device_line(device: dict[str, Any]) -> str:
+    if not device:
+        return "unknown"
+    accel = "Metal " + str(device["metal"]) if device.get("metal") else ("CUDA" if device.get("cuda") else "CPU only")
+    return f"{device.get('default_device', '?')} ({accel}), mlx {device.get('mlx', '?')}, {device.get('platform', '')}"
+
+
+def _trace_lines(trace: Trace) -> list[str]:
+    """Every non-MLX event; runs of MLX spans on one thread become one line, unless they matter."""
+    out: list[str] = []
+    run: list[Any] = []
+
+    def flush() -> None:
+        if run:
+            out.append(f"{run[0].seq:>5}..{run[-1].end or run[-1].seq:<5} {len(run)} MLX call(s) "
+                       f"[{run[0].who}]")
+            run.clear()
+    for event in sorted(trace.events, key=lambda e: e.seq):
+        if event.kind == "mlx" and not event.info and (not run or run[-1].thread == event.thread):
+            run.append(event)
+            continue
+        flush()
+        out.append(event.line())
+    flush()
+    return out

@@ -1,0 +1,283 @@
+"""`run_fuzz`: generate scenarios with Hypothesis, run each on a fresh engine, shrink what fails.
+
+The programmatic entry point (the CLI, the planted-bug tests, the benchmark
+and `invariants mutants` all call it). Each scenario is written to
+`workdir/current.json` before it runs, so a process that dies inside MLX
+still leaves the case that killed it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from fuzz.driver import DriverSettings, run_scenario
+from fuzz.engines import AdapterFactory, engine_label, resolve_engine
+from fuzz.oracles import Violation, judge
+from fuzz.profiles import PROFILES, Profile, hypothesis_settings
+from fuzz.report import Failure, device_info, write_report
+from fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+from fuzz.sentinel import Sentinel
+from fuzz.trace import Trace
+
+# The asyncio debug-mode run: two requests, one cancelled mid-decode.
+DEBUG_SCENARIO = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4, False)),
+                          (FaultSpec("cancel", At("r0", "BEFORE_DECODE", 1)),), debug=True)
+# Violations a cold baseline may show (first imports hold the GIL on the owner thread).
+_BASELINE_EXEMPT = {"loop-lag"}
+
+
+@dataclass
+class Progress:
+    examples: int = 0
+    elapsed_s: float = 0.0
+    budget_s: float = 0.0
+    failed: bool = False
+    phase: str = "generate"
+    scenario: str = ""
+
+
+@dataclass
+class FuzzResult:
+    engine: str
+    examples: int
+    elapsed_s: float
+    failure: Optional[Failure] = None
+    report_dir: Optional[Path] = None
+    first_failure_s: Optional[float] = None          # time to the first violating example
+    first_failure_examples: Optional[int] = None     # examples run up to and including it
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+class ViolationFound(Exception):
+    """Raised inside the Hypothesis test; one subclass per violation kind keeps shrinking on that kind."""
+
+    def __init__(self, scenario: Scenario, trace: Trace, violations: list[Violation]):
+        super().__init__(f"{violations[0].kind}: {violations[0].message}")
+        self.scenario, self.trace, self.violations = scenario, trace, violations
+
+
+_KIND_TYPES: dict[str, type] = {}
+
+
+def _violation_type(kind: str) -> type:
+    if kind not in _KIND_TYPES:
+        _KIND_TYPES[kind] = type(f"Violation_{kind.replace('-', '_')}", (ViolationFound,), {})
+    return _KIND_TYPES[kind]
+
+
+def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", budget: Optional[float] = None,
+             examples: Optional[int] = None, seed: Optional[int] = None, report_dir: Optional[str | Path] = None,
+             replays: int = 3, strategy: Any = None, explicit: Iterable[Scenario] = (),
+             progress: Optional[Callable[[Progress], None]] = None, settings: DriverSettings = DriverSettings(),
+             workdir: Optional[str | Path] = None, debug_run: Optional[bool] = None) -> FuzzResult:
+    """Fuzz one engine until a violation, `examples` examples, or `budget` seconds, whichever comes first.
+
+    `engine` is "simple", "batched", "MODULE:FACTORY", or an adapter factory
+    (see `fuzz.adapters.reference.reference_engine`, which also takes a
+    `package=` for a copy of the engine at another import path).
+    """
+    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    factory = resolve_engine(engine) if isinstance(engine, str) else engine
+    spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
+    label = engine_label(factory)
+    fuzz = _Fuzz(factory, label, spec, prof, settings, budget if budget is not None else prof.budget_s,
+                 examples if examples is not None else prof.examples, progress, workdir)
+    sentinel = Sentinel(strict=settings.strict).install()
+    fuzz.sentinel = sentinel
+    try:
+        failure = fuzz.baseline()
+        if failure is None:
+            failure = fuzz.hypothesis(strategy, seed, list(explicit))
+        if failure is None and (prof.debug_run if debug_run is None else debug_run):
+            failure = fuzz.debug_run()
+        if failure is not None:
+            failure.reproduced = fuzz.replay_count(failure, replays)
+    finally:
+        sentinel.uninstall()
+    result = FuzzResult(label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
+                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples)
+    if failure is not None:
+        failure.device = device_info()
+        if report_dir is not None:
+            result.report_dir = write_report(report_dir, failure)
+    return result
+
+
+class _Fuzz:
+    def __init__(self, factory: AdapterFactory, label: str, spec: Optional[str], profile: Profile,
+                 settings: DriverSettings, budget_s: float, examples: int,
+                 progress: Optional[Callable[[Progress], None]], workdir: Optional[str | Path]):
+        self.factory, self.label, self.spec, self.profile, self.settings = factory, label, spec, profile, settings
+        self.budget_s, self.examples = budget_s, examples
+        self.progress = progress
+        self.workdir = Path(workdir) if workdir else None
+        self.sentinel: Optional[Sentinel] = None
+        self.expected_followup: Optional[list[Any]] = None
+        self.started = time.monotonic()
+        self.state = Progress(budget_s=budget_s)
+        self.first_failure_s: Optional[float] = None
+        self.first_failure_examples: Optional[int] = None
+        self.seed_label: Optional[str] = None
+
+    def run(self, scenario: Scenario) -> tuple[Trace, list[Violation]]:
+        """Run one scenario on a fresh engine; save it first so a crash leaves it behind."""
+        if self.workdir is not None:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            (self.workdir / "current.json").write_text(scenario.dumps())
+        trace = run_scenario(self.factory, scenario, sentinel=self.sentinel,
+                             expected_followup=self.expected_followup, settings=self.settings)
+        return trace, judge(trace)
+
+    def failure(self, scenario: Scenario, trace: Trace, violations: list[Violation]) -> Failure:
+        return Failure(scenario, trace, violations, self.label, self.spec, seed=self.seed_label)
+
+    def baseline(self) -> Optional[Failure]:
+        """A request-free scenario: warms imports, and its follow-up output is the fresh-engine reference."""
+        scenario = Scenario(())
+        trace, violations = self.run(scenario)
+        self.expected_followup = trace.meta.get("followup")
+        violations = [v for v in violations if v.kind not in _BASELINE_EXEMPT]
+        return self.failure(scenario, trace, violations) if violations else None
+
+    def debug_run(self) -> Optional[Failure]:
+        trace, violations = self.run(DEBUG_SCENARIO)
+        return self.failure(DEBUG_SCENARIO, trace, violations) if violations else None
+
+    def replay_count(self, failure: Failure, times: int) -> tuple[int, int]:
+        kind = failure.violations[0].kind
+        hits = sum(any(v.kind == kind for v in self.run(failure.scenario)[1]) for _ in range(times))
+        return hits, times
+
+    def _tick(self, scenario: Scenario, phase: str) -> None:
+        self.state.elapsed_s = time.monotonic() - self.started
+        self.state.phase = phase
+        self.state.scenario = scenario.describe()
+        if self.progress is not None:
+            self.progress(self.state)
+
+    def hypothesis(self, strategy: Any, seed: Optional[int], explicit: list[Scenario]) -> Optional[Failure]:
+        from hypothesis import example, given
+        from hypothesis import seed as fixed_seed
+        from hypothesis.errors import Flaky
+
+        from fuzz.strategies import scenarios
+
+        strategy = strategy if strategy is not None else scenarios()
+        derandomize = self.profile.derandomize and seed is None
+        base_seed = seed if seed is not None else (None if derandomize else random.getrandbits(32))
+        self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
+        failing: set[str] = set()
+        shrink_deadline: list[float] = []
+
+        def property_(scenario: Scenario) -> None:
+            key = scenario.dumps()
+            if failing:
+                if time.monotonic() > shrink_deadline[0] and key not in failing:
+                    return  # shrinking ran out of time: only the known failures still run
+            elif time.monotonic() - self.started > self.budget_s:
+                return
+            self._tick(scenario, "shrink" if failing else "generate")
+            trace, violations = self.run(scenario)
+            if not failing:
+                self.state.examples += 1
+            if violations:
+                if not failing:
+                    self.first_failure_s = time.monotonic() - self.started
+                    self.first_failure_examples = self.state.examples
+                    shrink_deadline.append(time.monotonic() + max(60.0, self.budget_s))
+                    self.state.failed = True
+                failing.add(key)
+                raise _violation_type(violations[0].kind)(scenario, trace, violations)
+
+        round_number = 0
+        while True:
+            remaining = self.examples - self.state.examples
+            if remaining <= 0 or time.monotonic() - self.started > self.budget_s:
+                return None
+            count = remaining if derandomize else min(remaining, self.profile.round_examples)
+            test = given(strategy)(property_)
+            if round_number == 0:
+                for scenario in reversed(explicit):
+                    test = example(scenario)(test)
+            if base_seed is not None:
+                test = fixed_seed(base_seed + round_number)(test)
+            test = hypothesis_settings(self.profile, count, derandomize=derandomize)(test)
+            try:
+                test()
+            except ViolationFound as found:
+                return self._found(found)
+            except Flaky as flaky:
+                inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ViolationFound)]
+                if not inner:
+                    raise
+                return self._found(inner[0], note="Hypothesis reported the failure as flaky")
+            if derandomize:
+                return None
+            round_number += 1
+
+    def _found(self, found: ViolationFound, note: str = "") -> Failure:
+        failure = self.failure(found.scenario, found.trace, found.violations)
+        notes = getattr(found, "__notes__", [])
+        failure.blob = next((n.strip() for n in notes if "@reproduce_failure" in n), None)
+        if note:
+            failure.blob = f"{failure.blob or ''} ({note})".strip()
+        return failure
+
+
+def exhaustive_scenarios(max_tokens: int = 3, kinds: Optional[Iterable[str]] = None) -> list[Scenario]:
+    """Every single-fault scenario for one and for two requests, at every point (and index)."""
+    from fuzz.scenario import FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS
+
+    out: list[Scenario] = []
+    for count in (1, 2):
+        requests = tuple(RequestSpec(f"r{i}", 4, max_tokens, True) for i in range(count))
+        for kind in kinds or FAULT_KINDS:
+            for request in requests:
+                for point in POINTS:
+                    if kind == "raise" and point not in RAISE_POINTS:
+                        continue
+                    for index in range(max_tokens if point in INDEXED_POINTS else 1):
+                        out.append(Scenario(requests, (FaultSpec(kind, At(request.rid, point, index)),)))
+    return out
+
+
+def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | Path] = None, replays: int = 3,
+                   progress: Optional[Callable[[Progress], None]] = None,
+                   settings: DriverSettings = DriverSettings(), max_tokens: int = 3) -> FuzzResult:
+    """Run `exhaustive_scenarios()` in order; stop at the first violation."""
+    factory = resolve_engine(engine) if isinstance(engine, str) else engine
+    spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
+    fuzz = _Fuzz(factory, engine_label(factory), spec, PROFILES["ci"], settings, float("inf"), 0, progress, None)
+    fuzz.seed_label = "exhaustive"
+    sentinel = Sentinel(strict=settings.strict).install()
+    fuzz.sentinel = sentinel
+    try:
+        failure = fuzz.baseline()
+        for scenario in exhaustive_scenarios(max_tokens) if failure is None else ():
+            fuzz._tick(scenario, "exhaustive")
+            trace, violations = fuzz.run(scenario)
+            fuzz.state.examples += 1
+            if violations:
+                failure = fuzz.failure(scenario, trace, violations)
+                fuzz.first_failure_s = time.monotonic() - fuzz.started
+                fuzz.first_failure_examples = fuzz.state.examples
+                break
+        if failure is not None:
+            failure.reproduced = fuzz.replay_count(failure, replays)
+    finally:
+        sentinel.uninstall()
+    result = FuzzResult(fuzz.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
+                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples)
+    if failure is not None:
+        failure.device = device_info()
+        if report_dir is not None:
+            result.report_dir = write_report(report_dir, failure)
+    return result

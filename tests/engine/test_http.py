@@ -188,3 +188,25 @@ def test_status_reports_admission_and_server_counters(http_server, points):
     assert status["requests"] == {"chatcmpl-watched": "decoding"}
     assert status["server"]["open_generations"] == 1
     assert {"rejected_busy", "admission", "loop_lag"} <= set(status)
+
+
+# -- the batched route behind the same server ------------------------------------------------
+
+def test_batched_engine_serves_concurrent_streams(tiny_model):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..conftest import ServerThread
+
+    with ServerThread("batched", model=tiny_model, max_batch=4) as server:
+        client = client_for(server)
+
+        def one(i: int) -> tuple[str, int]:
+            chunks = list(client.chat.completions.create(
+                model=server.model_id, messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=20,
+                temperature=0, stream=True, stream_options={"include_usage": True}))
+            return chunks[-2].choices[0].finish_reason, chunks[-1].usage.completion_tokens
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(one, range(4))) == [("length", 20)] * 4
+        assert server.wait_idle()
+        assert set(server.status()["server"]["responses"]) == {"200"}, "a request was refused or failed"

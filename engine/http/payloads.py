@@ -99,8 +99,12 @@ class TextShape(Shape):
         return {"tokens": [t.text for t in tokens], "token_logprobs": [t.logprob for t in tokens],
                 "top_logprobs": None, "text_offset": offsets}
 
+    _streamed_chars = 0  # where the next streamed token starts in the completion text
+
     def token_chunk(self, token: Token) -> dict[str, Any]:
-        return self.chunk({"text": token.text, "logprobs": self._logprobs([token]), "finish_reason": None})
+        logprobs = self._logprobs([token], self._streamed_chars)
+        self._streamed_chars += len(token.text)
+        return self.chunk({"text": token.text, "logprobs": logprobs, "finish_reason": None})
 
     def finish_chunk(self, reason: str) -> dict[str, Any]:
         return self.chunk({"text": "", "logprobs": None, "finish_reason": reason})

@@ -145,6 +145,26 @@ def test_disconnect_aborts_the_request(http_server, points, stream, point, step)
     assert decoded <= (step or 0) + 1, f"decode went on for {decoded} steps after the client left"
 
 
+# -- engine failures -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_engine_failure_mid_request_is_reported_not_dropped(http_server, points, stream):
+    points.fail(Point.BEFORE_DECODE, f"chatcmpl-doomed-{stream}", step=2)
+    with httpx.Client(base_url=http_server.url, timeout=30) as client:
+        answer = client.post("/v1/chat/completions", json=chat_body(http_server.model_id, 20, stream),
+                             headers={"X-Request-Id": f"doomed-{stream}"})
+    if stream:
+        assert answer.status_code == 200
+        events = [line.removeprefix("data: ") for line in answer.text.splitlines() if line]
+        assert events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+    else:
+        assert answer.status_code == 500
+        error = answer.json()["error"]
+    assert error["type"] == "server_error" and "injected failure" in error["message"]
+    assert http_server.wait_idle()
+
+
 # -- the loop stays responsive ---------------------------------------------------------------
 
 def test_health_answers_fast_while_a_long_generation_streams(http_server):

@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 
+from ..conftest import wait_for
+
 SERVE = [sys.executable, "-m", "invariants", "serve", "--port", "0"]
 
 
@@ -101,6 +103,25 @@ def test_signal_mid_stream_aborts_it_with_done_and_exits_0(serve, sig):
     assert len(rest) < 1000, "the stream ran to its end instead of being aborted"
     assert process.proc.wait(30) == 0
     assert process.wait_line("stopped", 5) is not None
+
+
+def test_sigterm_ends_a_running_non_stream_request_with_abort(serve):
+    process = serve("--shutdown-grace", "0")
+    url = process.url()
+    body = {"model": "mlx-invariants-tiny", "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 1000, "temperature": 0}
+    answers: list[httpx.Response] = []
+    client = threading.Thread(target=lambda: answers.append(
+        httpx.post(url + "/v1/chat/completions", json=body, timeout=60)))
+    client.start()
+    assert wait_for(lambda: "decoding" in httpx.get(url + "/v1/status", timeout=10).json()["requests"].values(), 30)
+    process.proc.send_signal(signal.SIGTERM)
+    client.join(30)
+    assert answers[0].status_code == 200, answers[0].text
+    answer = answers[0].json()
+    assert answer["choices"][0]["finish_reason"] == "abort"
+    assert answer["usage"]["completion_tokens"] < 1000
+    assert process.proc.wait(30) == 0
 
 
 def test_sigterm_drains_running_stream_and_refuses_new_requests(serve):

@@ -230,3 +230,16 @@ def test_batched_engine_serves_concurrent_streams(tiny_model):
             assert list(pool.map(one, range(4))) == [("length", 20)] * 4
         assert server.wait_idle()
         assert set(server.status()["server"]["responses"]) == {"200"}, "a request was refused or failed"
+
+
+def test_logprobs_of_the_sampled_tokens(http_server):
+    client, model = client_for(http_server), http_server.model_id
+    chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                          temperature=0, logprobs=True)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 5 and all(entry.logprob <= 0 for entry in content)
+    assert "".join(entry.token for entry in content) == chat.choices[0].message.content
+    text = client.completions.create(model=model, prompt="hi", max_tokens=5, temperature=0, logprobs=0)
+    logprobs = text.choices[0].logprobs
+    assert len(logprobs.token_logprobs) == 5 and all(lp <= 0 for lp in logprobs.token_logprobs)
+    assert logprobs.text_offset == [sum(len(t) for t in logprobs.tokens[:i]) for i in range(5)]

@@ -1,0 +1,192 @@
+"""Turn the folders that `ci/gpu/run.sh` wrote on the GPU machine into docs/gpu.md.
+
+    python ci/gpu/report.py RESULTS_DIR [RESULTS_DIR ...] [--out docs/gpu.md]
+
+Each folder holds some of run.txt, device.json, fuzz.log, planted.xml, planted.log and
+bench.json (one device call's $OUT). Later folders win where two hold the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Optional
+
+FUZZ_START = re.compile(r"^== invariants fuzz --engine (\S+) --profile (\S+) --budget (\S+)")
+FUZZ_END = re.compile(r"^--engine (\S+): (no violation in|VIOLATION after) (\d+) example\(s\), ([\d.]+)s(?:: (.*))?")
+
+
+def _collect(folders: list[Path]) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for folder in folders:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                files[path.name] = path
+    return files
+
+
+def device_section(files: dict[str, Path]) -> list[str]:
+    lines = ["## Device", ""]
+    if "run.txt" in files:
+        smi = [line for line in files["run.txt"].read_text().splitlines() if not line.startswith("stage ")]
+        if smi:
+            lines += ["`nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv`:", "",
+                      "```", *smi, "```", ""]
+    if "device.json" in files:
+        record = json.loads(files["device.json"].read_text())
+        mlx = record.get("mlx", {})
+        info = mlx.get("probes", {}).get("device_info", {}).get("result", {})
+        rows = [("verdict (ci/metal_smoke.py)", record.get("verdict")),
+                ("MLX", mlx.get("version")), ("mx.default_device()", mlx.get("default_device")),
+                ("mx.device_info() device_name", info.get("device_name")),
+                ("mx.device_info() architecture", info.get("architecture")),
+                ("CUDA available", mlx.get("cuda_available")), ("platform", record.get("host", {}).get("platform"))]
+        for probe in ("gpu_float32_matmul", "gpu_bfloat16_matmul"):
+            result = mlx.get("probes", {}).get(probe)
+            if result:
+                rows.append((probe, "ok" if result["ok"] else result["error"]))
+        lines += ["| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows] + [""]
+    return lines
+
+
+def fuzz_runs(text: str) -> list[dict[str, Any]]:
+    """One entry per route from ci/fuzz_runner.sh's log."""
+    runs: list[dict[str, Any]] = []
+    current: Optional[dict[str, Any]] = None
+    for line in text.splitlines():
+        start = FUZZ_START.match(line)
+        if start:
+            current = {"route": start[1], "profile": start[2], "budget": start[3]}
+            runs.append(current)
+            continue
+        end = FUZZ_END.match(line)
+        if end and current is not None:
+            current.update(examples=int(end[3]), seconds=float(end[4]),
+                           violation=None if end[2] == "no violation in" else (end[5] or "violation"))
+        elif current is not None and line.startswith("== ") and line.endswith(tuple("0123456789")):
+            current["exit"] = int(line.rsplit(" ", 1)[1])
+    return runs
+
+
+def fuzz_section(files: dict[str, Path]) -> list[str]:
+    lines = ["## Fuzz runner, both reference routes", ""]
+    if "fuzz.log" not in files:
+        return lines + ["Not run.", ""]
+    text = files["fuzz.log"].read_text()
+    device = next((line for line in text.splitlines() if line.startswith("device:")), "")
+    lines += ["`bash ci/fuzz_runner.sh simple batched` (`invariants fuzz --engine ROUTE --profile runner "
+              "--budget N --jobs J`), " + device.replace("device:", "device verdict:").strip(), "",
+              "| route | profile | budget s | scenarios run | wall s | scenarios/s | violations |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for run in fuzz_runs(text):
+        if "examples" not in run:
+            lines.append(f"| {run['route']} | {run['profile']} | {run['budget']} | - | - | - | "
+                         f"did not finish (exit {run.get('exit', '?')}) |")
+            continue
+        rate = run["examples"] / run["seconds"] if run["seconds"] else 0.0
+        lines.append(f"| {run['route']} | {run['profile']} | {run['budget']} | {run['examples']} | "
+                     f"{run['seconds']:.1f} | {rate:.2f} | {run['violation'] or 'none'} |")
+    return lines + [""]
+
+
+def planted_section(files: dict[str, Path]) -> list[str]:
+    lines = ["## Planted bugs, found on the GPU", ""]
+    if "planted.xml" not in files:
+        tail = files["planted.log"].read_text().splitlines()[-15:] if "planted.log" in files else []
+        return lines + ["Not run to completion." + (" Last lines:" if tail else ""), ""] + (
+            ["```", *tail, "```", ""] if tail else [])
+    suite = ET.parse(files["planted.xml"]).getroot()
+    cases = suite.iter("testcase")
+    lines += ["`python -m pytest tests/fuzz/test_planted.py` (planted -> found, shrunk, replayed)", "",
+              "| test | result | seconds |", "| --- | --- | ---: |"]
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for case in cases:
+        outcome = "passed"
+        for tag in ("failure", "error"):
+            if case.find(tag) is not None:
+                outcome = "failed"
+        if case.find("skipped") is not None:
+            outcome = "skipped"
+        counts[outcome] += 1
+        lines.append(f"| `{case.get('name')}` | {outcome} | {float(case.get('time', 0)):.1f} |")
+    lines += ["", f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped.", ""]
+    return lines
+
+
+def bench_section(files: dict[str, Path]) -> list[str]:
+    lines = ["## Engine benchmark, 0.5b preset (random-weight llama), batched vs serialized", ""]
+    if "bench.json" not in files:
+        return lines + ["Not run.", ""]
+    bench = json.loads(files["bench.json"].read_text())
+    meta, results = bench["meta"], bench["results"]
+    lines += [f"`python benchmarks/bench_engine.py --preset 0.5b --no-peer --concurrency 1,4,8`: "
+              f"max_tokens {meta['max_tokens']}, {meta['per_worker']} request(s) per client per round, "
+              f"max batch {meta['max_batch']}; {meta['machine']}.", ""]
+    by_c: dict[int, dict[str, dict[str, Any]]] = {}
+    for name, result in results.items():
+        for rnd in result["rounds"]:
+            by_c.setdefault(rnd["concurrency"], {})[name] = rnd
+    lines += ["| c | serialized (simple) tok/s | batched tok/s | batched / serialized | "
+              "TTFT p50 ms simple | TTFT p50 ms batched |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for c in sorted(by_c):
+        simple, batched = by_c[c].get("simple"), by_c[c].get("batched")
+        ratio = (f"{batched['tok_s'] / simple['tok_s']:.2f}x"
+                 if simple and batched and simple["tok_s"] else "-")
+        lines.append(f"| {c} | {_num(simple, 'tok_s')} | {_num(batched, 'tok_s')} | {ratio} | "
+                     f"{_num(simple, 'ttft_p50_ms')} | {_num(batched, 'ttft_p50_ms')} |")
+    if bench.get("targets"):
+        lines += ["", "| target | measured | verdict |", "| --- | --- | --- |"]
+        lines += [f"| {t['name']} | {t['measured']} | {t['verdict']} |" for t in bench["targets"]]
+    return lines + [""]
+
+
+def _num(row: Optional[dict[str, Any]], key: str) -> str:
+    return f"{row[key]:.1f}" if row and row.get(key) is not None else "-"
+
+
+def stages_section(files: dict[str, Path]) -> list[str]:
+    if "run.txt" not in files:
+        return []
+    stages = [line for line in files["run.txt"].read_text().splitlines() if line.startswith("stage ")]
+    return ["## Stages", "", *[f"- {line}" for line in stages], ""] if stages else []
+
+
+def render(folders: list[Path], commit: str) -> str:
+    files = _collect(folders)
+    lines = ["# GPU evidence: the harness on MLX's CUDA backend", "",
+             "Produced by `ci/gpu/run.sh` on a lent NVIDIA machine (see docs/ci.md, \"GPU run\") and "
+             f"rendered by `ci/gpu/report.py`, at commit `{commit}`. MLX's CUDA backend is the closest "
+             "thing to Apple Silicon available here: the thread-affinity failure (\"There is no "
+             "Stream(gpu, 1) in current thread\") reproduces on it exactly.", ""]
+    for section in (device_section, fuzz_section, planted_section, bench_section, stages_section):
+        lines += section(files)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, help="write here instead of stdout")
+    parser.add_argument("--commit", help="the commit the run was made at (default: HEAD)")
+    args = parser.parse_args(argv)
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        print(f"report: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True, check=False).stdout.strip() or "unknown"
+    text = render(args.folders, commit)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

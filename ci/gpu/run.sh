@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU evidence, on the lent NVIDIA machine, from a fresh checkout. Made in two device calls
+# (MLX's CUDA wheel is larger than one call carries), after `bash ci/gpu/prepare.sh` here:
+#   1. carry [".gpuA"]:         bash .gpuA/stage.sh
+#   2. carry [".gpuB", ".whl"]: source .gpuB/activate.sh && bash ci/gpu/run.sh [STAGE ...]
+# Stages: fuzz (both reference routes, `runner` profile), planted (tests/fuzz/test_planted.py),
+# bench (benchmarks/bench_engine.py --preset 0.5b). Default: all three. A device command may run
+# 10 minutes, so split them over calls on the warm machine if they do not fit together.
+# Everything lands in $OUT (default fuzz-reports/gpu/), 8 files at most (what a device call
+# returns); ci/gpu/report.py turns those folders into docs/gpu.md.
+#
+# Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4), PLANTED_TIMEOUT
+# (s, default 540), BENCH_TIMEOUT (s, default 420).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+repo=$(pwd)
+out=${OUT:-$repo/fuzz-reports/gpu}
+mkdir -p "$out"
+work=$(mktemp -d)
+export PYTHONUNBUFFERED=1
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(fuzz planted bench)
+
+# -- set-up: wheels into /tmp/site (where activate.sh put MLX), the checkout itself on the path.
+if ! python3 -c 'import hypothesis, libcst, starlette, uvicorn, httpx, pytest_timeout' 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || { echo "wheel install failed" >&2; exit 2; }
+fi
+export PYTHONPATH="$repo:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c 'import mlx.core as mx, mlx_lm, engine, fuzz; print("mlx", mx.__version__, mx.default_device(), mx.device_info())' \
+    || { echo "MLX or the project does not import; source .gpuB/activate.sh first" >&2; exit 2; }
+
+# -- the device, as MLX and the driver report it (every stage's files name it too).
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >>"$out/run.txt" 2>&1
+python3 ci/metal_smoke.py --json "$out/device.json" >/dev/null
+
+status=0
+for stage in "${stages[@]}"; do
+    start=$(date +%s)
+    case $stage in
+    fuzz)
+        FUZZ_REPORTS="$work/fuzz-reports" FUZZ_BUDGET=${FUZZ_BUDGET:-120} FUZZ_JOBS=${FUZZ_JOBS:-4} \
+            CI_PYTHON=python3 FUZZ_PROFILE=runner MLX_INVARIANTS_FUZZ_DB="$work/fuzz-db" \
+            bash ci/fuzz_runner.sh simple batched >"$out/fuzz.log" 2>&1
+        code=$?
+        ;;
+    planted)
+        timeout "${PLANTED_TIMEOUT:-540}" python3 -m pytest -p fuzz.pytest_plugin -p no:cacheprovider \
+            -o addopts= -v --durations=0 --junitxml="$out/planted.xml" tests/fuzz/test_planted.py \
+            >"$out/planted.log" 2>&1
+        code=$?
+        ;;
+    bench)
+        mkdir -p "$work/bench-logs"
+        timeout "${BENCH_TIMEOUT:-420}" python3 benchmarks/bench_engine.py --preset 0.5b --no-peer \
+            --concurrency 1,4,8 --json "$out/bench.json" --log-dir "$work/bench-logs" >"$out/bench.log" 2>&1
+        code=$?
+        ;;
+    *)
+        echo "unknown stage $stage: fuzz, planted or bench" >&2
+        exit 2
+        ;;
+    esac
+    echo "stage $stage: exit $code in $(( $(date +%s) - start ))s" | tee -a "$out/run.txt"
+    [ "$code" -gt "$status" ] && status=$code
+done
+# Fuzz reports and server logs are folders of many files: one archive comes back.
+tar -czf "$out/extra.tar.gz" -C "$work" . 2>/dev/null
+rm -rf "$work"
+exit "$status"

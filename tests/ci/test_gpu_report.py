@@ -1,0 +1,70 @@
+"""ci/gpu/report.py renders what ci/gpu/run.sh brings back: device, fuzz counts, planted bugs, benchmark."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "ci" / "gpu" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FUZZ_LOG = """\
+device: CUDA GPU
+== invariants fuzz --engine simple --profile runner --budget 120
+--engine simple: no violation in 480 example(s), 120.3s
+== simple: exit 0
+== invariants fuzz --engine batched --profile runner --budget 120
+--engine batched: VIOLATION after 12 example(s), 30.0s: slot-freed-early: freed while the worker ran
+report: fuzz-reports/batched/x/report.txt
+== batched: exit 1
+"""
+
+PLANTED_XML = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="2">
+<testcase classname="tests.fuzz.test_planted" name="test_planted_bug_is_found[lock-freed-on-cancel]" time="4.2"/>
+<testcase classname="tests.fuzz.test_planted" name="test_planted_bug_is_found[nested-reacquire]" time="9.9">
+<failure message="not found">not found</failure></testcase>
+</testsuite></testsuites>
+"""
+
+
+def _bench() -> dict:
+    def rnd(c: int, tok_s: float) -> dict:
+        return {"concurrency": c, "tok_s": tok_s, "ttft_p50_ms": 10.0, "ttft_p90_ms": 20.0,
+                "completion_tokens": 64 * c, "wall_s": 1.0}
+    return {"meta": {"max_tokens": 64, "per_worker": 2, "max_batch": 8, "machine": "Linux x86_64, MLX gpu"},
+            "results": {"simple": {"rounds": [rnd(1, 100.0), rnd(4, 100.0), rnd(8, 100.0)]},
+                        "batched": {"rounds": [rnd(1, 100.0), rnd(4, 350.0), rnd(8, 600.0)]}},
+            "targets": []}
+
+
+def test_report_has_fuzz_counts_planted_outcomes_and_the_batched_ratio(tmp_path: Path) -> None:
+    first, second = tmp_path / "call2", tmp_path / "call3"
+    first.mkdir()
+    second.mkdir()
+    (first / "run.txt").write_text("name, driver_version\nNVIDIA H100 80GB HBM3, 580.1\nstage fuzz: exit 1 in 150s\n")
+    (first / "fuzz.log").write_text(FUZZ_LOG)
+    (first / "bench.json").write_text(json.dumps(_bench()))
+    (second / "planted.xml").write_text(PLANTED_XML)
+    text = _report().render([first, second], "abc1234")
+    assert "NVIDIA H100 80GB HBM3" in text
+    assert "| simple | runner | 120 | 480 | 120.3 | 3.99 | none |" in text
+    assert "slot-freed-early" in text
+    assert "`test_planted_bug_is_found[lock-freed-on-cancel]` | passed" in text
+    assert "`test_planted_bug_is_found[nested-reacquire]` | failed" in text
+    assert "1 passed, 1 failed, 0 skipped." in text
+    assert "| 8 | 100.0 | 600.0 | 6.00x |" in text
+    assert "stage fuzz: exit 1 in 150s" in text
+
+
+def test_missing_parts_say_not_run(tmp_path: Path) -> None:
+    text = _report().render([tmp_path], "abc1234")
+    assert text.count("Not run") >= 2

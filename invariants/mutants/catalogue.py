@@ -1,0 +1,497 @@
+'''`CATALOGUE`: the known regressions of MLX serving engines, as mutants of the reference engine.
+
+Each entry reproduces a bug that shipped (or nearly shipped) in a real engine,
+mapped onto this engine's code. The edits are exact source replacements on a
+copy; see `mutant.py`. `killers` lists the checks expected to catch the
+mutant; the run reports what actually did.
+'''
+
+from __future__ import annotations
+
+from invariants.mutants.mutant import Edit, Mutant
+
+SERIAL = "engine/serial.py"
+BATCHED = "engine/batched.py"
+OWNER = "engine/owner.py"
+FRONTEND = "engine/frontend.py"
+DRAIN = "engine/drain.py"
+APP = "engine/http/app.py"
+
+T_SERIAL = "test:tests/engine/test_serial.py::"
+T_BATCHED = "test:tests/engine/test_batched.py::"
+T_THREADS = "test:tests/engine/test_threads.py::"
+T_HTTP = "test:tests/engine/test_http.py::"
+
+# The submit tail of SimpleEngine: where the job is handed to whoever runs it.
+_SERIAL_HANDOFF = """
+    stream = self._open_stream(pending)
+    self._owner.post(job)
+    return stream
+"""
+
+
+def _serial_handoff(replacement: str) -> Edit:
+    return Edit(SERIAL, _SERIAL_HANDOFF, f"""
+        stream = self._open_stream(pending)
+        {replacement}
+        return stream
+    """)
+
+
+CATALOGUE: tuple[Mutant, ...] = (
+    Mutant(
+        id="M01-slot-freed-on-cancel",
+        title="slot released on cancellation while the worker still runs MLX",
+        story="""A client disconnect cancels the request task. The engine waited for its worker with a
+        plain await, so the first CancelledError left the `finally` that releases the generation
+        lock while the worker thread was still inside MLX; the next request entered Metal beside
+        it and the process aborted with "A command encoder is already encoding to this command
+        buffer". Here `SimpleEngine._close` sets the job's stop flag and releases the slot at once
+        instead of draining the worker with `wait_through_cancellation`.""",
+        invariant="the serialized slot is held until the worker has made its last MLX call",
+        killers=(T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[1]", "fuzz:slot-freed-early"),
+        edits=(Edit(SERIAL, """
+            try:
+                await wait_through_cancellation(job.done)
+            finally:
+                self._release(stream)
+        """, """
+            try:
+                job.stop.set()  # the worker stops at its next token
+            finally:
+                self._release(stream)
+        """),),
+    ),
+    Mutant(
+        id="M02-lock-reentered",
+        title="a helper re-acquires the lock its caller holds (deadlock)",
+        story="""A refactor moved the hand-off to the worker into a helper that takes the generation
+        lock "to be safe". Its only caller already holds that lock, and asyncio.Lock is not
+        reentrant: the first request waits on itself forever and every later one queues behind it.
+        Here `SimpleEngine.submit` calls `_post_serialized`, which enters `async with
+        self._generation_lock` after `submit` acquired it.""",
+        invariant="no task acquires a lock it already holds",
+        killers=(T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered"),
+        edits=(
+            _serial_handoff("await self._post_serialized(job)"),
+            Edit(SERIAL, """
+                def _abort(self, rid: str) -> None:
+                    job = self._jobs.get(rid)
+            """, '''
+                async def _post_serialized(self, job: Job) -> None:
+                    """Hand the job over under the generation lock, so nothing else touches MLX meanwhile."""
+                    async with self._generation_lock:
+                        self._owner.post(job)
+
+                def _abort(self, rid: str) -> None:
+                    job = self._jobs.get(rid)
+            '''),
+        ),
+    ),
+    Mutant(
+        id="M03-worker-error-swallowed-on-cancel",
+        title="worker error swallowed while draining after cancellation",
+        story="""The drain after a cancellation awaited the worker inside `except Exception: pass`,
+        reasoning that nobody listens to a cancelled request. A worker that died inside MLX during
+        the drain left no log line and no error result: the request looked aborted, and the
+        corrupted model state surfaced requests later with no trace of its cause. Here the owner
+        reports a failing job whose stop flag is set as a plain abort and logs nothing.""",
+        invariant="a worker error is reported (result and log) even when the request was cancelled",
+        killers=(T_SERIAL + "test_worker_error_while_draining_after_cancel_is_logged",),
+        edits=(Edit(SERIAL, """
+            except Exception as exc:  # an MLX or model error: this request fails, the engine goes on
+                log.error("request %s failed on the owner thread: %s", rid, exc, exc_info=True)
+                self.emit([Failed(rid, f"generation failed: {type(exc).__name__}: {exc}")])
+        """, """
+            except Exception as exc:  # an MLX or model error: this request fails, the engine goes on
+                if job.stop.is_set():  # the client is gone: nobody is left to tell
+                    self.emit([Finished(rid, "abort", len(job.pending.prompt), 0)])
+                else:
+                    log.error("request %s failed on the owner thread: %s", rid, exc, exc_info=True)
+                    self.emit([Failed(rid, f"generation failed: {type(exc).__name__}: {exc}")])
+        """),),
+    ),
+    Mutant(
+        id="M04-drain-catches-exception-only",
+        title="`except Exception` around the drain: a second cancellation escapes",
+        story="""The fix for M01 drained the worker after the first CancelledError, but wrapped the
+        drain in `except Exception`. CancelledError is a BaseException, so a second cancellation
+        during the drain (a server shutting down cancels handlers that a disconnect already
+        cancelled) escaped the drain and released the lock early anyway. Here
+        `wait_through_cancellation` survives one cancellation and not two.""",
+        invariant="the slot outlives the worker through any number of cancellations",
+        killers=(T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[3]", "fuzz:slot-freed-early"),
+        edits=(Edit(DRAIN, """
+            cancelled = False
+            while not done.done():
+                try:
+                    await asyncio.shield(done)
+                except asyncio.CancelledError:
+                    cancelled = True
+            if cancelled:
+                raise asyncio.CancelledError()
+        """, """
+            try:
+                await asyncio.shield(done)
+            except asyncio.CancelledError:
+                try:
+                    await asyncio.shield(done)  # drain the worker before letting go
+                except Exception:
+                    pass
+                raise
+        """),),
+    ),
+    Mutant(
+        id="M05-generation-on-default-pool",
+        title="generation dispatched to `asyncio.to_thread` instead of the owner thread",
+        story="""To keep the event loop free, generation was sent to `asyncio.to_thread`. The
+        default pool hands each call to whichever worker thread is free, but mlx-lm binds its
+        generation stream per thread: arrays built on one thread and evaluated on another raise
+        "There is no Stream(gpu, 1) in current thread" mid-request, and nothing keeps two pool
+        threads out of MLX at once. Here `SimpleEngine.submit` runs the owner's job function on the
+        default pool instead of posting it to the owner thread.""",
+        invariant="every MLX call happens on the engine's one owner thread",
+        killers=(T_THREADS + "test_every_mlx_call_is_on_the_owner_thread", "fuzz:mlx-off-owner"),
+        edits=(_serial_handoff("asyncio.ensure_future(asyncio.to_thread(self._owner._run, job))"),),
+    ),
+    Mutant(
+        id="M06-generation-on-event-loop",
+        title="generation run synchronously on the event loop",
+        story="""The answer to the cross-thread stream error of M05 was to drop the thread and call
+        the generator directly in the request handler. MLX ran on one thread again, but that thread
+        was the event loop: health checks, other clients and the disconnect watcher all stalled for
+        the whole generation, and a cancellation was only observed after the last token. Here
+        `SimpleEngine.submit` runs the job inline instead of posting it.""",
+        invariant="the event loop never runs MLX; it stays responsive while a request decodes",
+        killers=(T_SERIAL + "test_event_loop_stays_responsive_while_decoding",
+                 T_THREADS + "test_every_mlx_call_is_on_the_owner_thread", "fuzz:loop-lag"),
+        edits=(_serial_handoff("self._owner._run(job)  # one thread touches MLX: this one"),),
+    ),
+    Mutant(
+        id="M07-stop-flag-ignored",
+        title="the per-token stop flag is never checked",
+        story="""Cancellation set a stop flag that the generation loop was meant to check between
+        tokens, but a rewrite of the loop dropped the check. A client that disconnected at the
+        first token kept the only generation slot busy until `max_tokens`, and every other client
+        got 503 for the duration. Here `SerialOwner._generate` no longer looks at `job.stop`.""",
+        invariant="an acknowledged abort stops decode within one token",
+        killers=(T_SERIAL + "test_cancel_stops_decode_within_one_token", "fuzz:abort-ignored"),
+        edits=(Edit(SERIAL, """
+            if job.stop.is_set():
+                reason = "abort"
+                break
+            reach(Point.BEFORE_DECODE, rid, step=produced)
+        """, """
+            reach(Point.BEFORE_DECODE, rid, step=produced)
+        """),),
+    ),
+    Mutant(
+        id="M08-batch-generator-built-on-loop",
+        title="`BatchGenerator` constructed on the event-loop thread, stepped on the owner thread",
+        story="""The server built its BatchGenerator at startup on the asyncio main thread and
+        handed it to the generation thread, which called insert/next on it. mlx-lm releases that
+        bound the generation stream at construction failed mid-run with "There is no Stream(gpu,
+        1) in current thread". Here `BatchedEngine.start` builds the generator on the loop once
+        the owner has loaded the model, and the owner only steps it.""",
+        invariant="the BatchGenerator is built, warmed, stepped and closed on the owner thread",
+        equivalent="""With mlx-lm 0.32 the generation stream is thread-local and construction
+        evaluates nothing, so the engine behaves the same; only the static checker can see it.""",
+        killers=("static:BatchGenerator built in async code",),
+        routes=("batched",),
+        edits=(
+            Edit(BATCHED, """
+                def _start(self) -> None:
+                    super()._start()
+                    self._generator = self._build()
+                    if self.warmup_enabled:
+                        self._warmup()
+            """, """
+                def _start(self) -> None:
+                    super()._start()  # the engine builds the generator once the model is loaded
+            """),
+            Edit(BATCHED, """
+                name = "batched"
+            """, """
+                name = "batched"
+
+                async def start(self) -> None:
+                    await super().start()
+                    from mlx_lm.generate import BatchGenerator
+
+                    owner = self._owner
+                    eos = sorted(owner.loaded.tokenizer.eos_token_ids)
+                    owner._generator = BatchGenerator(owner.loaded.model, stop_tokens=[[t] for t in eos],
+                                                      completion_batch_size=owner.max_batch,
+                                                      prefill_batch_size=min(8, owner.max_batch))
+            """),
+        ),
+    ),
+    Mutant(
+        id="M09-drain-and-batch-admission",
+        title="drain-and-batch admission: new requests wait for the batch to empty",
+        story="""To dodge a corruption that was really M08's threading bug, the scheduler stopped
+        inserting while any request was decoding. Each arrival waited for the whole running batch
+        to finish: chat at concurrency 4 went from a 354 ms to a 7 s median time to first token,
+        with a bimodal tail. Here `BatchOwner._take_inbox` leaves new requests pending while the
+        batch is non-empty.""",
+        invariant="a request arriving mid-decode is inserted before the next step",
+        killers=(T_BATCHED + "test_late_arrival_gets_first_token_within_two_steps",),
+        routes=("batched",),
+        edits=(Edit(BATCHED, """
+            with self.lock:
+                new, self._pending = self._pending, []
+                aborts, self._aborts = self._aborts, set()
+        """, """
+            with self.lock:
+                if self._active:  # let the running batch drain first: inserts mid-decode corrupt offsets
+                    new = []
+                else:
+                    new, self._pending = self._pending, []
+                aborts, self._aborts = self._aborts, set()
+        """),),
+    ),
+    Mutant(
+        id="M10-startup-failure-swallowed",
+        title="construction failure swallowed and readiness signalled anyway",
+        story="""The generation thread caught any exception while building and warming its
+        generator, logged it, and set the ready event anyway so the server would "come up and
+        report the problem". The health probe flipped to SERVING, the load balancer sent traffic,
+        and every request failed on a generator that did not exist. Here `OwnerThread.run` logs a
+        failing `_start` (load, build, warmup) and resolves `ready` regardless.""",
+        invariant="the engine is ready only once load, construction and warmup succeeded",
+        killers=(T_SERIAL + "test_startup_failure_is_reported_and_never_healthy",
+                 T_BATCHED + "test_batched_startup_failure_is_reported", "fuzz:startup-failed"),
+        routes=("simple", "batched"),
+        edits=(Edit(OWNER, """
+            try:
+                self._start()
+            except BaseException as exc:  # readiness must report every startup failure, then the thread ends
+                log.error("engine startup failed on %s: %s", self.name, exc, exc_info=True)
+                self._to_loop(self._fail_ready, StartupError(f"engine startup failed: {type(exc).__name__}: {exc}"))
+                self._to_loop(self._resolve, self.stopped, None)
+                return
+        """, """
+            try:
+                self._start()
+            except Exception as exc:  # stay up: the first request will say what is wrong
+                log.error("engine startup failed on %s: %s", self.name, exc, exc_info=True)
+        """),),
+    ),
+    Mutant(
+        id="M11-readiness-ignored",
+        title="the readiness result is ignored at startup",
+        story="""The server waited for the generation thread's ready event with a timeout, then
+        started serving whether the thread had reported success, failure or nothing at all. A model
+        that failed to load left a server answering /health with 200 and every request with 500.
+        Here `EngineFrontend.start` waits for `ready` to settle but never looks at its result.""",
+        invariant="startup raises when the owner reports a failure",
+        killers=(T_SERIAL + "test_startup_failure_is_reported_and_never_healthy",
+                 T_BATCHED + "test_batched_startup_failure_is_reported", "fuzz:startup-failed"),
+        routes=("simple", "batched"),
+        edits=(Edit(FRONTEND, """
+            self._loaded = await asyncio.wait_for(asyncio.shield(owner.ready), self.config.startup_timeout_s)
+        """, """
+            await asyncio.wait({owner.ready}, timeout=self.config.startup_timeout_s)  # started, one way or another
+            self._loaded = owner.loaded
+        """),),
+    ),
+    Mutant(
+        id="M12-warmup-probe-leaks",
+        title="warmup leaks its probe request when a step fails (cleanup not in `finally`)",
+        story="""Warmup inserted a one-token probe into the batch generator and removed it after the
+        loop; when a warmup step raised, the probe stayed in the batch and decoded beside the first
+        real requests. Here `BatchOwner._warmup` removes the probe after the loop instead of in a
+        `finally`.""",
+        invariant="a warmup probe never outlives warmup",
+        equivalent="""In this engine a failing warmup step fails startup and the generator is thrown
+        away with the owner thread, so no request can meet the leaked probe; only the static rule
+        for a probe inserted without removal in `finally` sees it.""",
+        killers=("static:probe inserted without removal in finally",),
+        routes=("batched",),
+        edits=(Edit(BATCHED, """
+            uids = self._generator.insert([[0]], max_tokens=[1])
+            try:
+                for _ in range(16):
+                    _, generated = self._generator.next()
+                    if any(r.uid == uids[0] and r.finish_reason for r in generated):
+                        break
+            finally:
+                self._generator.remove(uids)
+        """, """
+            uids = self._generator.insert([[0]], max_tokens=[1])
+            for _ in range(16):
+                _, generated = self._generator.next()
+                if any(r.uid == uids[0] and r.finish_reason for r in generated):
+                    break
+            self._generator.remove(uids)
+        """),),
+    ),
+    Mutant(
+        id="M13-shutdown-leaves-waiters",
+        title="shutdown never wakes pending waiters and streams",
+        story="""Shutdown stopped the generation thread and returned. Requests waiting for
+        admission and streams whose request the thread no longer held were never told: their
+        handlers hung until the process was killed, and a graceful restart turned into a timeout
+        for every queued client. Here `EngineFrontend.shutdown` neither closes admission nor ends
+        the streams the owner can no longer reach.""",
+        invariant="after shutdown every waiter and every stream has ended",
+        killers=(T_SERIAL + "test_shutdown_mid_stream_ends_every_client", "fuzz:shutdown-left-waiter"),
+        routes=("simple", "batched"),
+        edits=(
+            Edit(FRONTEND, """
+                self._shutting_down = True
+                self._admission.close()
+            """, """
+                self._shutting_down = True
+            """),
+            Edit(FRONTEND, """
+                for stream in list(self._streams.values()):
+                    stream.push_terminal_if_open("the engine shut down")
+            """, """
+                log.info("engine %s stopped", self.name)
+            """),
+        ),
+    ),
+    Mutant(
+        id="M14-abort-lost-before-insertion",
+        title="abort lost between leaving the pending set and entering the batch",
+        story="""The scheduler took new requests and aborts in two separate critical sections and
+        applied aborts to the running batch only, dropping ids it did not know. An abort that
+        arrived with its request, or while the request was between the pending list and the batch,
+        named nobody and vanished: the request decoded to `max_tokens` for a client that had left.
+        Here `BatchOwner` takes the inbox in two sections and `_apply_aborts` ignores new
+        requests.""",
+        invariant="an abort recorded before insertion keeps the request out of the batch",
+        killers=("fuzz:abort-ignored",),
+        routes=("batched",),
+        edits=(
+            Edit(BATCHED, """
+                with self.lock:
+                    new, self._pending = self._pending, []
+                    aborts, self._aborts = self._aborts, set()
+            """, """
+                with self.lock:
+                    aborts, self._aborts = self._aborts, set()
+                with self.lock:
+                    new, self._pending = self._pending, []
+            """),
+            Edit(BATCHED, """
+                kept = []
+                for pending in new:
+                    if pending.rid in aborts:
+                        self._end(pending, 0, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
+                    else:
+                        kept.append(pending)
+            """, """
+                kept = list(new)
+            """),
+        ),
+    ),
+    Mutant(
+        id="M15-busy-waits-on-lock",
+        title="a busy serialized route waits behind the lock with a 120 s `wait_for`",
+        story="""A text-only route bypassed the scheduler and serialized on the generation lock,
+        acquired under `asyncio.wait_for(..., timeout=120)`. Under agent traffic requests piled up
+        behind the lock for minutes instead of getting a fast, retryable 503
+        (`text_generation_busy`). Here `SimpleEngine.submit` skips `Admission` and waits on the
+        lock.""",
+        invariant="busy is decided at once by admission; nothing waits on the MLX lock",
+        killers=("static:lock acquired under a timeout",
+                 T_SERIAL + "test_busy_is_refused_at_once_with_machine_readable_code", "fuzz:busy-slow"),
+        edits=(
+            Edit(SERIAL, """
+                await self._admission.enter()
+                reach(Point.ADMITTED, pending.rid)
+                try:
+                    await self._generation_lock.acquire()
+                except BaseException:
+                    self._admission.leave()
+                    raise
+            """, """
+                reach(Point.ADMITTED, pending.rid)
+                await asyncio.wait_for(self._generation_lock.acquire(), timeout=120)  # queue behind the running request
+            """),
+            Edit(SERIAL, """
+                reach(Point.SLOT_RELEASED, rid)
+                self._admission.leave()
+            """, """
+                reach(Point.SLOT_RELEASED, rid)
+            """),
+        ),
+    ),
+    Mutant(
+        id="M16-lock-documented-as-admission",
+        title="the lock's Metal-only documentation is reworded into \"admission\"",
+        story="""The comment on the generation lock said it serializes Metal command buffers and is
+        not an admission gate. A later edit described it as the place requests wait their turn,
+        and the next change, trusting the comment, gave it a long timeout and made it the queue of
+        M15. Here the comment on `SimpleEngine._generation_lock` calls it admission.""",
+        invariant="the MLX lock is documented as serializing MLX work only, never as admission",
+        equivalent="""A comment changes no behaviour; only the static checker reads it.""",
+        killers=("static:lock documented as admission",),
+        edits=(Edit(SERIAL, """
+            # Serializes Metal command-buffer (MLX) work: one request's generation at a time, held
+            # until its worker has finished. Not an admission gate: `Admission` decides busy before
+            # anyone reaches this lock, so it is never waited on.
+            self._generation_lock = asyncio.Lock()
+        """, """
+            # Admission: requests wait here for their turn to generate.
+            self._generation_lock = asyncio.Lock()
+        """),),
+    ),
+    Mutant(
+        id="M17-busy-stream-empty-200",
+        title="busy with `stream=true` answered 200 with an empty stream",
+        story="""For streaming requests the server committed to `200 text/event-stream` before
+        asking the engine for a slot; a busy engine then produced a stream with no chunks and a
+        bare `[DONE]`. Clients saw a successful, empty completion instead of a retryable 503 and
+        never retried. Here the chat route answers a refused streaming request with an empty
+        200 SSE body.""",
+        invariant="busy is a 503 with a machine-readable code, decided before the first byte",
+        killers=(T_HTTP + "test_busy_is_503_before_any_byte_in_under_100ms",),
+        routes=(),
+        edits=(Edit(APP, """
+            except EngineError as exc:
+                raise from_engine_error(exc) from None
+        """, r"""
+            except EngineError as exc:
+                if not req.stream:
+                    raise from_engine_error(exc) from None
+                # a streaming client expects an event stream, even an empty one
+                await Response(b"data: [DONE]\n\n", media_type="text/event-stream")(scope, receive, send)
+                return
+        """),),
+    ),
+    Mutant(
+        id="M18-step-failure-retried-forever",
+        title="a step failure is logged and retried instead of failing its requests",
+        story="""The batch loop caught an exception from a decode step, logged it and went round
+        again with the same batch. A persistent MLX error became a hot loop of identical log lines
+        with clients waiting forever; a transient one let requests continue on state the failed
+        step had left half-updated. Here `BatchOwner._iteration` logs the error and keeps the
+        batch.""",
+        invariant="a failing step fails the requests in it, and the generator is rebuilt",
+        killers=(T_BATCHED + "test_failing_step_fails_its_requests_and_engine_recovers",),
+        routes=("batched",),
+        edits=(Edit(BATCHED, """
+            except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
+                self._fail_batch(exc, events)
+        """, """
+            except Exception as exc:  # transient: log it and run the step again
+                log.error("batch step failed, retrying: %s", exc)
+        """),),
+    ),
+)
+
+
+def select(selectors: list[str] | None) -> list[Mutant]:
+    """The mutants named by `--only` (all of them when none is given), in catalogue order."""
+    from invariants.mutants.errors import UnknownMutant
+
+    if not selectors:
+        return list(CATALOGUE)
+    unknown = [s for s in selectors if not any(m.matches(s) for m in CATALOGUE)]
+    if unknown:
+        known = ", ".join(m.id for m in CATALOGUE)
+        raise UnknownMutant(f"no mutant {', '.join(map(repr, unknown))}; the catalogue has: {known}")
+    return [m for m in CATALOGUE if any(m.matches(s) for s in selectors)]

@@ -1,0 +1,34 @@
+"""`python -m invariants.mutants.fuzzing ROUTE REPORT_DIR`: the fuzzer's ci profile on one reference route.
+
+Run as a child with the copy first on PYTHONPATH, so `fuzz.run_fuzz("simple")`
+builds the copy's engine. It prints one JSON line (the first violation's kind
+and headline, or none) and exits 0 clean, 1 violation: the parent reads the
+kind instead of scraping the CLI's prose.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+MARK = "MUTANT-FUZZ-RESULT "
+
+
+def main(argv: list[str]) -> int:
+    route, report_dir = argv
+    from fuzz.runner import run_fuzz
+
+    result = run_fuzz(route, profile="ci", report_dir=report_dir, replays=0)
+    failure = result.failure
+    print(MARK + json.dumps({
+        "kind": failure.violations[0].kind if failure else None,
+        "headline": failure.headline if failure else None,
+        "examples": result.examples,
+        "seconds": round(result.elapsed_s, 1),
+        "report": str(result.report_dir) if result.report_dir else None,
+    }), flush=True)
+    return 0 if failure is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""A temporary copy of the engine and its tests, with one mutant applied.
+
+The checks run in subprocesses whose PYTHONPATH starts with the copy, so
+`import engine` finds the mutant while `invariants` and `fuzz` stay the
+repository's own. The engine tests are copied beside it because pytest puts
+the rootdir of the `tests` package first on `sys.path`: run from the copy,
+that rootdir is the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from invariants.mutants.mutant import Mutant
+
+# What a copy holds: the engine, the engine tests and what they import, and the pytest settings.
+COPIED = ("engine", "tests/__init__.py", "tests/conftest.py", "tests/engine", "pyproject.toml")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+
+
+class Workspace:
+    """`with Workspace(repo, mutant) as ws:` a fresh copy under `ws.root`, removed on exit."""
+
+    def __init__(self, repo: Path, mutant: Optional[Mutant] = None):
+        self.repo = repo
+        self.mutant = mutant
+        self.root = Path()
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+
+    def __enter__(self) -> "Workspace":
+        label = self.mutant.id if self.mutant else "baseline"
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"invariants-mutant-{label}-")
+        self.root = Path(self._tmp.name)
+        try:
+            self._copy()
+            if self.mutant is not None:
+                self.mutant.apply(self.root)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _copy(self) -> None:
+        for name in COPIED:
+            source, target = self.repo / name, self.root / name
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=IGNORED)
+            elif source.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+            elif name == "engine":
+                raise FileNotFoundError(f"{source} does not exist; run `invariants mutants` from the repository")
+
+    @property
+    def engine_dir(self) -> Path:
+        return self.root / "engine"
+
+    def env(self) -> dict[str, str]:
+        """The environment of every check: the copy first on the import path, no bytecode left behind."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env

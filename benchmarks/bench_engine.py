@@ -1,0 +1,487 @@
+"""Benchmark (not a test): the reference engine's routes against `mlx_lm.server`, side by side in one run.
+
+Each server runs as a subprocess on a free 127.0.0.1 port, one at a time (never
+two servers measuring at once), and gets the same prompts, the same
+`max_tokens` and streaming `/v1/completions` requests. Measured per server:
+
+- aggregate completion tok/s at each concurrency (completion tokens counted from
+  the stream's `usage`, never assumed, divided by the wall clock of the round);
+- TTFT p50/p90 at each concurrency;
+- late arrival: a long request streams ~20 tokens, then a short one is sent and
+  its time to first token is taken; the long stream's median inter-token time
+  over those first tokens is the server's decode step, so the TTFT is also
+  given in decode steps;
+- event-loop lag proxy: `GET /health` polled every 10 ms during the highest
+  concurrency round, p99 of its latency.
+
+Ratios measured in the same run are what the targets judge; absolute numbers
+depend on the machine and on whatever else it runs.
+
+    python benchmarks/bench_engine.py                        # tiny model, CPU
+    python benchmarks/bench_engine.py --preset 0.5b --json bench-gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+REQUEST_TIMEOUT_S = 300.0   # one streamed request, start to [DONE]
+STARTUP_TIMEOUT_S = 600.0   # load + warmup of one server
+STOP_TIMEOUT_S = 20.0       # SIGTERM to exit, then SIGKILL
+LAG_PERIOD_S = 0.010
+LATE_AFTER_TOKENS = 20      # the short request is sent once the long one streamed this many tokens
+LATE_LONG_TOKENS = 400      # the long request's max_tokens: still decoding when the short one lands
+LATE_SHORT_TOKENS = 8
+MAX_POLLS = 100_000         # bound on the /health poller, whatever the round's length
+
+# `invariants serve` dispatches to engine.command; calling it directly keeps the benchmark
+# independent of the CLI's other subcommands.
+SERVE = ("import argparse, sys; from engine import command; p = argparse.ArgumentParser(); "
+         "command.add_arguments(p); sys.exit(command.run(p.parse_args()))")
+
+_WORDS = ("the model streams tokens while the owner thread decodes every request in the batch and the "
+          "loop relays each chunk to its client without waiting for the rest of the batch").split()
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Route:
+    """One server to measure: how to start it and whether requests must name the model."""
+
+    name: str
+    argv: tuple[str, ...]
+    names_model: bool
+
+
+def routes(names: list[str], model: str, max_batch: int, max_concurrency: int) -> list[Route]:
+    queue = str(max(16, 2 * max_concurrency))
+    ours = (sys.executable, "-c", SERVE, "--model", model, "--host", "127.0.0.1", "--log-level", "warning")
+    table = {
+        # wait mode with a long bound: the serialized route queues concurrent clients instead of 503ing them
+        "simple": Route("simple", ours + ("--engine", "simple", "--admission", "wait", "--max-queue", queue,
+                                          "--max-wait-ms", str(int(REQUEST_TIMEOUT_S * 1000))), True),
+        "batched": Route("batched", ours + ("--engine", "batched", "--max-batch", str(max_batch)), True),
+        "mlx_lm.server": Route("mlx_lm.server", (sys.executable, "-m", "mlx_lm.server", "--model", model,
+                                                 "--host", "127.0.0.1", "--log-level", "WARNING"), False),
+    }
+    return [table[n] for n in names]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """A server subprocess on its own port; `stop()` always ends it (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, route: Route, log_path: str):
+        self.route = route
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(list(self.route.argv) + ["--port", str(self.port)], stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    async def wait_ready(self, client: Any) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.route.name} exited with {self.proc.returncode} before it was ready; "
+                                   f"see {self.log_path}")
+            try:
+                if (await client.get(f"{self.url}/health", timeout=2.0)).status_code == 200:
+                    return
+            except Exception:  # not listening yet
+                pass
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{self.route.name} not ready within {STARTUP_TIMEOUT_S:g}s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(STOP_TIMEOUT_S)
+
+
+# -- one streamed request ----------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    """One streamed completion as the client saw it (times in seconds from `sent`)."""
+
+    sent: float
+    ttft: Optional[float] = None
+    token_times: list[float] = field(default_factory=list)  # arrival of each content chunk
+    completion_tokens: int = 0
+    done: float = 0.0
+
+
+def prompt(i: int, words: int) -> str:
+    return f"request {i}: " + " ".join(_WORDS[(i + k) % len(_WORDS)] for k in range(words))
+
+
+class Client:
+    """Streams `/v1/completions` from one server and records the timings of each chunk."""
+
+    def __init__(self, http: Any, url: str, model: Optional[str]):
+        self.http = http
+        self.url = url
+        self.model = model
+
+    def body(self, text: str, max_tokens: int) -> dict[str, Any]:
+        body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        if self.model is not None:
+            body["model"] = self.model
+        return body
+
+    async def complete(self, text: str, max_tokens: int, progress: Optional[asyncio.Event] = None,
+                       notify_at: int = 0, sample: Optional[Sample] = None) -> Sample:
+        """Stream one completion; sets `progress` once `notify_at` content chunks arrived."""
+        sample = sample or Sample(time.perf_counter())
+        async with self.http.stream("POST", f"{self.url}/v1/completions", json=self.body(text, max_tokens),
+                                    timeout=REQUEST_TIMEOUT_S) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"{self.url} answered {response.status_code}: {(await response.aread())[:300]!r}")
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                self._take(json.loads(line[6:]), sample)
+                if progress is not None and len(sample.token_times) >= notify_at:
+                    progress.set()
+        sample.done = time.perf_counter() - sample.sent
+        if not sample.completion_tokens:  # no usage chunk: fall back to counting content chunks
+            sample.completion_tokens = len(sample.token_times)
+        return sample
+
+    @staticmethod
+    def _take(chunk: dict[str, Any], sample: Sample) -> None:
+        usage = chunk.get("usage")
+        if usage:
+            sample.completion_tokens = int(usage["completion_tokens"])
+        for choice in chunk.get("choices") or []:
+            if choice.get("finish_reason") is None and choice.get("text") is not None:
+                now = time.perf_counter() - sample.sent
+                if sample.ttft is None:
+                    sample.ttft = now
+                sample.token_times.append(now)
+
+
+# -- measurements --------------------------------------------------------------------------------
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+
+
+@dataclass
+class Round:
+    concurrency: int
+    tok_s: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    completion_tokens: int
+    wall_s: float
+    health_p99_ms: Optional[float] = None
+    health_polls: int = 0
+
+
+async def poll_health(http: Any, url: str, stop: asyncio.Event) -> list[float]:
+    """Latency of `GET /health` every 10 ms until `stop`: what a request pays before its handler runs."""
+    latencies: list[float] = []
+    for _ in range(MAX_POLLS):
+        if stop.is_set():
+            break
+        started = time.perf_counter()
+        await http.get(f"{url}/health", timeout=30.0)
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(max(0.0, LAG_PERIOD_S - (time.perf_counter() - started)))
+    return latencies
+
+
+async def measure_round(client: Client, concurrency: int, per_worker: int, max_tokens: int,
+                        prompt_words: int, lag: bool) -> Round:
+    """`concurrency` workers each send `per_worker` requests back to back; tok/s over the whole round."""
+    async def worker(w: int) -> list[Sample]:
+        return [await client.complete(prompt(w * per_worker + k, prompt_words), max_tokens)
+                for k in range(per_worker)]
+
+    stop = asyncio.Event()
+    poller = asyncio.ensure_future(poll_health(client.http, client.url, stop)) if lag else None
+    started = time.perf_counter()
+    try:
+        results = await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    finally:
+        wall = time.perf_counter() - started
+        stop.set()
+        latencies = await poller if poller is not None else []
+    samples = [s for per in results for s in per]
+    tokens = sum(s.completion_tokens for s in samples)
+    ttfts = [s.ttft * 1000 for s in samples if s.ttft is not None]
+    return Round(concurrency, tokens / wall, percentile(ttfts, 0.5), percentile(ttfts, 0.9), tokens, wall,
+                 percentile([x * 1000 for x in latencies], 0.99) if lag else None, len(latencies))
+
+
+class EndedEarly(Exception):
+    """The long request emitted EOS before the short one was due; the caller tries another prompt."""
+
+
+@dataclass
+class Late:
+    """One late-arrival trial; `steps` is the TTFT over the long stream's steady inter-token time."""
+
+    ttft_ms: float
+    step_ms: float
+    steps: float
+    long_tokens_waited: int  # tokens the long stream got between the short's send and its first token
+    idle_ttft_ms: float      # the same short request on the idle server: its own prefill and relay cost
+
+    @property
+    def excess_steps(self) -> float:
+        """What waiting behind the long request added to the TTFT, in decode steps."""
+        return (self.ttft_ms - self.idle_ttft_ms) / self.step_ms
+
+
+async def measure_late(client: Client, i: int, prompt_words: int) -> Late:
+    """TTFT of a short request sent while a long one decodes, in ms and in the long one's decode steps."""
+    progress = asyncio.Event()
+    long_sample = Sample(time.perf_counter())
+    long = asyncio.ensure_future(client.complete(prompt(10_000 + i, prompt_words), LATE_LONG_TOKENS, progress,
+                                                 LATE_AFTER_TOKENS, long_sample))
+    try:
+        waiter = asyncio.ensure_future(progress.wait())
+        await asyncio.wait({waiter, long}, timeout=REQUEST_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if not progress.is_set():
+            long.result()  # raises if the long request failed
+            raise EndedEarly(f"the long request ended after {len(long_sample.token_times)} tokens")
+        times = list(long_sample.token_times[:LATE_AFTER_TOKENS])
+        sent_at = time.perf_counter() - long_sample.sent
+        short = await client.complete(prompt(20_000 + i, prompt_words), LATE_SHORT_TOKENS)
+    finally:
+        long.cancel()  # closing the stream disconnects the client: the server aborts the long request
+        await asyncio.gather(long, return_exceptions=True)
+    waited = sum(1 for t in long_sample.token_times if sent_at < t <= sent_at + short.ttft)
+    await asyncio.sleep(0.2)  # let the server apply the abort before the idle control request
+    idle = await client.complete(prompt(20_000 + i, prompt_words), LATE_SHORT_TOKENS)
+    step = statistics.median(b - a for a, b in zip(times[4:], times[5:]))
+    return Late(short.ttft * 1000, step * 1000, short.ttft / step, waited, idle.ttft * 1000)
+
+
+async def measure_lates(client: Client, wanted: int, prompt_words: int) -> list[Late]:
+    """`wanted` late-arrival trials; prompts whose greedy decode hits EOS early are skipped (bounded)."""
+    lates: list[Late] = []
+    for i in range(4 * wanted):
+        if len(lates) == wanted:
+            return lates
+        try:
+            lates.append(await measure_late(client, i, prompt_words))
+        except EndedEarly:
+            continue
+    if not lates:
+        raise RuntimeError(f"every long request ended before {LATE_AFTER_TOKENS} tokens; late arrival not measured")
+    return lates
+
+
+@dataclass
+class RouteResult:
+    name: str
+    rounds: list[Round]
+    late: Late
+    late_all_ms: list[float]
+
+    def at(self, concurrency: int) -> Optional[Round]:
+        return next((r for r in self.rounds if r.concurrency == concurrency), None)
+
+
+def best_round(repeats: list[Round]) -> Round:
+    """The median-throughput repeat, so one noisy repeat on a shared machine does not decide."""
+    ordered = sorted(repeats, key=lambda r: r.tok_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -> RouteResult:
+    import httpx
+
+    server = ServerProcess(route, log_path)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S) as http:
+        try:
+            server.start()
+            await server.wait_ready(http)
+            model = (await http.get(f"{server.url}/v1/models")).json()["data"][0]["id"] if route.names_model else None
+            client = Client(http, server.url, model)
+            top = max(args.concurrency)
+            for c in (1, top):  # warm up: first-call and batch-shape compilation are not measured
+                await measure_round(client, c, 1, min(8, args.max_tokens), args.prompt_words, lag=False)
+            rounds = []
+            for c in args.concurrency:
+                repeats = [await measure_round(client, c, args.per_worker, args.max_tokens, args.prompt_words,
+                                               lag=(c == top)) for _ in range(args.repeats)]
+                rounds.append(best_round(repeats))
+                print(f"  {route.name} c={c}: {rounds[-1].tok_s:.1f} tok/s", file=sys.stderr, flush=True)
+            lates = await measure_lates(client, max(3, args.repeats), args.prompt_words)
+            late = sorted(lates, key=lambda x: x.steps)[(len(lates) - 1) // 2]
+            return RouteResult(route.name, rounds, late, [x.ttft_ms for x in lates])
+        finally:
+            server.stop()
+
+
+# -- targets and the table -------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    passed: Optional[bool]  # None: not measured in this run
+
+    @property
+    def verdict(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "n/a"}[self.passed]
+
+
+def targets(results: dict[str, RouteResult], concurrency: list[int]) -> list[Target]:
+    out = []
+    simple, batched, peer = results.get("simple"), results.get("batched"), results.get("mlx_lm.server")
+    top = max(concurrency)
+    if simple and batched:
+        ratio = batched.at(top).tok_s / simple.at(top).tok_s
+        out.append(Target(f"batched >= 2.4x serialized tok/s at c={top}", f"{ratio:.2f}x", ratio >= 2.4))
+    if batched and peer:
+        ratios = {c: batched.at(c).tok_s / peer.at(c).tok_s for c in concurrency}
+        shown = ", ".join(f"c={c}: {r:.2f}x" for c, r in ratios.items())
+        out.append(Target("batched >= mlx_lm.server tok/s at every concurrency", shown,
+                          all(r >= 1.0 for r in ratios.values())))
+    if batched:
+        late = batched.late
+        out.append(Target("batched late-arrival TTFT <= 2 decode steps",
+                          f"{late.steps:.1f} steps ({late.ttft_ms:.1f} ms, step {late.step_ms:.1f} ms)",
+                          late.steps <= 2.0))
+        out.append(Target("(diagnostic) batched late-arrival TTFT minus the same request's idle TTFT <= 2 steps",
+                          f"{late.excess_steps:.1f} steps", late.excess_steps <= 2.0))
+    return out
+
+
+def render(results: dict[str, RouteResult], checks: list[Target], meta: dict[str, Any]) -> str:
+    lines = [f"model: {meta['model']} ({meta['preset'] or 'custom'}), max_tokens {meta['max_tokens']}, "
+             f"{meta['per_worker']} request(s) per client per round, median of {meta['repeats']} repeat(s)",
+             f"machine: {meta['machine']}", "",
+             "| server | c | tok/s | TTFT p50 ms | TTFT p90 ms | tokens | wall s |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for res in results.values():
+        for r in res.rounds:
+            lines.append(f"| {res.name} | {r.concurrency} | {r.tok_s:.1f} | {r.ttft_p50_ms:.1f} | "
+                         f"{r.ttft_p90_ms:.1f} | {r.completion_tokens} | {r.wall_s:.2f} |")
+    top = max(meta["concurrency"])
+    lines += ["", f"| server | decode step ms | late-arrival TTFT ms | in decode steps | long-stream tokens "
+                  f"while waiting | same request idle TTFT ms | excess over idle, steps | "
+                  f"/health p99 ms during c={top} (loop-lag proxy) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for res in results.values():
+        r, late = res.at(top), res.late
+        lines.append(f"| {res.name} | {late.step_ms:.1f} | {late.ttft_ms:.1f} | {late.steps:.1f} | "
+                     f"{late.long_tokens_waited} | {late.idle_ttft_ms:.1f} | {late.excess_steps:.1f} | "
+                     f"{r.health_p99_ms:.1f} ({r.health_polls} polls) |")
+    lines += ["", "| target | measured | verdict |", "|---|---|---|"]
+    lines += [f"| {t.name} | {t.measured} | {t.verdict} |" for t in checks]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    try:
+        import mlx.core as mx
+        device = str(mx.default_device())
+        if "gpu" in device and hasattr(mx, "cuda") and mx.cuda.is_available():
+            device += " (CUDA)"
+        version = mx.__version__
+    except Exception as exc:  # report, never fail the run over a label
+        device, version = f"unknown ({exc})", "?"
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU(s), "
+            f"Python {platform.python_version()}, MLX {version} default device {device}")
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="tiny", help="embedded model preset: tiny (CPU) or 0.5b (GPU)")
+    p.add_argument("--model", metavar="PATH", help="a local mlx-lm folder (overrides --preset)")
+    p.add_argument("--max-tokens", type=int, default=64, help="completion tokens asked per request (default 64)")
+    p.add_argument("--concurrency", default="1,2,4,8", help="comma-separated client counts (default 1,2,4,8)")
+    p.add_argument("--repeats", type=int, default=1, help="rounds per concurrency; the median is kept (default 1)")
+    p.add_argument("--per-worker", type=int, default=2, help="requests each client sends per round (default 2)")
+    p.add_argument("--prompt-words", type=int, default=24, help="words per prompt (default 24)")
+    p.add_argument("--routes", default="simple,batched", help="reference routes to measure (default simple,batched)")
+    p.add_argument("--no-peer", action="store_true", help="skip python -m mlx_lm.server")
+    p.add_argument("--max-batch", type=int, default=0, help="batched --max-batch (default: max(8, top concurrency))")
+    p.add_argument("--json", metavar="OUT", help="also write machine-readable results here")
+    p.add_argument("--log-dir", default=tempfile.gettempdir(), help="where each server's output goes (default: the temp dir)")
+    args = p.parse_args(argv)
+    try:
+        args.concurrency = sorted({int(c) for c in args.concurrency.split(",")})
+    except ValueError:
+        p.error("--concurrency takes integers separated by commas, e.g. 1,2,4,8")
+    args.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    if not set(args.routes) <= {"simple", "batched"}:
+        p.error("--routes takes simple and/or batched")
+    if min(args.concurrency) < 1 or args.max_tokens < 1 or args.repeats < 1 or args.per_worker < 1:
+        p.error("--concurrency, --max-tokens, --repeats and --per-worker must be at least 1")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.model is None:
+        from engine.model import tiny_model_path
+        args.model = str(tiny_model_path(args.preset))
+    else:
+        args.preset = None
+    names = args.routes + ([] if args.no_peer else ["mlx_lm.server"])
+    max_batch = args.max_batch or max(8, max(args.concurrency))
+    meta = {"model": args.model, "preset": args.preset, "max_tokens": args.max_tokens, "repeats": args.repeats,
+            "per_worker": args.per_worker, "concurrency": args.concurrency, "max_batch": max_batch,
+            "machine": machine()}
+    results: dict[str, RouteResult] = {}
+    for route in routes(names, args.model, max_batch, max(args.concurrency)):  # one server at a time
+        print(f"measuring {route.name} ...", file=sys.stderr, flush=True)
+        log_path = os.path.join(args.log_dir, f"bench-{route.name}.log")
+        results[route.name] = asyncio.run(measure_route(route, args, log_path))
+    checks = targets(results, args.concurrency)
+    print(render(results, checks, meta))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"meta": meta, "results": {k: asdict(v) | {"late_excess_steps": v.late.excess_steps}
+                                                 for k, v in results.items()},
+                       "targets": [asdict(t) | {"verdict": t.verdict} for t in checks]}, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

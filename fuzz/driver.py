@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import logging
 import linecache
 import re
 import sys
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Optional
 
 from fuzz.adapters.base import Adapter, Handle, Refused
@@ -30,6 +31,7 @@ from fuzz.sentinel import Sentinel
 from fuzz.trace import Trace
 
 TICK_S = 0.1
+_RUNS = itertools.count(1)
 TASK_PREFIX = "fuzz-"
 _PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
                                "wait_for_work", "accept", "recv", "readinto"})
@@ -42,7 +44,7 @@ class DriverSettings:
     stall_s: float = 5.0          # backstop: no progress at all for this long
     cap_s: float = 2.0            # a paused worker resumes after this even if the loop never idles
     backstop_s: float = 60.0      # the whole scenario
-    lag_bound_s: float = 0.5
+    lag_bound_s: float = 2.0
     strict: bool = False          # the sentinel refuses bad entries instead of only recording them
     followup: RequestSpec = RequestSpec("followup", prompt_len=5, max_tokens=6, stream=True)
 
@@ -98,7 +100,10 @@ class _Run:
         self.clients = {r.rid: Client(r) for r in scenario.requests}
         triggers = list(scenario.faults) + [FaultSpec(f"arrive {r.rid}", r.arrival)
                                              for r in scenario.requests if r.arrival]
-        self.injector = Injector(trace, loop, triggers, self._deliver, cap_s=settings.cap_s)
+        # Engine-side request ids carry a per-run suffix, so a point reached by an earlier run's
+        # leftover coroutine (finalized during this run) is never mistaken for one of ours.
+        self.suffix = f"~{next(_RUNS)}"
+        self.injector = Injector(trace, loop, triggers, self._deliver, cap_s=settings.cap_s, suffix=self.suffix)
         self.shutdown_task: Optional[asyncio.Task] = None
         self.max_lag = 0.0
         self.threads_before: set[threading.Thread] = set()
@@ -146,7 +151,7 @@ class _Run:
         stack: tuple[str, ...] = ()
         try:
             try:
-                client.handle = await self.adapter.submit(spec)
+                client.handle = await self.adapter.submit(replace(spec, rid=rid + self.suffix))
             except Refused as exc:
                 end = {"outcome": "refused", "code": exc.code, "elapsed_s": round(self.loop.time() - started, 4)}
                 return

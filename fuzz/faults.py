@@ -41,8 +41,9 @@ class Injector:
     """The points hook for one scenario run."""
 
     def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[FaultSpec],
-                 deliver: Action, cap_s: float = 2.0):
+                 deliver: Action, cap_s: float = 2.0, suffix: str = ""):
         self.trace = trace
+        self.suffix = suffix
         self.loop = loop
         self.cap_s = cap_s
         self._due = list(due)
@@ -58,6 +59,11 @@ class Injector:
 
     def hook(self, point: Any, rid: str, info: dict[str, Any]) -> None:
         name = getattr(point, "name", str(point))
+        if not rid.endswith(self.suffix):
+            # An earlier scenario's request (an abandoned coroutine finalized now): not ours to judge.
+            self.trace.record("stale", name, rid)
+            return
+        rid = rid[: len(rid) - len(self.suffix)] if self.suffix else rid
         index = info.get("step", info.get("index", 0))
         on_loop = self._on_loop_thread()
         self.trace.record("point", name, rid, info=dict(info), stack=() if on_loop else capture_stack(1))

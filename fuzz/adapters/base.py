@@ -22,8 +22,9 @@ _WORDS = ("the quick owner thread keeps every metal command buffer to itself whi
 
 
 def prompt_text(spec: RequestSpec) -> str:
-    """The deterministic prompt of `spec`: `prompt_len` words, different per request id."""
-    offset = sum(map(ord, spec.rid))
+    """The deterministic prompt of `spec`: `prompt_len` words, different per request id (the driver's
+    per-run suffix after "~" does not count)."""
+    offset = sum(map(ord, spec.rid.split("~", 1)[0]))
     return " ".join(_WORDS[(offset + i) % len(_WORDS)] for i in range(spec.prompt_len))
 
 

@@ -10,7 +10,8 @@ prefill or decode, stream or not, cancels the work and the stream is closed
 The stream is closed, so the engine slot is free, *before* the last bytes
 (`[DONE]`, or the JSON body) go out: a client that sends its next request as
 soon as it has its answer never finds its own previous request still holding
-the slot.
+the slot. A stream is also closed as soon as the engine ended it, not when the
+client has read it all: a client that stops reading must not hold the slot.
 """
 
 from __future__ import annotations
@@ -61,15 +62,27 @@ class StreamRelay:
         self.stream = stream
         self.shape = shape
         self.counters = counters
+        self._closing: asyncio.Future[None] | None = None
+
+    def _close(self) -> asyncio.Future[None]:
+        """One shared `aclose()`: whoever asks first starts it, everyone waits for the same release."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self.stream.aclose())
+        return self._closing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.counters.open_generations += 1
+        ended = asyncio.ensure_future(self.stream.wait_ended())
+        ended.add_done_callback(lambda done: done.cancelled() or self._close())
         try:
             if not await wait_finished(self._pump(send), receive):
                 self.counters.client_disconnects += 1
         finally:
-            await self.stream.aclose()
-            self.counters.open_generations -= 1
+            ended.cancel()
+            try:
+                await asyncio.shield(self._close())  # the release goes on even if we are cancelled here
+            finally:
+                self.counters.open_generations -= 1
 
     async def _pump(self, send: Send) -> None:
         async def emit(payload: dict[str, Any] | None) -> None:
@@ -80,7 +93,7 @@ class StreamRelay:
         await emit(self.shape.first_chunk())
         async for token in self.stream:
             await emit(self.shape.token_chunk(token))
-        await self.stream.aclose()
+        await asyncio.shield(self._close())
         result = self.stream.result
         if isinstance(result, Finished):
             await emit(self.shape.finish_chunk(result.reason))

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.base import Engine
-from engine.errors import EngineError
+from engine.errors import EngineError, InvalidRequest
 from engine.http import openapi, schemas
 from engine.http.errors import ApiError, error_body, from_engine_error
 from engine.http.payloads import ChatShape, Shape, TextShape
@@ -61,6 +61,11 @@ class GenerationRoute:
             pending = _pending(state.engine, req, rid, state.vocab_size)
             try:
                 stream = await state.engine.submit(pending)
+            except InvalidRequest as exc:
+                if exc.param != "rid":
+                    raise from_engine_error(exc) from None
+                raise ApiError(409, f"a request with this X-Request-Id is still running ({pending.rid})",
+                               "request_id_in_use", param="X-Request-Id") from None
             except EngineError as exc:
                 raise from_engine_error(exc) from None
         except ApiError as err:

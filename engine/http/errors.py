@@ -20,6 +20,7 @@ TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     408: "invalid_request_error",
+    409: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     500: "server_error",

@@ -122,6 +122,19 @@ def test_busy_is_503_before_any_byte_in_under_100ms(http_server, points, stream)
     assert b"200 OK" in answer and (b"[DONE]" in answer if stream else b'"finish_reason":"length"' in answer)
 
 
+def test_a_request_id_still_running_is_refused_with_409(http_server, points):
+    held = points.hold(Point.BEFORE_DECODE, "chatcmpl-twice", step=1)
+    first = RawRequest(http_server, "/v1/chat/completions", chat_body(http_server.model_id, 4), "twice")
+    try:
+        assert held.reached.wait(30)
+        again = httpx.post(http_server.url + "/v1/chat/completions", json=chat_body(http_server.model_id, 4),
+                           headers={"X-Request-Id": "twice"}, timeout=10)
+    finally:
+        held.release.set()
+    assert first.read_all().startswith(b"HTTP/1.1 200")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "request_id_in_use"
+
+
 # -- client disconnects ------------------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated layers to run (default static,tests,fuzz)")
     parser.add_argument("--full-tests", action="store_true",
                         help="run the whole tests/engine suite per mutant instead of the tests aimed at it")
-    parser.add_argument("--test-timeout", type=int, default=20, metavar="SECONDS",
-                        help="per engine test; a deadlocked mutant is killed by this (default 20)")
+    parser.add_argument("--test-timeout", type=int, default=15, metavar="SECONDS",
+                        help="per engine test; a deadlocked mutant is killed by this (default 15)")
     parser.add_argument("--repo", type=Path, default=Path("."), help="the repository holding engine/ (default .)")
 
 

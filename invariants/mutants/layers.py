@@ -41,7 +41,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Settings:
-    test_timeout_s: int = 20       # per engine test: a deadlock is a kill, found in this long
+    test_timeout_s: int = 15       # per engine test: a deadlock is a kill, found in this long
     layer_timeout_s: float = 600.0
     full_tests: bool = False       # the whole tests/engine instead of the targeted selection
 

@@ -1,0 +1,49 @@
+"""`invariants mutants` end to end: a clean baseline, a kill through the CLI, a broken baseline refused."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from invariants.mutants import Edit, Mutant, select
+from invariants.mutants.layers import Settings
+from invariants.mutants.runner import Runner
+from invariants.mutants.table import render, summary
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cli_runs_one_mutant_and_reports_its_killer():
+    done = subprocess.run([sys.executable, "-m", "invariants", "mutants", "--only", "M07", "--layers", "static,tests"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("M07-stop-flag-ignored"))
+    assert "test_cancel_stops_decode_within_one_token" in row and row.split()[-1] == "no"
+    assert "baseline tests: clean" in done.stderr
+    assert "all 1 mutants killed" in done.stdout
+
+
+def test_cli_refuses_an_unknown_mutant():
+    done = subprocess.run([sys.executable, "-m", "invariants", "mutants", "--only", "M42"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "no mutant 'M42'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_broken_baseline_fails_the_run_before_any_mutant(tmp_path):
+    """The unmutated engine must pass first: here it already carries M07, so its own test fails."""
+    for name in ("engine", "tests/engine"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("tests/__init__.py", "tests/conftest.py", "pyproject.toml"):
+        shutil.copy2(REPO / name, tmp_path / name)
+    (broken,) = select(["M07"])
+    broken.apply(tmp_path)
+    harmless = Mutant("M90-harmless", "t", "s", "i", broken.killers,
+                      (Edit("engine/drain.py", "cancelled = False", "cancelled = bool()"),))
+    report = Runner(tmp_path, Settings(), layer_names=("tests",)).run([harmless])
+    assert not report.baseline_clean and not report.ok
+    assert [r.ran for r in report.results] == [False]
+    assert "fails its own checks" in summary(report)
+    assert "not run" in render(report)

@@ -119,12 +119,14 @@ def planted_section(files: dict[str, Path]) -> list[str]:
 
 
 def bench_section(files: dict[str, Path]) -> list[str]:
-    lines = ["## Engine benchmark, 0.5b preset (random-weight llama), batched vs serialized", ""]
+    lines = ["## Engine benchmark, batched vs serialized", ""]
     if "bench.json" not in files:
         return lines + ["Not run.", ""]
     bench = json.loads(files["bench.json"].read_text())
     meta, results = bench["meta"], bench["results"]
-    lines += [f"`python benchmarks/bench_engine.py --preset 0.5b --no-peer --concurrency 1,4,8`: "
+    concurrency = ",".join(str(c) for c in meta.get("concurrency", []))
+    lines += [f"`python benchmarks/bench_engine.py --preset {meta.get('preset') or 'custom'} --no-peer "
+              f"--concurrency {concurrency}` (random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): "
               f"max_tokens {meta['max_tokens']}, {meta['per_worker']} request(s) per client per round, "
               f"max batch {meta['max_batch']}; {meta['machine']}.", ""]
     by_c: dict[int, dict[str, dict[str, Any]]] = {}

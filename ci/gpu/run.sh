@@ -10,7 +10,7 @@
 # returns); ci/gpu/report.py turns those folders into docs/gpu.md.
 #
 # Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4), PLANTED_TIMEOUT
-# (s, default 540), BENCH_TIMEOUT (s, default 420).
+# (s, default 540), BENCH_TIMEOUT (s, default 420), BENCH_PRESET (default 0.5b).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 repo=$(pwd)
@@ -52,7 +52,7 @@ for stage in "${stages[@]}"; do
         ;;
     bench)
         mkdir -p "$work/bench-logs"
-        timeout "${BENCH_TIMEOUT:-420}" python3 benchmarks/bench_engine.py --preset 0.5b --no-peer \
+        timeout "${BENCH_TIMEOUT:-420}" python3 benchmarks/bench_engine.py --preset "${BENCH_PRESET:-0.5b}" --no-peer \
             --concurrency 1,4,8 --json "$out/bench.json" --log-dir "$work/bench-logs" >"$out/bench.log" 2>&1
         code=$?
         ;;

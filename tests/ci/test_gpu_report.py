@@ -40,7 +40,8 @@ def _bench() -> dict:
     def rnd(c: int, tok_s: float) -> dict:
         return {"concurrency": c, "tok_s": tok_s, "ttft_p50_ms": 10.0, "ttft_p90_ms": 20.0,
                 "completion_tokens": 64 * c, "wall_s": 1.0}
-    return {"meta": {"max_tokens": 64, "per_worker": 2, "max_batch": 8, "machine": "Linux x86_64, MLX gpu"},
+    return {"meta": {"max_tokens": 64, "per_worker": 2, "max_batch": 8, "machine": "Linux x86_64, MLX gpu",
+                     "preset": "0.5b", "model": "/cache/0.5b-llama-abc", "concurrency": [1, 4, 8]},
             "results": {"simple": {"rounds": [rnd(1, 100.0), rnd(4, 100.0), rnd(8, 100.0)]},
                         "batched": {"rounds": [rnd(1, 100.0), rnd(4, 350.0), rnd(8, 600.0)]}},
             "targets": []}

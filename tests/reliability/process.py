@@ -1,0 +1,140 @@
+"""`ServerProcess`: `invariants serve` (through the fault bootstrap) as a child process on 127.0.0.1.
+
+The child announces its URL on stdout; everything here waits by polling with a
+deadline, never by sleeping for a guessed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 120.0
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
+    """Poll `condition` until it holds; False on timeout (callers assert it)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+class ServerProcess:
+    """One child server; `serve_args` are `invariants serve` options, `faults` JSON-able dicts."""
+
+    def __init__(self, serve_args: list[str], faults: list[dict[str, Any]] = (), sentinel: Optional[Path] = None):
+        self.sentinel = sentinel
+        command = [sys.executable, "-m", "tests.reliability.serve"]
+        if sentinel is not None:
+            command += ["--sentinel", str(sentinel)]
+        for fault in faults:
+            command += ["--fault", json.dumps(fault)]
+        command += ["--", "--host", "127.0.0.1", "--port", "0", *serve_args]
+        self.command = command
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self.url: Optional[str] = None
+        self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, bufsize=1, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout), daemon=True),
+                         threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True)]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(pipe: Any, lines: list[str]) -> None:
+        for line in pipe:
+            lines.append(line.rstrip("\n"))
+
+    # -- lifecycle -------------------------------------------------------------
+    def wait_listening(self, timeout: float = STARTUP_TIMEOUT_S) -> bool:
+        """True once the child announced its URL; False if it exited or the deadline passed first."""
+        def announced() -> bool:
+            for line in self.stdout:
+                if "listening on " in line:
+                    self.url = line.rsplit("listening on ", 1)[1].strip()
+                    return True
+            return self.proc.poll() is not None
+        wait_for(announced, timeout)
+        return self.url is not None
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float) -> Optional[int]:
+        """The exit code, or None if the child is still running at the deadline."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        for reader in self._readers:
+            reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        """Last resort for a test that failed with the child still up: never leave it behind."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def output(self) -> str:
+        return "\n".join(["--- stdout", *self.stdout, "--- stderr", *self.stderr[-40:]])
+
+    # -- probes ------------------------------------------------------------------
+    def get(self, path: str) -> httpx.Response:
+        assert self.url, "the server is not listening"
+        return httpx.get(self.url + path, timeout=10)
+
+    def status(self) -> dict[str, Any]:
+        return self.get("/v1/status").json()
+
+    def wait_idle(self, timeout: float = 20.0) -> bool:
+        """True once nothing is admitted, queued, tracked or being relayed (no leaked slot)."""
+        def idle() -> bool:
+            s = self.status()
+            return (s["active"] == 0 and s["queued"] == 0 and not s["requests"]
+                    and s["server"]["open_generations"] == 0)
+        return wait_for(idle, timeout, interval=0.02)
+
+    def rss_bytes(self) -> int:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+    def sentinel_violations(self) -> list[str]:
+        """What the MLX oracles say about every entry the child's sentinel recorded."""
+        from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+        from fuzz.sentinel import read_records
+        from fuzz.trace import Trace
+
+        assert self.sentinel is not None, "this server runs without the sentinel"
+        events, _ = read_records(str(self.sentinel))
+        trace = Trace()
+        trace.merge(events)
+        found = [v for oracle in (mlx_never_concurrent, mlx_only_on_owner, no_stream_errors) for v in oracle(trace)]
+        return [f"{v.kind}: {v.message}" for v in found]
+
+    def mlx_entries(self) -> int:
+        from fuzz.sentinel import read_records
+
+        return len(read_records(str(self.sentinel))[0]) if self.sentinel else 0

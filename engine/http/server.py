@@ -115,6 +115,8 @@ class Server:
 
     async def _start_engine(self) -> bool:
         """True once the engine is ready; False if it failed (reported) or a stop came first."""
+        model = self.engine.config.model or "the embedded tiny model"
+        self.announce(f"invariants serve: starting the {self.engine.name} engine on {model}")
         starting = asyncio.ensure_future(self.engine.start())
         stopping = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 FUZZ_START = re.compile(r"^== invariants fuzz --engine (\S+) --profile (\S+) --budget (\S+)")
-FUZZ_END = re.compile(r"^--engine (\S+): (no violation in|VIOLATION after) (\d+) example\(s\), ([\d.]+)s(?:: (.*))?")
+FUZZ_END = re.compile(r"^(?:--engine )?(\S+): (no violation in|VIOLATION after) (\d+) example\(s\), ([\d.]+)s(?:: (.*))?")
 
 
 def _collect(folders: list[Path]) -> dict[str, Path]:

@@ -36,12 +36,12 @@ def run(args: argparse.Namespace) -> int:
 
     require("engine", "mlx.core", "mlx_lm", "starlette", "uvicorn")
 
-    import asyncio
     import logging
+    import os
     import sys
 
     from engine.base import EngineConfig
-    from engine.http.server import Server
+    from engine.http.server import Server, run_until_stopped
 
     for name, minimum in (("--max-queue", 0), ("--max-wait-ms", 0), ("--max-batch", 1), ("--port", 0)):
         if getattr(args, name[2:].replace("-", "_")) < minimum:
@@ -62,4 +62,11 @@ def run(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     server = Server(engine_class(config), args.host, args.port, args.shutdown_grace, args.log_level, announce)
-    return asyncio.run(server.run())
+    code = run_until_stopped(server)
+    if server.abandoned:
+        # The owner thread is stuck mid-request; MLX's exit-time destructors would abort the process
+        # (SIGABRT) under it, so leave without running them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -24,6 +24,7 @@ _ERRORS = {
     "409": "a request with this X-Request-Id is still running",
     "413": "body larger than the limit",
     "415": "body is not JSON",
+    "500": "the engine failed the request (non-stream; a stream ends with an error event and [DONE])",
     "503": "busy (code text_generation_busy or the engine's; Retry-After set) or shutting down",
 }
 
@@ -43,7 +44,7 @@ def _generation(summary: str, schema: str) -> dict[str, Any]:
             "200": {"description": "the completion (JSON), or with stream=true SSE chunks ending in `data: [DONE]`",
                     "content": {"application/json": {"schema": {"type": "object"}},
                                 "text/event-stream": {"schema": {"type": "string"}}}},
-            **_error_responses(["400", "404", "405", "408", "409", "413", "415", "503"]),
+            **_error_responses(["400", "404", "405", "408", "409", "413", "415", "500", "503"]),
         },
     }}
 

@@ -1,22 +1,27 @@
 """Drive one submitted request to the client, stream or not, and abort it when the client leaves.
 
-Both relays are ASGI apps returned by a route only after `engine.submit`
+Both relays are ASGI apps run by a route only after `engine.submit`
 succeeded, so busy and bad requests were already answered with a proper
 status. While generating, each relay watches the ASGI `receive` channel for
 `http.disconnect` concurrently with the work: a client that hangs up, during
-prefill or decode, stream or not, cancels the work and the stream is closed
-(which aborts it in the engine) in a `finally`.
+prefill or decode, stream or not, cancels the work, and the stream is closed
+(which aborts it in the engine).
 
-The stream is closed, so the engine slot is free, *before* the last bytes
-(`[DONE]`, or the JSON body) go out: a client that sends its next request as
-soon as it has its answer never finds its own previous request still holding
-the slot. A stream is also closed as soon as the engine ended it, not when the
-client has read it all: a client that stops reading must not hold the slot.
+Closing: each request has one `aclose()` task, started as soon as the engine
+ended the request (a client that stops reading must not hold the slot), or
+when the relay ends, whichever is first. A request the engine finished
+normally is released *before* its last bytes (`[DONE]`, or the JSON body) go
+out, so a client that sends its next request as soon as it has its answer
+never finds its previous one still holding the slot. A request the engine
+ended without its owner thread (it stopped or is stuck: `Failed`) is answered
+at once: its release may never come, and the client must still get its
+terminal event. `Counters.open_generations` drops only once the engine let go.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Awaitable
 
 from starlette.responses import JSONResponse
@@ -28,6 +33,8 @@ from engine.http.payloads import Shape
 from engine.http.telemetry import Counters
 from engine.messages import Failed, Finished, Token
 from engine.stream import RequestStream
+
+log = logging.getLogger(__name__)
 
 
 async def wait_finished(work: Awaitable[None], receive: Receive) -> bool:
@@ -55,8 +62,8 @@ def _failure(result: Failed) -> dict[str, Any]:
     return error_body(result.message, "server_error", result.kind)
 
 
-class StreamRelay:
-    """SSE: a role chunk, one chunk per token, the finish chunk (and usage), then `[DONE]`."""
+class _Relay:
+    """What both relays share: the one close task, and the wait for a normal release."""
 
     def __init__(self, stream: RequestStream, shape: Shape, counters: Counters):
         self.stream = stream
@@ -64,27 +71,42 @@ class StreamRelay:
         self.counters = counters
         self._closing: asyncio.Future[None] | None = None
 
-    def _close(self) -> asyncio.Future[None]:
-        """One shared `aclose()`: whoever asks first starts it, everyone waits for the same release."""
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self.stream.aclose())
-        return self._closing
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.counters.open_generations += 1
         ended = asyncio.ensure_future(self.stream.wait_ended())
         ended.add_done_callback(lambda done: done.cancelled() or self._close())
         try:
-            if not await wait_finished(self._pump(send), receive):
+            if not await wait_finished(self._relay(scope, receive, send), receive):
                 self.counters.client_disconnects += 1
         finally:
             ended.cancel()
-            try:
-                await asyncio.shield(self._close())  # the release goes on even if we are cancelled here
-            finally:
-                self.counters.open_generations -= 1
+            self._close()
 
-    async def _pump(self, send: Send) -> None:
+    async def _relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> asyncio.Future[None]:
+        """Start the request's one `aclose()` (aborting it if it still runs) unless already started."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self.stream.aclose())
+            self._closing.add_done_callback(self._closed)
+        return self._closing
+
+    def _closed(self, closing: asyncio.Future[None]) -> None:
+        self.counters.open_generations -= 1
+        if not closing.cancelled() and closing.exception() is not None:
+            log.error("closing request %s failed", self.stream.rid, exc_info=closing.exception())
+
+    async def _wait_released(self) -> None:
+        """Wait for the engine to let go of a request it finished; never for one it failed (see module doc)."""
+        if isinstance(self.stream.result, Finished):
+            await asyncio.shield(self._close())
+
+
+class StreamRelay(_Relay):
+    """SSE: a role chunk, one chunk per token, the finish chunk (and usage), then `[DONE]`."""
+
+    async def _relay(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def emit(payload: dict[str, Any] | None) -> None:
             if payload is not None:
                 await send({"type": "http.response.body", "body": sse.event(payload), "more_body": True})
@@ -93,7 +115,7 @@ class StreamRelay:
         await emit(self.shape.first_chunk())
         async for token in self.stream:
             await emit(self.shape.token_chunk(token))
-        await asyncio.shield(self._close())
+        await self._wait_released()
         result = self.stream.result
         if isinstance(result, Finished):
             await emit(self.shape.finish_chunk(result.reason))
@@ -104,31 +126,15 @@ class StreamRelay:
         await send({"type": "http.response.body", "body": sse.DONE, "more_body": False})
 
 
-class OnceRelay:
+class OnceRelay(_Relay):
     """Non-stream: collect every token, then one JSON body (an engine failure is a 500 error body)."""
 
-    def __init__(self, stream: RequestStream, shape: Shape, counters: Counters):
-        self.stream = stream
-        self.shape = shape
-        self.counters = counters
-        self.tokens: list[Token] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.counters.open_generations += 1
-        try:
-            if not await wait_finished(self._collect(), receive):
-                self.counters.client_disconnects += 1
-                return
-        finally:
-            await self.stream.aclose()
-            self.counters.open_generations -= 1
+    async def _relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tokens: list[Token] = [token async for token in self.stream]
+        await self._wait_released()
         result = self.stream.result
         if isinstance(result, Finished):
-            response = JSONResponse(self.shape.body(self.tokens, result))
+            response = JSONResponse(self.shape.body(tokens, result))
         else:
             response = JSONResponse(_failure(result), status_code=500)
         await response(scope, receive, send)
-
-    async def _collect(self) -> None:
-        async for token in self.stream:
-            self.tokens.append(token)

@@ -56,6 +56,7 @@ class Server:
         self.announce = announce
         self.counters = Counters()
         self.url: Optional[str] = None
+        self.abandoned = 0  # requests the engine still held when the server stopped (a stuck owner thread)
         self.listening = threading.Event()  # for callers on another thread (tests)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
@@ -110,6 +111,10 @@ class Server:
             await asyncio.gather(serving, return_exceptions=True)
             await lag.stop()
             sock.close()
+        self.abandoned = self.counters.open_generations
+        if self.abandoned:
+            self.announce(f"invariants serve: {self.abandoned} request(s) still held by a stuck owner thread; "
+                          "exiting anyway")
         self.announce("invariants serve: stopped")
         return 0
 
@@ -133,6 +138,21 @@ class Server:
             print(f"invariants serve: the engine failed to start: {exc}", file=sys.stderr)
             return False
         return True
+
+
+def run_until_stopped(server: Server) -> int:
+    """`server.run()` on a fresh loop, in the main thread; returns its exit code.
+
+    Unlike `asyncio.run`, this does not wait at exit for tasks still closing
+    requests: such a task waits, by design and through cancellation, for an
+    owner thread that may be stuck inside MLX, and the process must exit anyway.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(server.run())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import statistics
 import threading
 import time
 
@@ -202,9 +201,12 @@ def test_health_answers_fast_while_a_long_generation_streams(http_server):
     reader.join(30)
     assert seen[-1] == "data: [DONE]"
     assert len(latencies) >= 20, "the generation ended before /health was probed enough"
-    p50, worst = statistics.median(latencies), max(latencies)
-    print(f"/health while decoding: {len(latencies)} probes, p50 {p50 * 1000:.1f} ms, max {worst * 1000:.1f} ms")
-    assert p50 < 0.02 and worst < 0.25, f"/health p50 {p50 * 1000:.1f} ms, max {worst * 1000:.1f} ms"
+    latencies.sort()
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    summary = f"/health while decoding: {len(latencies)} probes, p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+    print(summary)
+    # p99, not max: on a shared 2-core box the scheduler alone sometimes stalls a probe 100+ ms
+    assert p50 < 0.02 and p99 < 0.1, summary
 
 
 def test_status_reports_admission_and_server_counters(http_server, points):

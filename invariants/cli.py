@@ -1,9 +1,10 @@
 """The `invariants` console script.
 
 Each subcommand lives in its own module exposing `add_arguments(parser)` and
-`run(args) -> int`. Those modules import nothing heavy at module level: MLX, the
-HTTP stack and Hypothesis are imported inside `run`, so `invariants check` stays
-light enough for a pre-commit hook.
+`run(args) -> int`. Only the module of the subcommand being run is imported,
+and those modules import nothing heavy at module level either: MLX, the HTTP
+stack and Hypothesis load inside `run`, so `invariants check` stays light
+enough for a pre-commit hook.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser for `command` (its module imported), and a help-only entry for the others."""
     parser = argparse.ArgumentParser(
         prog="invariants",
         description="Regression and invariant harness for MLX serving engines.",
@@ -31,16 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        command_parser = sub.add_parser(name, help=help_text, description=module.__doc__)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(_run=module.run)
+        command_parser = sub.add_parser(name, help=help_text)
+        if name == command:
+            module = importlib.import_module(module_name)
+            command_parser.description = module.__doc__
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:

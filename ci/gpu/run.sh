@@ -9,8 +9,10 @@
 # Everything lands in $OUT (default fuzz-reports/gpu/), 8 files at most (what a device call
 # returns); ci/gpu/report.py turns those folders into docs/gpu.md.
 #
-# Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4), PLANTED_SHARDS
-# (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540), BENCH_TIMEOUT (s, default 420), BENCH_PRESET (default 0.5b).
+# Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); PLANTED_SHARDS
+# (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540); BENCH_PRESET
+# (default 0.5b), BENCH_REPEATS (rounds per concurrency, median kept; default 3),
+# BENCH_MAX_TOKENS (default 128), BENCH_TIMEOUT (s, default 420).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 repo=$(pwd)
@@ -73,7 +75,8 @@ sys.exit(not any(e.name == "mlx_invariants" for e in m.entry_points(group="pytes
     bench)
         mkdir -p "$work/bench-logs"
         timeout "${BENCH_TIMEOUT:-420}" python3 benchmarks/bench_engine.py --preset "${BENCH_PRESET:-0.5b}" --no-peer \
-            --concurrency 1,4,8 --json "$out/bench.json" --log-dir "$work/bench-logs" >"$out/bench.log" 2>&1
+            --concurrency 1,4,8 --repeats "${BENCH_REPEATS:-3}" --max-tokens "${BENCH_MAX_TOKENS:-128}" \
+            --json "$out/bench.json" --log-dir "$work/bench-logs" >"$out/bench.log" 2>&1
         code=$?
         ;;
     *)

@@ -247,15 +247,18 @@ class _Run:
                 for client in late:  # its arrival point never came: it arrives now
                     self._launch(client)
                 continue
-            done, _ = await asyncio.wait(pending, timeout=TICK_S)
-            if done or len(self.trace.events) != seen:
-                seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
-                continue
-            if self.shutdown_task is not None and self.shutdown_task.done():
+            shutdown = self.shutdown_task
+            watching = pending + ([shutdown] if shutdown is not None and not shutdown.done() else [])
+            done, _ = await asyncio.wait(watching, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+            if shutdown is not None and shutdown.done():
+                # Once shutdown returned nothing may be left waiting: give the loop its turns, then look.
                 await wait_loop_idle()
                 if self._unfinished():
                     self._record_waiters()
                     return False
+                continue
+            if done or len(self.trace.events) != seen:
+                seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
                 continue
             quiet = quiet + 1 if self._quiescent() else 0
             if quiet >= self.settings.quiet_ticks or self.loop.time() - last_change > self.settings.stall_s:
@@ -378,7 +381,7 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     for task in leftover:
         task.cancel()
     if leftover:
-        loop.run_until_complete(asyncio.wait(leftover, timeout=1.0))
+        loop.run_until_complete(wait_loop_idle())
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
 

@@ -38,7 +38,8 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Optional[bool] = None) -> Any:
+def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Optional[bool] = None,
+                        shrink: bool = True) -> Any:
     """Hypothesis settings for one round of `profile`."""
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.database import DirectoryBasedExampleDatabase
@@ -51,7 +52,7 @@ def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Option
         deadline=None,
         print_blob=True,
         report_multiple_bugs=False,
-        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+        phases=(Phase.explicit, Phase.reuse, Phase.generate) + ((Phase.shrink,) if shrink else ()),
         suppress_health_check=list(HealthCheck),
     )
 

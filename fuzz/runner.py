@@ -75,27 +75,37 @@ def _violation_type(kind: str) -> type:
 
 def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", budget: Optional[float] = None,
              examples: Optional[int] = None, seed: Optional[int] = None, report_dir: Optional[str | Path] = None,
-             replays: int = 3, strategy: Any = None, explicit: Iterable[Scenario] = (),
+             replays: int = 3, strategy: Any = None, explicit: Optional[Iterable[Scenario]] = None,
              progress: Optional[Callable[[Progress], None]] = None, settings: DriverSettings = DriverSettings(),
-             workdir: Optional[str | Path] = None, debug_run: Optional[bool] = None) -> FuzzResult:
+             workdir: Optional[str | Path] = None, debug_run: Optional[bool] = None,
+             shrink_s: float = 60.0, shrink: bool = True) -> FuzzResult:
     """Fuzz one engine until a violation, `examples` examples, or `budget` seconds, whichever comes first.
 
     `engine` is "simple", "batched", "MODULE:FACTORY", or an adapter factory
     (see `fuzz.adapters.reference.reference_engine`, which also takes a
-    `package=` for a copy of the engine at another import path).
+    `package=` for a copy of the engine at another import path). `explicit`
+    scenarios run first (default: the seed-bug corpus, `fuzz.corpus`); pass
+    `()` to measure what generation alone finds. Shrinking stops after
+    `shrink_s` seconds with the smallest failure so far; `shrink=False` stops at
+    the first failure as found (the benchmark's time-to-first-failure).
     """
+    from fuzz.corpus import SEED_SCENARIOS
+
+    explicit = list(SEED_SCENARIOS.values()) if explicit is None else list(explicit)
     prof = PROFILES[profile] if isinstance(profile, str) else profile
     factory = resolve_engine(engine) if isinstance(engine, str) else engine
     spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
     label = engine_label(factory)
     fuzz = _Fuzz(factory, label, spec, prof, settings, budget if budget is not None else prof.budget_s,
                  examples if examples is not None else prof.examples, progress, workdir)
+    fuzz.shrink_s = shrink_s
+    fuzz.shrink = shrink
     sentinel = Sentinel(strict=settings.strict).install()
     fuzz.sentinel = sentinel
     try:
         failure = fuzz.baseline()
         if failure is None:
-            failure = fuzz.hypothesis(strategy, seed, list(explicit))
+            failure = fuzz.hypothesis(strategy, seed, explicit)
         if failure is None and (prof.debug_run if debug_run is None else debug_run):
             failure = fuzz.debug_run()
         if failure is not None:
@@ -126,6 +136,10 @@ class _Fuzz:
         self.first_failure_s: Optional[float] = None
         self.first_failure_examples: Optional[int] = None
         self.seed_label: Optional[str] = None
+        self.shrink_s = 60.0
+        self.unconfirmed: list[Failure] = []
+        self.confirm_runs = 1  # a failure counts (and shrinks) only if it repeats this many times
+        self.shrink = True
 
     def run(self, scenario: Scenario) -> tuple[Trace, list[Violation]]:
         """Run one scenario on a fresh engine; save it first so a crash leaves it behind."""
@@ -188,20 +202,28 @@ class _Fuzz:
             trace, violations = self.run(scenario)
             if not failing:
                 self.state.examples += 1
-            if violations:
-                if not failing:
-                    self.first_failure_s = time.monotonic() - self.started
-                    self.first_failure_examples = self.state.examples
-                    shrink_deadline.append(time.monotonic() + max(60.0, self.budget_s))
-                    self.state.failed = True
-                failing.add(key)
-                raise _violation_type(violations[0].kind)(scenario, trace, violations)
+            if not violations:
+                return
+            kind = violations[0].kind
+            if not all(any(v.kind == kind for v in self.run(scenario)[1]) for _ in range(self.confirm_runs)):
+                # A race that did not repeat: keep it in case nothing steadier turns up, but let
+                # neither generation nor shrinking build on it.
+                if not self.unconfirmed:
+                    self.unconfirmed.append(self.failure(scenario, trace, violations))
+                return
+            if not failing:
+                self.first_failure_s = time.monotonic() - self.started
+                self.first_failure_examples = self.state.examples
+                shrink_deadline.append(time.monotonic() + self.shrink_s)
+                self.state.failed = True
+            failing.add(key)
+            raise _violation_type(kind)(scenario, trace, violations)
 
         round_number = 0
         while True:
             remaining = self.examples - self.state.examples
             if remaining <= 0 or time.monotonic() - self.started > self.budget_s:
-                return None
+                break
             count = remaining if derandomize else min(remaining, self.profile.round_examples)
             test = given(strategy)(property_)
             if round_number == 0:
@@ -209,7 +231,7 @@ class _Fuzz:
                     test = example(scenario)(test)
             if base_seed is not None:
                 test = fixed_seed(base_seed + round_number)(test)
-            test = hypothesis_settings(self.profile, count, derandomize=derandomize)(test)
+            test = hypothesis_settings(self.profile, count, derandomize=derandomize, shrink=self.shrink)(test)
             try:
                 test()
             except ViolationFound as found:
@@ -220,8 +242,19 @@ class _Fuzz:
                     raise
                 return self._found(inner[0], note="Hypothesis reported the failure as flaky")
             if derandomize:
-                return None
+                break
             round_number += 1
+        return self._unconfirmed()
+
+    def _unconfirmed(self) -> Optional[Failure]:
+        """A failure seen once and not on the immediate re-run: reported only if nothing steadier was found."""
+        if not self.unconfirmed:
+            return None
+        failure = self.unconfirmed[0]
+        failure.blob = "not shrunk: the failure did not repeat on an immediate re-run"
+        if self.first_failure_s is None:
+            self.state.failed = True
+        return failure
 
     def _found(self, found: ViolationFound, note: str = "") -> Failure:
         failure = self.failure(found.scenario, found.trace, found.violations)

@@ -78,9 +78,12 @@ PLANTS: dict[str, Plant] = {p.name: p for p in (
         "shutdown stops the owner without ending the requests in the batch"),
     Plant("abort_lost_between_sections", "batched", (
         ("batched.py", "            if pending.rid in aborts:\n",
-         "            if False:  # aborts only look at the batch; a request still in the inbox is missed\n"),),
+         "            if False:  # aborts only look at requests already decoding (wrong)\n"),
+        ("batched.py", "            if uid is not None:\n                self._generator.remove([uid])\n",
+         "            if uid is not None and self._active[uid].produced > 0:  # still prefilling: dropped\n"
+         "                self._generator.remove([uid])\n")),
         frozenset({"abort-ignored", "abort-completed"}),
-        "an abort for a request taken from the inbox in the same step is dropped"),
+        "an abort reaching a request between leaving the inbox and its first token is dropped"),
     Plant("double_cancel_releases_slot", "simple", (
         ("drain.py", "    cancelled = False\n    while not done.done():\n        try:\n"
                      "            await asyncio.shield(done)\n        except asyncio.CancelledError:\n"

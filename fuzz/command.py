@@ -41,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="automatic replays of a failure, reported as 'reproduced k/N'")
     out.add_argument("--strict", action="store_true", help="the sentinel refuses bad MLX entries (raises)")
     out.add_argument("--owner", metavar="GLOB",
-                     help="thread-name glob of the MLX owner thread (HTTP default: the first thread to enter)")
+                     help="thread-name glob of the server's MLX owner thread (default: the first thread to enter)")
+    out.add_argument("--model", default="default_model",
+                     help="the model name sent in HTTP requests (default: default_model, as mlx_lm.server expects)")
 
 
 class UsageError(Exception):
@@ -104,9 +106,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         engine_args = f"--engine {args.engine or 'simple'}"
     if args.owner:
         engine_args += f" --owner {shlex.quote(args.owner)}"
+    if args.model != "default_model":
+        engine_args += f" --model {shlex.quote(args.model)}"
     return {"engine": args.engine or "simple", "url": args.url, "server_cmd": args.server_cmd,
-            "owner": args.owner, "strict": args.strict, "engine_args": engine_args, "profile": args.profile,
-            "budget": args.budget, "examples": args.examples, "seed": args.seed,
+            "owner": args.owner, "model": args.model, "strict": args.strict, "engine_args": engine_args,
+            "profile": args.profile, "budget": args.budget, "examples": args.examples, "seed": args.seed,
             "report_dir": str(Path(args.report).resolve())}
 
 
@@ -116,7 +120,7 @@ def build_factory(options: dict[str, Any]) -> Any:
         from fuzz.adapters.http import http_engine
 
         factory = http_engine(url=options.get("url"), server_cmd=options.get("server_cmd"),
-                              owner=options.get("owner"))
+                              owner=options.get("owner"), model=options.get("model") or "default_model")
     else:
         from fuzz.engines import resolve_engine
 
@@ -200,6 +204,8 @@ def _with_recorded_target(args: argparse.Namespace, recorded: str) -> argparse.N
     for name in ("url", "server_cmd", "owner"):
         if getattr(args, name) is None:
             setattr(args, name, getattr(recorded_args, name))
+    if args.model == "default_model":
+        args.model = recorded_args.model
     return args
 
 

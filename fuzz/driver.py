@@ -20,7 +20,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Awaitable, Callable, Iterator, Optional
 
 from fuzz.adapters.base import Adapter, Handle, Refused
 from fuzz.executors import THREAD_PREFIX, CountingExecutor, make_executor
@@ -195,24 +195,24 @@ class _Run:
         return True
 
     # -- faults ---------------------------------------------------------------------
-    async def _deliver(self, fault: FaultSpec) -> None:
+    def _deliver(self, fault: FaultSpec) -> Optional[Awaitable[None]]:
+        """Deliver `fault` now, on the loop; a second cancel comes back as the rest to await."""
         kind, rid = fault.kind, fault.at.rid
         if kind.startswith("arrive "):
             client = self.clients[kind.split(" ", 1)[1]]
             self.trace.record("fault", "arrive", client.spec.rid, info={"at": str(fault.at)})
             self._launch(client)
-            return
+            return None
         client = self.clients[rid]
         task = client.task
         info = {"at": str(fault.at)}
         if kind in ("cancel", "cancel-twice", "disconnect"):
             client.disconnected = kind == "disconnect"
             delivered = task is not None and task.cancel()
-            self.trace.record("fault", kind, rid, info={**info, "delivered": delivered})
+            self.trace.record("fault", "cancel" if kind == "cancel-twice" else kind, rid,
+                              info={**info, "delivered": delivered})
             if kind == "cancel-twice" and delivered:
-                await wait_loop_idle()
-                again = not task.done() and task.cancel()
-                self.trace.record("fault", "cancel-again", rid, info={**info, "delivered": again})
+                return self._cancel_again(client, info)
         elif kind == "abort":
             if client.handle is None:
                 client.abort_pending = True
@@ -222,6 +222,13 @@ class _Run:
         elif kind == "shutdown":
             self.trace.record("fault", "shutdown", rid, info=info)
             self._start_shutdown()
+        return None
+
+    async def _cancel_again(self, client: Client, info: dict[str, Any]) -> None:
+        """The second cancel of cancel-twice, once the first has been taken (the loop went idle)."""
+        await wait_loop_idle()
+        again = client.task is not None and not client.task.done() and client.task.cancel()
+        self.trace.record("fault", "cancel-again", client.spec.rid, info={**info, "delivered": again})
 
     def _abort(self, client: Client) -> None:
         acknowledged = client.handle.abort()
@@ -287,6 +294,9 @@ class _Run:
         if self.executor.busy:
             self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
         self._check_threads()
+        collect = getattr(self.adapter, "collect", None)
+        if collect is not None:
+            collect(self.trace)  # events recorded outside this process (a server's injected sentinel)
         await wait_loop_idle()
         stray = [t for t in asyncio.all_tasks(self.loop)
                  if not t.done() and not t.get_name().startswith(TASK_PREFIX)]

@@ -5,8 +5,8 @@ fault is due:
 - on an owner-side point the calling worker pauses, the fault is delivered on
   the event loop, and the worker resumes once the loop is idle (nothing
   runnable), or after `cap_s` of real time if it never gets there;
-- on a loop-side point (which must neither block nor raise) the delivery is
-  scheduled for the loop's next turn;
+- on a loop-side point (which must neither block nor raise) the fault is
+  delivered right there (a cancel then lands at the task's next suspension);
 - a "raise" fault raises `InjectedFault` in the worker, standing for an error
   inside the MLX call at that spot.
 """
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Optional
 
 from fuzz.scenario import INDEXED_POINTS, FaultSpec
 from fuzz.trace import Trace, capture_stack
 
-Action = Callable[[FaultSpec], Awaitable[None]]
+# Delivers a fault at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
+Action = Callable[[FaultSpec], Optional[Awaitable[None]]]
 
 
 class InjectedFault(RuntimeError):
@@ -78,7 +79,8 @@ class Injector:
         others = [f for f in fired if f.kind != "raise"]
         if others:
             if on_loop:
-                self.loop.call_soon(self._start_delivery, others, None)
+                for fault in others:
+                    self._track(self._deliver(fault))
             else:
                 self._pause_for(others)
         if raises and not on_loop:
@@ -98,20 +100,25 @@ class Injector:
         finally:
             self.paused -= 1
 
-    def _start_delivery(self, faults: list[FaultSpec], resume: threading.Event | None) -> None:
-        task = self.loop.create_task(self._deliver_all(faults, resume), name="fuzz-delivery")
+    def _start_delivery(self, faults: list[FaultSpec], resume: threading.Event) -> None:
+        self._track(self._deliver_all(faults, resume))
+
+    def _track(self, pending: Optional[Awaitable[None]]) -> None:
+        if pending is None:
+            return
+        task = self.loop.create_task(pending, name="fuzz-delivery")  # type: ignore[arg-type]
         self.deliveries.add(task)
         task.add_done_callback(self.deliveries.discard)
 
-    async def _deliver_all(self, faults: list[FaultSpec], resume: threading.Event | None) -> None:
+    async def _deliver_all(self, faults: list[FaultSpec], resume: threading.Event) -> None:
         try:
             for fault in faults:
-                await self._deliver(fault)
-            if resume is not None:
-                await wait_loop_idle()
+                rest = self._deliver(fault)
+                if rest is not None:
+                    await rest
+            await wait_loop_idle()
         finally:
-            if resume is not None:
-                resume.set()
+            resume.set()
 
     def _on_loop_thread(self) -> bool:
         try:

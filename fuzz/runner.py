@@ -19,7 +19,7 @@ from fuzz.engines import AdapterFactory, engine_label, resolve_engine
 from fuzz.oracles import Violation, judge
 from fuzz.profiles import PROFILES, Profile, hypothesis_settings
 from fuzz.report import Failure, device_info, write_report
-from fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+from fuzz.scenario import FAULT_KINDS, POINTS, At, FaultSpec, RequestSpec, Scenario
 from fuzz.sentinel import Sentinel
 from fuzz.trace import Trace
 
@@ -184,7 +184,9 @@ class _Fuzz:
 
         from fuzz.strategies import scenarios
 
-        strategy = strategy if strategy is not None else scenarios()
+        if strategy is None:
+            strategy = scenarios(kinds=getattr(self.factory, "kinds", FAULT_KINDS),
+                                 points=getattr(self.factory, "points", POINTS))
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (None if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
@@ -265,16 +267,17 @@ class _Fuzz:
         return failure
 
 
-def exhaustive_scenarios(max_tokens: int = 3, kinds: Optional[Iterable[str]] = None) -> list[Scenario]:
+def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS,
+                         points: Iterable[str] = POINTS) -> list[Scenario]:
     """Every single-fault scenario for one and for two requests, at every point (and index)."""
-    from fuzz.scenario import FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS
+    from fuzz.scenario import INDEXED_POINTS, RAISE_POINTS
 
     out: list[Scenario] = []
     for count in (1, 2):
         requests = tuple(RequestSpec(f"r{i}", 4, max_tokens, True) for i in range(count))
-        for kind in kinds or FAULT_KINDS:
+        for kind in kinds:
             for request in requests:
-                for point in POINTS:
+                for point in points:
                     if kind == "raise" and point not in RAISE_POINTS:
                         continue
                     for index in range(max_tokens if point in INDEXED_POINTS else 1):
@@ -294,7 +297,9 @@ def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | P
     fuzz.sentinel = sentinel
     try:
         failure = fuzz.baseline()
-        for scenario in exhaustive_scenarios(max_tokens) if failure is None else ():
+        todo = exhaustive_scenarios(max_tokens, getattr(factory, "kinds", FAULT_KINDS),
+                                    getattr(factory, "points", POINTS))
+        for scenario in todo if failure is None else ():
             fuzz._tick(scenario, "exhaustive")
             trace, violations = fuzz.run(scenario)
             fuzz.state.examples += 1

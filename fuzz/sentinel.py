@@ -346,6 +346,9 @@ def read_records(path: str, offset: int = 0) -> tuple[list[Event], int]:
     for raw in complete.decode("utf-8").splitlines():
         if raw.strip():
             fields = json.loads(raw)
+            if "injection_error" in fields:
+                events.append(Event(0, "check", "startup-failed", info={"error": fields["injection_error"]}))
+                continue
             fields["stack"] = tuple(fields.get("stack", ()))
             events.append(Event(**fields))
     return events, offset + len(complete)

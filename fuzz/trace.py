@@ -71,7 +71,8 @@ class Event:
 class Trace:
     """Thread-safe append-only list of events for one scenario run."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep  # False: number and return events without storing them (a long-lived server)
         self.events: list[Event] = []
         self.meta: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -85,7 +86,8 @@ class Trace:
         with self._lock:
             event = Event(next(self._seq), kind, name, rid, token, thread.name,
                           time.perf_counter() - self._t0, None, dict(info or {}), stack)
-            self.events.append(event)
+            if self.keep:
+                self.events.append(event)
         return event
 
     def close_span(self, event: Event) -> None:

@@ -1,0 +1,289 @@
+"""Adapter for any OpenAI-compatible server on a loopback address, optionally launched by us.
+
+With `server_cmd` the server is started once per fuzz run on a free
+127.0.0.1 port with the MLX sentinel injected (`fuzz/inject/sitecustomize.py`
+on PYTHONPATH); its spans are merged into each scenario's trace, so a race
+inside a server nobody here wrote is still seen. A server cannot be restarted
+per scenario, so "shutdown" and "raise" faults are not aimed at it: the client
+side cancels and disconnects mid-request and mid-stream, at the points a
+client sees (request sent = ADMITTED, chunk k received = CHUNK_SENT(k)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import ipaddress
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import urlparse
+
+from fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
+from fuzz.scenario import RequestSpec
+from fuzz.sentinel import read_records
+from fuzz.trace import Trace
+
+INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
+HTTP_KINDS = ("cancel", "disconnect")
+HTTP_POINTS = ("ADMITTED", "CHUNK_SENT")
+
+
+class ServerError(RuntimeError):
+    """The server command did not come up, or the URL is not a loopback address."""
+
+
+def check_loopback(url: str) -> str:
+    host = urlparse(url).hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ServerError(f"{url} is not a loopback address; the fuzzer only talks to 127.0.0.1, ::1 or localhost")
+    return url.rstrip("/")
+
+
+class ServerProcess:
+    """A server command on a free 127.0.0.1 port, with the sentinel injected; stopped at exit."""
+
+    def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = 180.0):
+        self.command = command
+        self.owner = owner or "sticky"
+        self.startup_s = startup_s
+        self.folder = Path(tempfile.mkdtemp(prefix="mlx-invariants-server-"))
+        self.records = self.folder / "sentinel.jsonl"
+        self.log = self.folder / "server.log"
+        self.process: Optional[subprocess.Popen] = None
+        self.url = ""
+
+    def ensure(self) -> str:
+        if self.process is not None and self.process.poll() is None:
+            return self.url
+        port = _free_port()
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), package_root, env.get("PYTHONPATH")]))
+        env["MLX_INVARIANTS_SENTINEL"] = json.dumps({"out": str(self.records), "owner": self.owner})
+        argv = shlex.split(self.command.replace("{port}", str(port)))
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        atexit.register(self.stop)
+        self.url = f"http://127.0.0.1:{port}"
+        self._wait_ready(port)
+        return self.url
+
+    def _wait_ready(self, port: int) -> None:
+        deadline = time.monotonic() + self.startup_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerError(f"server exited with status {self.process.returncode} before answering:\n"
+                                  f"{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)  # polling a process we started; no scenario event is ordered by this
+        self.stop()
+        raise ServerError(f"server did not answer on 127.0.0.1:{port} within {self.startup_s:g}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class HttpHandle:
+    """One HTTP request: streamed chunks as they arrive, or one JSON body."""
+
+    def __init__(self, adapter: "HttpAdapter", rid: str, response: Any = None, body: Optional[asyncio.Task] = None):
+        self.adapter, self.rid = adapter, rid
+        self.response = response
+        self.body = body
+        self.finish_reason: Optional[str] = None
+        self.error: Optional[str] = None
+        self._chunks = 0
+        self._lines: Any = None
+
+    def __aiter__(self) -> "HttpHandle":
+        return self
+
+    async def __anext__(self) -> str:
+        if self.response is None:
+            raise StopAsyncIteration
+        if self._lines is None:
+            self._lines = self.response.aiter_lines()
+        async for line in self._lines:
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            choice = (json.loads(data).get("choices") or [{}])[0]
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            text = choice.get("text")
+            if text is None:
+                text = (choice.get("delta") or {}).get("content") or ""
+            self.adapter.reach("CHUNK_SENT", self.rid, index=self._chunks)
+            self._chunks += 1
+            await asyncio.sleep(0)  # a fault delivered at this chunk lands here, before the next read
+            return text
+        raise StopAsyncIteration
+
+    async def wait_ended(self) -> None:
+        if self.body is not None:
+            payload = await self.body
+            choice = (payload.get("choices") or [{}])[0]
+            self.finish_reason = choice.get("finish_reason")
+            if "error" in payload:
+                self.error = json.dumps(payload["error"])
+        else:
+            async for _ in self:
+                pass
+
+    def outcome(self) -> Outcome:
+        if self.error:
+            return Outcome("error", message=self.error)
+        return Outcome("completed", reason=self.finish_reason or "")
+
+    def abort(self) -> bool:
+        return False  # OpenAI has no abort call: a client disconnects instead
+
+    async def close(self) -> None:
+        if self.body is not None and not self.body.done():
+            self.body.cancel()
+            await asyncio.gather(self.body, return_exceptions=True)
+        if self.response is not None:
+            await self.response.aclose()
+
+
+class HttpAdapter:
+    kinds = HTTP_KINDS
+    points = HTTP_POINTS
+
+    def __init__(self, url: str, server: Optional[ServerProcess] = None, model: str = "default_model"):
+        self.url = url
+        self.server = server
+        self.owner = None  # this process only runs the client; the server's sentinel has its own owner
+        self.name = f"http {server.command if server else url}"
+        self.busy_bound_s = 5.0
+        self.model = model
+        self._hook: Optional[PointHook] = None
+        self._client: Any = None
+        self._offset = 0
+
+    def set_point_hook(self, hook: Optional[PointHook]) -> None:
+        self._hook = hook
+
+    def reach(self, point: str, rid: str, **info: Any) -> None:
+        if self._hook is not None:
+            self._hook(_ClientPoint(point), rid, info)
+
+    async def start(self) -> None:
+        import httpx
+
+        if self.server is not None:
+            self.url = await asyncio.get_running_loop().run_in_executor(None, self.server.ensure)
+            self._offset = self.server.records.stat().st_size if self.server.records.exists() else 0
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(120.0, connect=10.0))
+
+    async def submit(self, spec: RequestSpec) -> HttpHandle:
+        text = prompt_text(spec)
+        common = {"model": self.model, "max_tokens": spec.max_tokens, "temperature": 0.0, "stream": spec.stream}
+        if spec.route == "chat":
+            path, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
+        else:
+            path, body = "/v1/completions", {**common, "prompt": text}
+        request = self._client.build_request("POST", path, json=body)
+        if not spec.stream:
+            task = asyncio.ensure_future(self._json(request, spec.rid))
+            await asyncio.sleep(0)  # the request is on its way before ADMITTED is reached
+            self.reach("ADMITTED", spec.rid)
+            return HttpHandle(self, spec.rid, body=task)
+        response = await self._client.send(request, stream=True)
+        if response.status_code != 200:
+            await response.aread()
+            await response.aclose()
+            raise Refused(_error_code(response), response.text[:200])
+        self.reach("ADMITTED", spec.rid)
+        return HttpHandle(self, spec.rid, response=response)
+
+    async def _json(self, request: Any, rid: str) -> dict:
+        response = await self._client.send(request)
+        try:
+            return response.json()
+        except ValueError:
+            return {"error": {"message": f"HTTP {response.status_code}: {response.text[:200]}"}}
+
+    async def shutdown(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def status(self) -> dict[str, int]:
+        return {}
+
+    def collect(self, trace: Trace) -> None:
+        """Merge the server's sentinel records written since this scenario started."""
+        if self.server is None:
+            return
+        events, self._offset = read_records(str(self.server.records), self._offset)
+        trace.merge(events)
+
+
+class _ClientPoint:
+    """A point as the client sees it, shaped like an engine's Point member."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _error_code(response: Any) -> str:
+    try:
+        return response.json()["error"]["code"] or str(response.status_code)
+    except (ValueError, KeyError, TypeError):
+        return str(response.status_code)
+
+
+def http_engine(url: Optional[str] = None, server_cmd: Optional[str] = None, owner: Optional[str] = None,
+                model: str = "default_model") -> Any:
+    """An adapter factory for `--url` or `--server-cmd` (the server starts on first use, once).
+
+    `owner` is the server's MLX owner thread-name glob; by default the first
+    thread to enter MLX in the server owns it."""
+    server = ServerProcess(server_cmd, owner) if server_cmd else None
+    base = check_loopback(url) if url else ""
+
+    def make() -> HttpAdapter:
+        return HttpAdapter(base, server, model)
+    make.engine_label = f"http:{server_cmd or url}"  # type: ignore[attr-defined]
+    make.kinds = HTTP_KINDS  # type: ignore[attr-defined]
+    make.points = HTTP_POINTS  # type: ignore[attr-defined]
+    make.server = server  # type: ignore[attr-defined]
+    return make

@@ -1,0 +1,49 @@
+"""Installs the MLX sentinel in a process started with this folder on PYTHONPATH.
+
+The fuzz runner sets MLX_INVARIANTS_SENTINEL to a JSON object: {"out": file,
+"owner": glob or "sticky" or null, "strict": bool, "targets": [...] or null}.
+Every finished MLX span and every "no Stream" error is appended to `out` as
+one JSON line, so the runner sees violations inside a server nobody here
+wrote. A sitecustomize further down sys.path still runs afterwards.
+"""
+
+import json
+import os
+import sys
+
+
+def _install() -> None:
+    raw = os.environ.get("MLX_INVARIANTS_SENTINEL")
+    if not raw:
+        return
+    config = json.loads(raw)
+    try:
+        from fuzz.sentinel import DEFAULT_TARGETS, Sentinel, file_emitter
+        from fuzz.trace import Trace
+    except ImportError as exc:
+        with open(config["out"], "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"injection_error": f"cannot import the fuzz package: {exc}"}) + "\n")
+        return
+    sentinel = Sentinel(config.get("targets") or DEFAULT_TARGETS, owner=config.get("owner"),
+                        strict=bool(config.get("strict")), trace=Trace(keep=False),
+                        emit=file_emitter(config["out"]))
+    sentinel.install()
+    sys.modules[__name__].sentinel = sentinel
+
+
+def _chain() -> None:
+    """Run the sitecustomize this one shadows, if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    del sys.modules[__name__]
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        import sitecustomize  # noqa: F401  (the next one on the path)
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved
+
+
+_install()
+_chain()

@@ -26,9 +26,10 @@ from engine.errors import EngineError, InvalidRequest
 from engine.http import openapi, schemas
 from engine.http.errors import ApiError, error_body, from_engine_error
 from engine.http.payloads import ChatShape, Shape, TextShape
-from engine.http.relay import OnceRelay, StreamRelay
+from engine.http.relay import OnceRelay, StreamRelay, wait_finished
 from engine.http.telemetry import CountingMiddleware, Counters, LoopLag
 from engine.messages import Pending, SamplingParams
+from engine.stream import RequestStream
 
 BODY_TIMEOUT_S = 30.0  # a client trickling its body holds no engine slot, but must not hold a task forever
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
@@ -43,8 +44,9 @@ class GenerationRoute:
 
     Raw ASGI, not a Starlette function endpoint, so that reading the body, a
     client leaving mid-body, submission and the relay share one coroutine, and
-    no await separates `engine.submit` from the relay's `finally` that closes
-    the stream.
+    no await separates `engine.submit` returning from the relay's `finally`
+    that closes the stream. A client that leaves while its request waits for
+    admission (wait mode) gives its place up at once.
     """
 
     def __init__(self, parse: Callable[[Any], schemas.GenerationRequest], shape: type[Shape], prefix: str):
@@ -60,7 +62,7 @@ class GenerationRoute:
             rid = f"{self.prefix}-{_client_request_id(request) or uuid.uuid4().hex}"
             pending = _pending(state.engine, req, rid, state.vocab_size)
             try:
-                stream = await state.engine.submit(pending)
+                stream = await _submit_unless_gone(state.engine, pending, receive)
             except InvalidRequest as exc:
                 if exc.param != "rid":
                     raise from_engine_error(exc) from None
@@ -73,9 +75,23 @@ class GenerationRoute:
             return
         except ClientDisconnect:
             return  # left while sending the body: nothing was submitted, nobody to answer
+        if stream is None:
+            state.counters.client_disconnects += 1
+            return
         shape = self.shape(pending.rid, state.engine.model_id, req.logprobs, req.stream and req.include_usage)
         relay = StreamRelay if req.stream else OnceRelay
         await relay(stream, shape, state.counters)(scope, receive, send)
+
+
+async def _submit_unless_gone(engine: Engine, pending: Pending, receive: Receive) -> RequestStream | None:
+    """`engine.submit`, giving the admission place up if the client leaves while queued; None then."""
+    submitting = asyncio.ensure_future(engine.submit(pending))
+    try:
+        return submitting.result() if await wait_finished(submitting, receive) else None
+    except asyncio.CancelledError:
+        if submitting.done() and not submitting.cancelled() and submitting.exception() is None:
+            await submitting.result().aclose()  # admitted just as we were cancelled: never leak the slot
+        raise
 
 
 async def _read_json(request: Request, max_bytes: int) -> Any:

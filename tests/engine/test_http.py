@@ -299,3 +299,34 @@ def test_a_stalled_reader_does_not_hold_the_slot(tiny_model):
             await engine.shutdown(1.0)
 
     asyncio.run(main())
+
+
+# -- wait-mode admission -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def waiting_server(tiny_model):
+    from ..conftest import ServerThread
+
+    with ServerThread("simple", model=tiny_model, admission="wait", max_queue=1, max_wait_ms=30_000) as server:
+        yield server
+
+
+def test_wait_mode_queues_then_refuses_and_a_client_leaving_the_queue_frees_its_place(waiting_server, points):
+    server = waiting_server
+    held = points.hold(Point.BEFORE_DECODE, "chatcmpl-running", step=1)
+    running = RawRequest(server, "/v1/chat/completions", chat_body(server.model_id, 4), "running")
+    try:
+        assert held.reached.wait(30)
+        leaver = RawRequest(server, "/v1/chat/completions", chat_body(server.model_id, 4), "leaver")
+        assert wait_for(lambda: server.status()["queued"] == 1)
+        refused = httpx.post(server.url + "/v1/chat/completions", json=chat_body(server.model_id, 4), timeout=10)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "text_generation_busy"
+        leaver.hang_up()
+        assert wait_for(lambda: server.status()["queued"] == 0), "the client that left kept its place in the queue"
+        waiter = RawRequest(server, "/v1/chat/completions", chat_body(server.model_id, 4), "waiter")
+        assert wait_for(lambda: server.status()["queued"] == 1)
+    finally:
+        held.release.set()
+    assert running.read_all().startswith(b"HTTP/1.1 200")
+    assert waiter.read_all().startswith(b"HTTP/1.1 200")
+    assert server.wait_idle()

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fuzz.adapters.http import ServerError
     from fuzz.engines import EngineSpecError
     from fuzz.replay import ReplayError
 
@@ -76,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.jobs == 0:
             return _in_process(factory, args)
         return _children(options, args)
-    except (EngineSpecError, ReplayError) as exc:
+    except (EngineSpecError, ReplayError, ServerError) as exc:
         raise UsageError(str(exc)) from None
 
 

@@ -26,6 +26,7 @@ class OwnedLock(asyncio.Lock):
 
     def __init__(self) -> None:
         super().__init__()
+        self._trace = OwnedLock.trace  # the scenario this lock was built in, even after the watch ends
         self._holder: asyncio.Task | None = None
         self._holder_stack: tuple[str, ...] = ()
 
@@ -33,8 +34,8 @@ class OwnedLock(asyncio.Lock):
         task = asyncio.current_task()
         if task is not None and task is self._holder:
             stack = capture_stack(1)
-            if OwnedLock.trace is not None:
-                OwnedLock.trace.record("lock", "reentered", info={"task": task.get_name(),
+            if self._trace is not None:
+                self._trace.record("lock", "reentered", info={"task": task.get_name(),
                                        "holder_stack": list(self._holder_stack)}, stack=stack)
             raise LockReentered(f"task {task.get_name()} re-acquired an asyncio.Lock it already holds")
         await super().acquire()

@@ -1,0 +1,197 @@
+"""The runner end to end: the ci profile on both reference engines, CLI exit codes, reports and
+replay, child-process crash reports, exhaustive mode, and the engine lifecycle as a state machine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from fuzz import command
+from fuzz.locks import LockReentered, OwnedLock, watch_locks
+from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+from fuzz.runner import exhaustive_scenarios, run_exhaustive, run_fuzz
+from fuzz.scenario import FAULT_KINDS, Scenario
+from fuzz.sentinel import Sentinel
+from fuzz.trace import Trace
+from tests.fuzz.planted import plant
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="invariants fuzz")
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(list(argv)))
+
+
+@pytest.mark.parametrize("engine", ["simple", "batched"])
+def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str):
+    result = run_fuzz(engine, profile="ci", examples=60, budget=120)
+    assert result.ok, f"false alarm: {result.failure.headline}\n{result.failure.scenario.describe()}"
+    assert result.examples >= 60
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--engine", "simple", "--url", "http://127.0.0.1:1"], "choose one of"),
+    (["--engine", "nomodule"], "MODULE:FACTORY"),
+    (["--engine", "no.such.module:make"], "cannot import"),
+    (["--server-cmd", "python -m server"], "{port}"),
+    (["--examples", "0"], "--examples"),
+    (["--url", "http://192.168.1.10:8000"], "loopback"),
+    (["--replay", "/nonexistent/scenario.json"], "cannot read"),
+])
+def test_usage_errors_exit_2_with_a_sentence(argv, message, capsys):
+    assert cli(*argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_clean_run_exits_0_and_violation_exits_1_with_a_replayable_report(tmp_path, capsys):
+    assert cli("--engine", "batched", "--examples", "3", "--jobs", "0", "--report", str(tmp_path)) == 0
+    package = plant("lock_freed_on_cancel", tmp_path / "plants")
+    reports = tmp_path / "reports"
+    assert cli("--engine", f"{package}:SimpleEngine", "--examples", "20", "--jobs", "0",
+               "--report", str(reports), "--replays", "2") == 1
+    out = capsys.readouterr().out
+    assert "VIOLATION" in out and "slot-freed-early" in out
+    folder = next(reports.glob("*slot-freed-early*"))
+    report = json.loads((folder / "report.json").read_text())
+    assert report["engine_args"] == f"--engine {package}:SimpleEngine"
+    assert report["reproduced"] == [2, 2] and report["device"]["default_device"]
+    assert report["violations"][0]["stacks"] and report["trace"]["events"]
+    assert "@reproduce_failure" in (report["reproduce_blob"] or "") or report["seed"]
+    assert cli("--replay", str(folder), "--report", str(tmp_path / "again"), "--replays", "1") == 1
+    assert "violations in 1/1 run(s)" in capsys.readouterr().out
+
+
+def test_a_child_that_dies_leaves_the_scenario_it_was_running(tmp_path):
+    run = subprocess.run([sys.executable, "-c", "import sys; from invariants.cli import main; sys.exit(main())",
+                          "fuzz", "--engine", "tests.fuzz.crashing_engine:make", "--jobs", "1", "--examples", "5",
+                          "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    if "No module named 'invariants.commands" in run.stderr:
+        run = subprocess.run([sys.executable, "-c", "import argparse, sys\nfrom fuzz import command\n"
+                              "p = argparse.ArgumentParser(); command.add_arguments(p)\n"
+                              "sys.exit(command.run(p.parse_args(sys.argv[1:])))",
+                              "--engine", "tests.fuzz.crashing_engine:make", "--jobs", "1", "--examples", "5",
+                              "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "killed by SIGKILL" in run.stdout
+    folder = next(tmp_path.glob("*process-crashed*"))
+    scenario = Scenario.loads((folder / "scenario.json").read_text())
+    assert "r0" in [r.rid for r in scenario.requests]
+    assert "invariants fuzz --replay" in (folder / "report.txt").read_text()
+
+
+def test_exhaustive_mode_enumerates_every_single_fault_scenario(tmp_path):
+    every = exhaustive_scenarios(max_tokens=2)
+    assert all(len(s.faults) == 1 and len(s.requests) in (1, 2) for s in every)
+    assert {s.faults[0].kind for s in every} == set(FAULT_KINDS)
+    assert len({s.dumps() for s in every}) == len(every)
+    for scenario in every:
+        scenario.validate()
+    package = plant("double_cancel_releases_slot", tmp_path / "plants")
+    from fuzz.adapters.reference import reference_engine
+    result = run_exhaustive(reference_engine("simple", package=package), max_tokens=2, replays=1)
+    assert result.failure is not None and result.failure.violations[0].kind == "slot-freed-early"
+    assert result.failure.scenario.faults[0].kind == "cancel-twice"
+
+
+def test_owned_lock_fails_at_once_on_reacquire_and_serves_others():
+    trace = Trace()
+
+    async def main() -> None:
+        with watch_locks(trace):
+            lock = asyncio.Lock()
+        assert isinstance(lock, OwnedLock)
+        async with lock:
+            with pytest.raises(LockReentered):
+                await lock.acquire()
+
+        async def other() -> None:
+            async with lock:
+                pass
+        async with lock:
+            waiter = asyncio.ensure_future(other())
+            await asyncio.sleep(0)
+        await waiter
+    asyncio.run(main())
+    assert [e.name for e in trace.of("lock")] == ["reentered"]
+    assert asyncio.Lock is not OwnedLock
+
+
+class EngineLifecycle(RuleBasedStateMachine):
+    """Start, requests (some cancelled mid-stream), shutdown, restart: MLX stays on the owner throughout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import engine
+
+        self.engine_module = engine
+        self.loop = asyncio.new_event_loop()
+        self.sentinel = Sentinel(owner="mlx-owner*").install()
+        self.engine = None
+        self.count = 0
+
+    @precondition(lambda self: self.engine is None)
+    @rule(kind=st.sampled_from(["simple", "batched"]))
+    def start(self, kind: str) -> None:
+        engine_class = self.engine_module.ENGINES[kind]
+        self.engine = engine_class(self.engine_module.EngineConfig(admission="wait"))
+        self.loop.run_until_complete(self.engine.start())
+
+    @precondition(lambda self: self.engine is not None)
+    @rule(max_tokens=st.integers(1, 6), cancel_after=st.none() | st.integers(0, 3))
+    def request(self, max_tokens: int, cancel_after: int | None) -> None:
+        self.count += 1
+        pending = self.engine_module.Pending(f"q{self.count}", (5, 6, 7),
+                                             self.engine_module.SamplingParams(max_tokens=max_tokens))
+
+        async def consume() -> None:
+            stream = await self.engine.submit(pending)
+            try:
+                received = 0
+                async for _ in stream:
+                    received += 1
+                    if cancel_after is not None and received > cancel_after:
+                        asyncio.current_task().cancel()
+                        await asyncio.sleep(0)
+            finally:
+                await stream.aclose()
+        task = self.loop.create_task(consume())
+        self.loop.run_until_complete(asyncio.wait({task}))
+        assert task.done()
+        assert self.engine.status()["active"] == 0 and self.engine.status()["queued"] == 0
+
+    @precondition(lambda self: self.engine is not None)
+    @rule()
+    def shutdown(self) -> None:
+        self.loop.run_until_complete(self.engine.shutdown(grace_s=1.0))
+        with pytest.raises(self.engine_module.ShuttingDown):
+            self.loop.run_until_complete(self.engine.submit(self.engine_module.Pending("late", (1, 2))))
+        self.engine = None
+
+    @invariant()
+    def mlx_only_on_its_owner(self) -> None:
+        trace = self.sentinel.trace
+        found = [v for o in (mlx_never_concurrent, mlx_only_on_owner, no_stream_errors) for v in o(trace)]
+        assert not found, found[0].message
+
+    def teardown(self) -> None:
+        try:
+            if self.engine is not None:
+                self.loop.run_until_complete(self.engine.shutdown(grace_s=1.0))
+        finally:
+            self.sentinel.uninstall()
+            self.loop.close()
+
+
+TestEngineLifecycle = EngineLifecycle.TestCase
+TestEngineLifecycle.settings = settings(max_examples=8, stateful_step_count=6, deadline=None, derandomize=True,
+                                        database=None)

@@ -98,3 +98,19 @@ def test_bad_input_gets_documented_4xx_json(http_server, case):
         good = client.post("/v1/completions", json={"model": http_server.model_id, "prompt": "hi", "max_tokens": 2})
         assert good.status_code == 200, good.text
     assert _server_errors(http_server) == errors_before, "the server answered a 5xx (its counters saw it)"
+
+
+def test_client_leaving_mid_body_is_no_error_and_submits_nothing(http_server):
+    import socket
+
+    from ..conftest import wait_for
+
+    errors_before = _server_errors(http_server)
+    host, port = http_server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"model\": ")
+        assert wait_for(lambda: http_server.status()["server"]["open_requests"] == 2)  # it, and this probe
+    assert wait_for(lambda: http_server.status()["server"]["open_requests"] == 1)
+    assert _server_errors(http_server) == errors_before
+    assert http_server.wait_idle()

@@ -56,7 +56,7 @@ def available(layer: str) -> Optional[str]:
     return None if found else f"{needs} is not importable"
 
 
-def _run(layer: str, argv: Sequence[str], ws: Workspace, timeout: float) -> tuple[Optional[int], str, float]:
+def _run(argv: Sequence[str], ws: Workspace, timeout: float) -> tuple[Optional[int], str, float]:
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, *argv], cwd=ws.root, env=ws.env(), stdin=subprocess.DEVNULL,
@@ -69,7 +69,7 @@ def _run(layer: str, argv: Sequence[str], ws: Workspace, timeout: float) -> tupl
 
 def static(ws: Workspace, settings: Settings, timeout: float) -> Outcome:
     """`invariants check` on the copy's engine/: any finding kills (the baseline has none)."""
-    rc, output, seconds = _run("static", ["-m", "invariants", "check", str(ws.engine_dir)], ws, timeout)
+    rc, output, seconds = _run(["-m", "invariants", "check", str(ws.engine_dir)], ws, timeout)
     rules = sorted(set(re.findall(r"^\S.*:\d+:\d+: (INV\d{3}) ", output, re.M)))
     if rc == 1 and rules:
         return Outcome("static", "killed", " ".join(rules), seconds)
@@ -79,9 +79,7 @@ def static(ws: Workspace, settings: Settings, timeout: float) -> Outcome:
 def engine_tests(ws: Workspace, settings: Settings, timeout: float, selection: Sequence[str]) -> Outcome:
     """The engine tests on the copy, stopping at the first failure; a hang is caught by the per-test timeout."""
     argv = ["-m", "pytest", "-x", "-v", "-rfE", "-p", "no:cacheprovider", f"--timeout={settings.test_timeout_s}"]
-    if importlib.util.find_spec("fuzz.pytest_plugin") is None:
-        argv += ["-p", "no:mlx_invariants"]  # the fuzz plugin is declared but not written yet
-    rc, output, seconds = _run("tests", [*argv, *selection], ws, timeout)
+    rc, output, seconds = _run([*argv, *selection], ws, timeout)
     failed = _failed_test(output) if rc == 1 else None
     if failed:
         return Outcome("tests", "killed", failed, seconds)
@@ -102,7 +100,7 @@ def _failed_test(output: str) -> Optional[str]:
 def fuzz(ws: Workspace, settings: Settings, timeout: float, route: str) -> Outcome:
     """The fuzzer's ci profile on one reference route of the copy: a violation kills."""
     argv = ["-m", "invariants.mutants.fuzzing", route, str(ws.root / "fuzz-report" / route)]
-    rc, output, seconds = _run("fuzz", argv, ws, timeout)
+    rc, output, seconds = _run(argv, ws, timeout)
     found = [json.loads(line[len(MARK):]) for line in output.splitlines() if line.startswith(MARK)]
     if rc == 1 and found and found[0]["kind"]:
         return Outcome("fuzz", "killed", f"{route}: {found[0]['kind']}", seconds, found[0]["headline"] or "")

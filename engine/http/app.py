@@ -1,9 +1,10 @@
 """The route list: an OpenAI-compatible Starlette app around one started engine.
 
-Everything here runs on the event loop: body reading, validation,
-tokenization (mlx-lm's tokenizer is pure Python), admission. MLX is reached
-only through `engine.submit`, whose refusals (busy, shutting down, too long)
-are answered before the first response byte.
+Everything here runs on the event loop except tokenization, which may take
+seconds for a long prompt and runs in a worker thread (the tokenizer is
+Python and Rust, never MLX). MLX is reached only through `engine.submit`,
+whose refusals (busy, shutting down, too long) are answered before the first
+response byte.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class GenerationRoute:
         try:
             req = self.parse(await _read_json(request, state.max_body_bytes))
             rid = f"{self.prefix}-{_client_request_id(request) or uuid.uuid4().hex}"
-            pending = _pending(state.engine, req, rid, state.vocab_size)
+            pending = await _pending(state.engine, req, rid, state.vocab_size)
             try:
                 stream = await _submit_unless_gone(state.engine, pending, receive)
             except InvalidRequest as exc:
@@ -131,12 +132,17 @@ def _too_large(max_bytes: int) -> ApiError:
                     "request_too_large")
 
 
-def _pending(engine: Engine, req: schemas.GenerationRequest, rid: str, vocab_size: int) -> Pending:
-    """Check the model, tokenize on the loop and fill in the sampling defaults."""
+async def _pending(engine: Engine, req: schemas.GenerationRequest, rid: str, vocab_size: int) -> Pending:
+    """Check the model, tokenize and fill in the sampling defaults.
+
+    Tokenizing runs in a worker thread: it is pure Python and Rust, never MLX,
+    but a 4 MiB prompt takes seconds, and on the loop that would stall every
+    other request (and /health) for as long.
+    """
     if req.model != engine.model_id:
         raise ApiError(404, f"model {req.model!r} is not served here; this server serves {engine.model_id!r}",
                        "model_not_found", param="model")
-    prompt = _tokenize(engine, req, vocab_size)
+    prompt = await asyncio.to_thread(_tokenize, engine, req, vocab_size)
     room = engine.context_length - len(prompt)
     max_tokens = req.max_tokens if req.max_tokens is not None else max(1, min(schemas.DEFAULT_MAX_TOKENS, room))
     params = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,

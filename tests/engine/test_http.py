@@ -330,3 +330,21 @@ def test_wait_mode_queues_then_refuses_and_a_client_leaving_the_queue_frees_its_
     assert running.read_all().startswith(b"HTTP/1.1 200")
     assert waiter.read_all().startswith(b"HTTP/1.1 200")
     assert server.wait_idle()
+
+
+def test_health_answers_fast_while_a_huge_prompt_is_tokenized(http_server):
+    """About a second of tokenizing: on the loop it would stall every other request that long."""
+    answers: list[httpx.Response] = []
+    body = {"model": http_server.model_id, "prompt": "hello world apple " * 60_000, "max_tokens": 1}
+    sender = threading.Thread(target=lambda: answers.append(
+        httpx.post(http_server.url + "/v1/completions", json=body, timeout=60)))
+    latencies = []
+    with httpx.Client(base_url=http_server.url, timeout=10) as client:
+        client.get("/health")
+        sender.start()
+        while sender.is_alive():
+            started = time.perf_counter()
+            assert client.get("/health").status_code == 200
+            latencies.append(time.perf_counter() - started)
+    assert answers[0].status_code == 400 and answers[0].json()["error"]["code"] == "context_length_exceeded"
+    assert len(latencies) >= 10 and max(latencies) < 0.5, f"/health stalled {max(latencies) * 1000:.0f} ms"

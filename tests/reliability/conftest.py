@@ -51,11 +51,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     found = getattr(item, "funcargs", {}).get("report")
     doc = (getattr(item, "function", None).__doc__ or "").strip().splitlines()
+    known_bug = getattr(result, "wasxfail", None)
     line = {
         "suite": item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_"),
-        "case": item.name,
+        "case": item.name.removeprefix("test_"),
+        "test": item.nodeid,
         "tried": doc[0] if doc else item.name,
         "held": result.passed,
+        "known_bug": known_bug,
         "outcome": (found.outcome if found else "") or _failure_line(result),
         "figures": found.figures if found else {},
         "seconds": round(result.duration, 2),
@@ -69,6 +72,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def _failure_line(result: pytest.TestReport) -> str:
     if result.passed:
         return "held"
+    if getattr(result, "wasxfail", None) is not None:
+        return f"still failing as known: {result.wasxfail}"
     text = str(result.longrepr) if result.longrepr else "failed"
     errors = [l.strip() for l in text.splitlines() if l.lstrip().startswith("E ")]
     return (errors[0].removeprefix("E").strip() if errors else text.splitlines()[-1])[:300]

@@ -120,8 +120,9 @@ def broken(schema: dict[str, Any], fixed: dict[str, st.SearchStrategy] | None = 
             return body, Defect(f"{name!r} as {wrong}", "invalid_type")
         name = draw_(st.sampled_from(bounded))
         sub = properties[name]
-        below = sub.get("minimum", 0) - draw_(st.integers(1, 10**30))
-        above = sub.get("maximum", 0) + draw_(st.integers(1, 10**30))
+        beyond = st.one_of(st.integers(1, 10), st.integers(1, 10**30), st.just(10**30))  # near, anywhere, absurd
+        below = sub.get("minimum", 0) - draw_(beyond)
+        above = sub.get("maximum", 0) + draw_(beyond)
         body[name] = draw_(st.sampled_from([v for v, limit in ((below, "minimum"), (above, "maximum"))
                                             if limit in sub]))
         return body, Defect(f"{name!r} = {body[name]} out of range", "invalid_value")

@@ -212,10 +212,6 @@ def test_sigterm_during_decode_aborts_the_stream_and_exits_0(engine, tmp_path, r
     report.add(tokens=tokens, stream_end_s=round(ended_s, 2))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine/http/relay.py sends the terminal event only after stream.aclose(), which waits (through "
-    "cancellation) for an owner that never returns: the client is dropped when uvicorn gives up and the "
-    "process does not exit until the step returns; remove this mark when SIGTERM is bounded here too"))
 def test_sigterm_with_the_owner_stuck_in_a_step_still_ends_every_client(tmp_path, report):
     """SIGTERM while the owner thread never returns from a decode step: the stream still ends, the process exits 0."""
     reached = tmp_path / "reached"

@@ -1,8 +1,8 @@
 """The route list: an OpenAI-compatible Starlette app around one started engine.
 
-Everything here runs on the event loop except tokenization, which may take
-seconds for a long prompt and runs in a worker thread (the tokenizer is
-Python and Rust, never MLX). MLX is reached only through `engine.submit`,
+Everything here runs on the event loop except parsing, validation and
+tokenization, which may take seconds for a 4 MiB body and run in a worker
+thread (plain Python and the Rust tokenizer, never MLX). MLX is reached only through `engine.submit`,
 whose refusals (busy, shutting down, too long) are answered before the first
 response byte.
 """
@@ -59,7 +59,8 @@ class GenerationRoute:
         request = Request(scope, receive)
         state = request.app.state
         try:
-            req = self.parse(await _read_json(request, state.max_body_bytes))
+            raw = await _read_body(request, state.max_body_bytes)
+            req = await asyncio.to_thread(_parse, self.parse, raw)  # seconds for a pathological 4 MiB body
             rid = f"{self.prefix}-{_client_request_id(request) or uuid.uuid4().hex}"
             pending = await _pending(state.engine, req, rid, state.vocab_size)
             try:
@@ -95,7 +96,11 @@ async def _submit_unless_gone(engine: Engine, pending: Pending, receive: Receive
         raise
 
 
-async def _read_json(request: Request, max_bytes: int) -> Any:
+def _parse(parse: Callable[[Any], schemas.GenerationRequest], raw: bytes) -> schemas.GenerationRequest:
+    return parse(schemas.parse_json(raw))
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
     schemas.check_content_type(request.headers.get("content-type"))
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
@@ -111,11 +116,10 @@ async def _read_json(request: Request, max_bytes: int) -> Any:
         return b"".join(chunks)
 
     try:
-        raw = await asyncio.wait_for(read(), BODY_TIMEOUT_S)
+        return await asyncio.wait_for(read(), BODY_TIMEOUT_S)
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g}s",
                        "request_timeout") from None
-    return schemas.parse_json(raw)
 
 
 def _client_request_id(request: Request) -> str | None:

@@ -332,12 +332,16 @@ def test_wait_mode_queues_then_refuses_and_a_client_leaving_the_queue_frees_its_
     assert server.wait_idle()
 
 
-def test_health_answers_fast_while_a_huge_prompt_is_tokenized(http_server):
-    """About a second of tokenizing: on the loop it would stall every other request that long."""
+@pytest.mark.parametrize("path, body, code", [
+    ("/v1/completions", {"prompt": "hello world apple " * 60_000, "max_tokens": 1}, "context_length_exceeded"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}] * 40_000 + [{"role": "x"}]},
+     "invalid_value"),
+], ids=["tokenizing", "validating"])
+def test_health_answers_fast_while_a_huge_body_is_processed(http_server, path, body, code):
+    """About a second of work per body: on the loop it would stall every other request that long."""
     answers: list[httpx.Response] = []
-    body = {"model": http_server.model_id, "prompt": "hello world apple " * 60_000, "max_tokens": 1}
-    sender = threading.Thread(target=lambda: answers.append(
-        httpx.post(http_server.url + "/v1/completions", json=body, timeout=60)))
+    body = {"model": http_server.model_id, **body}
+    sender = threading.Thread(target=lambda: answers.append(httpx.post(http_server.url + path, json=body, timeout=60)))
     latencies = []
     with httpx.Client(base_url=http_server.url, timeout=10) as client:
         client.get("/health")
@@ -346,5 +350,5 @@ def test_health_answers_fast_while_a_huge_prompt_is_tokenized(http_server):
             started = time.perf_counter()
             assert client.get("/health").status_code == 200
             latencies.append(time.perf_counter() - started)
-    assert answers[0].status_code == 400 and answers[0].json()["error"]["code"] == "context_length_exceeded"
+    assert answers[0].status_code == 400 and answers[0].json()["error"]["code"] == code
     assert len(latencies) >= 10 and max(latencies) < 0.5, f"/health stalled {max(latencies) * 1000:.0f} ms"

@@ -52,6 +52,7 @@ class Injector:
         self._lock = threading.Lock()
         self.deliveries: set[asyncio.Task] = set()
         self.paused = 0
+        self._settle = False
 
     @property
     def undelivered(self) -> list[FaultSpec]:
@@ -74,11 +75,17 @@ class Injector:
             for fault in fired:
                 self._due.remove(fault)
         if not fired:
+            if self._settle and not on_loop:
+                # The first owner-side point after a loop-side delivery waits for the loop to settle,
+                # so whether the owner saw the fault's effects does not depend on thread timing.
+                self._settle = False
+                self._pause_for([])
             return
         raises = [f for f in fired if f.kind == "raise"]
         others = [f for f in fired if f.kind != "raise"]
         if others:
             if on_loop:
+                self._settle = True
                 for fault in others:
                     self._track(self._deliver(fault))
             else:
@@ -96,7 +103,8 @@ class Injector:
         self.paused += 1
         try:
             if not resume.wait(self.cap_s):
-                self.trace.record("fault", "resume-capped", faults[0].at.rid, info={"cap_s": self.cap_s})
+                self.trace.record("fault", "resume-capped", faults[0].at.rid if faults else None,
+                                  info={"cap_s": self.cap_s})
         finally:
             self.paused -= 1
 

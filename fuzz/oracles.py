@@ -169,7 +169,8 @@ def busy_answers_fast(trace: Trace) -> Iterator[Violation]:
     bound = trace.meta.get("busy_bound_s", 1.0)
     for end in trace.of("request", "end"):
         if end.info.get("outcome") == "refused" and end.info.get("elapsed_s", 0.0) > bound:
-            yield Violation("busy-slow", f"{end.rid} was refused after {end.info['elapsed_s']:.2f}s (bound {bound}s)",
+            yield Violation("busy-slow", f"{end.rid} was refused ({end.info.get('code')}) after "
+                                         f"{end.info['elapsed_s']:.2f}s (bound {bound}s)",
                             rid=end.rid)
 
 

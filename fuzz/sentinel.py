@@ -71,14 +71,16 @@ class Sentinel:
         self._inside: dict[int, Event] = {}
         self._owner_token: int | None = None
         self._tls = threading.local()
-        self._patches: list[tuple[Any, str, Any, bool]] = []
+        self._patches: list[tuple[Any, str, Any, bool, Any]] = []
         self._wrapped: set[tuple[str, str]] = set()
         self._finder: _PostImportFinder | None = None
+        self._active = False
 
     # -- lifecycle ---------------------------------------------------------
     def install(self) -> "Sentinel":
         if self._finder is not None:
             raise RuntimeError("this sentinel is already installed")
+        self._active = True
         self._finder = _PostImportFinder(self._on_import, [t.split(":", 1)[0] for t in self.targets])
         sys.meta_path.insert(0, self._finder)
         for name, module in list(sys.modules.items()):
@@ -91,13 +93,29 @@ class Sentinel:
         if self._finder is not None and self._finder in sys.meta_path:
             sys.meta_path.remove(self._finder)
         self._finder = None
-        for obj, attr, original, had_own in reversed(self._patches):
+        self._active = False
+        self._unbind_late_aliases()
+        for obj, attr, original, had_own, wrapper in reversed(self._patches):
+            if vars(obj).get(attr) is not wrapper:
+                continue  # wrapped again by a sentinel still installed: ours now only passes through
             if had_own:
                 setattr(obj, attr, original)
             else:
                 delattr(obj, attr)
         self._patches.clear()
         self._wrapped.clear()
+
+    def _unbind_late_aliases(self) -> None:
+        """`from mlx_lm.generate import stream_generate` run while we were installed bound our wrapper."""
+        originals = {id(wrapper): original for obj, _, original, had_own, wrapper in self._patches
+                     if had_own and isinstance(obj, types.ModuleType)}
+        if not originals:
+            return
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            for key, value in list((namespace or {}).items()):
+                if id(value) in originals and getattr(value, "__mlx_sentinel__", None) is self:
+                    setattr(module, key, originals[id(value)])
 
     def __enter__(self) -> "Sentinel":
         return self.install()
@@ -203,7 +221,7 @@ class Sentinel:
 
     def _patch(self, obj: Any, attr: str, value: Any) -> None:
         had_own = attr in vars(obj)
-        self._patches.append((obj, attr, vars(obj)[attr] if had_own else None, had_own))
+        self._patches.append((obj, attr, vars(obj)[attr] if had_own else None, had_own, value))
         setattr(obj, attr, value)
 
     def _rebind_aliases(self, original: Any, wrapper: Any) -> None:
@@ -221,13 +239,15 @@ class Sentinel:
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def guarded_generator(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                if not sentinel._active:
+                    return fn(*args, **kwargs)
                 return _GuardedGenerator(sentinel, label, fn(*args, **kwargs))
             guarded_generator.__mlx_sentinel__ = sentinel  # type: ignore[attr-defined]
             return guarded_generator
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if sys._getframe(1).f_code.co_name == "__del__":
+            if not sentinel._active or sys._getframe(1).f_code.co_name == "__del__":
                 # A finalizer runs on whichever thread drops the last reference; the wrapped
                 # call is not an entry itself, but any MLX work it does is still seen inside.
                 return fn(*args, **kwargs)

@@ -154,3 +154,13 @@ def test_the_fixture_passes_a_clean_test(mlx_sentinel):
     mlx_sentinel.owner = "MainThread"
     mx.eval(mx.ones(2))
     assert len(mlx_sentinel.trace.of("mlx")) == 1
+
+
+def test_aliases_bound_while_installed_are_restored_too():
+    for name in [m for m in sys.modules if m == "mlx_lm" or m.startswith("mlx_lm.")]:
+        sys.modules.pop(name)
+    with Sentinel(TARGETS):
+        import mlx_lm  # binds mlx_lm.stream_generate to the wrapper while the sentinel is in
+        assert getattr(mlx_lm.stream_generate, "__mlx_sentinel__", None) is not None
+    assert getattr(mlx_lm.stream_generate, "__mlx_sentinel__", None) is None
+    assert mlx_lm.stream_generate is sys.modules["mlx_lm.generate"].stream_generate

@@ -105,9 +105,9 @@ def fuzz(ws: Workspace, settings: Settings, timeout: float, route: str) -> Outco
     found = [json.loads(line[len(MARK):]) for line in output.splitlines() if line.startswith(MARK)]
     if rc == 1 and found and found[0]["kind"]:
         return Outcome("fuzz", "killed", f"{route}: {found[0]['kind']}", seconds, found[0]["headline"] or "")
-    if rc == 0 and found:
-        return Outcome("fuzz", "survived", seconds=seconds)
-    return _other("fuzz", rc if rc != 0 else -1, output, seconds)
+    if rc == 0 and not found:
+        return Outcome("fuzz", "error", "exit 0 without a result line", seconds, output[-TAIL:])
+    return _other("fuzz", rc, output, seconds)
 
 
 def _other(layer: str, rc: Optional[int], output: str, seconds: float) -> Outcome:

@@ -23,7 +23,7 @@ SEED_SCENARIOS: dict[str, Scenario] = {
     # a long prompt's array built on the loop thread, evaluated on the owner
     "array_crosses_threads": _one("cancel", prompt_len=7, route="chat"),
     # long generations handed to a pool thread
-    "worker_on_pool_thread": _one("cancel", max_tokens=9),
+    "worker_on_pool_thread": _one("cancel", "FINISHED", max_tokens=9),
     # shutdown stops the owner and leaves the batch's requests waiting
     "shutdown_leaves_waiters": _one("shutdown", "BEFORE_DECODE", max_tokens=4),
     # an abort reaching a request between leaving the inbox and its first token is dropped

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -49,7 +49,6 @@ class FuzzResult:
     report_dir: Optional[Path] = None
     first_failure_s: Optional[float] = None          # time to the first violating example
     first_failure_examples: Optional[int] = None     # examples run up to and including it
-    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

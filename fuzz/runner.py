@@ -137,6 +137,8 @@ class _Fuzz:
         self.seed_label: Optional[str] = None
         self.shrink_s = 60.0
         self.unconfirmed: list[Failure] = []
+        self._failing: set[str] = set()
+        self._shrink_deadline = 0.0
         self.confirm_runs = 1  # a failure counts (and shrinks) only if it repeats this many times
         self.shrink = True
 
@@ -189,36 +191,9 @@ class _Fuzz:
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (None if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
-        failing: set[str] = set()
-        shrink_deadline: list[float] = []
 
         def property_(scenario: Scenario) -> None:
-            key = scenario.dumps()
-            if failing:
-                if time.monotonic() > shrink_deadline[0] and key not in failing:
-                    return  # shrinking ran out of time: only the known failures still run
-            elif time.monotonic() - self.started > self.budget_s:
-                return
-            self._tick(scenario, "shrink" if failing else "generate")
-            trace, violations = self.run(scenario)
-            if not failing:
-                self.state.examples += 1
-            if not violations:
-                return
-            kind = violations[0].kind
-            if not all(any(v.kind == kind for v in self.run(scenario)[1]) for _ in range(self.confirm_runs)):
-                # A race that did not repeat: keep it in case nothing steadier turns up, but let
-                # neither generation nor shrinking build on it.
-                if not self.unconfirmed:
-                    self.unconfirmed.append(self.failure(scenario, trace, violations))
-                return
-            if not failing:
-                self.first_failure_s = time.monotonic() - self.started
-                self.first_failure_examples = self.state.examples
-                shrink_deadline.append(time.monotonic() + self.shrink_s)
-                self.state.failed = True
-            failing.add(key)
-            raise _violation_type(kind)(scenario, trace, violations)
+            self._example(scenario)
 
         round_number = 0
         while True:
@@ -246,6 +221,35 @@ class _Fuzz:
                 break
             round_number += 1
         return self._unconfirmed()
+
+    def _example(self, scenario: Scenario) -> None:
+        """One Hypothesis example: run it; raise (per violation kind) only if the failure repeats."""
+        key = scenario.dumps()
+        if self._failing:
+            if time.monotonic() > self._shrink_deadline and key not in self._failing:
+                return  # shrinking ran out of time: only the known failures still run
+        elif time.monotonic() - self.started > self.budget_s:
+            return
+        self._tick(scenario, "shrink" if self._failing else "generate")
+        trace, violations = self.run(scenario)
+        if not self._failing:
+            self.state.examples += 1
+        if not violations:
+            return
+        kind = violations[0].kind
+        if not all(any(v.kind == kind for v in self.run(scenario)[1]) for _ in range(self.confirm_runs)):
+            # A race that did not repeat: keep it in case nothing steadier turns up, but let
+            # neither generation nor shrinking build on it.
+            if not self.unconfirmed:
+                self.unconfirmed.append(self.failure(scenario, trace, violations))
+            return
+        if not self._failing:
+            self.first_failure_s = time.monotonic() - self.started
+            self.first_failure_examples = self.state.examples
+            self._shrink_deadline = time.monotonic() + self.shrink_s
+            self.state.failed = True
+        self._failing.add(key)
+        raise _violation_type(kind)(scenario, trace, violations)
 
     def _unconfirmed(self) -> Optional[Failure]:
         """A failure seen once and not on the immediate re-run: reported only if nothing steadier was found."""

@@ -71,7 +71,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         Here `SimpleEngine.submit` calls `_post_serialized`, which enters `async with
         self._generation_lock` after `submit` acquired it.""",
         invariant="no task acquires a lock it already holds",
-        killers=(T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered"),
+        killers=("static:nested re-acquisition", T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered"),
         edits=(
             _serial_handoff("await self._post_serialized(job)"),
             Edit(SERIAL, """
@@ -120,7 +120,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         cancelled) escaped the drain and released the lock early anyway. Here
         `wait_through_cancellation` survives one cancellation and not two.""",
         invariant="the slot outlives the worker through any number of cancellations",
-        killers=(T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[3]", "fuzz:slot-freed-early"),
+        killers=("static:cancellation drain that hides errors",
+                 T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[3]"),
         edits=(Edit(DRAIN, """
             cancelled = False
             while not done.done():

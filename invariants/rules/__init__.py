@@ -1,0 +1,30 @@
+"""The static rules, in id order. Each module holds one rule and its examples."""
+
+from __future__ import annotations
+
+from invariants.rule import Rule
+from invariants.rules.inv101_long_wait_in_request_path import LongWaitInRequestPath
+from invariants.rules.inv102_lock_as_admission_queue import LockAsAdmissionQueue
+from invariants.rules.inv103_undocumented_serialization_lock import UndocumentedSerializationLock
+from invariants.rules.inv104_nested_lock_reacquisition import NestedLockReacquisition
+from invariants.rules.inv105_lock_released_before_worker import LockReleasedBeforeWorker
+from invariants.rules.inv106_cancellation_drain_hides_errors import CancellationDrainHidesErrors
+from invariants.rules.inv107_mlx_off_owner_thread import MlxOffOwnerThread
+from invariants.rules.inv108_blocking_mlx_on_event_loop import BlockingMlxOnEventLoop
+from invariants.rules.inv109_ignored_readiness import IgnoredReadiness
+from invariants.rules.inv110_ready_signalled_on_failure import ReadySignalledOnFailure
+
+RULES: list[type[Rule]] = [
+    LongWaitInRequestPath,
+    LockAsAdmissionQueue,
+    UndocumentedSerializationLock,
+    NestedLockReacquisition,
+    LockReleasedBeforeWorker,
+    CancellationDrainHidesErrors,
+    MlxOffOwnerThread,
+    BlockingMlxOnEventLoop,
+    IgnoredReadiness,
+    ReadySignalledOnFailure,
+]
+
+__all__ = ["RULES", *(r.__name__ for r in RULES)]

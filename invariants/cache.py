@@ -1,0 +1,91 @@
+"""Results of unchanged files, so a re-run reads nothing it has already checked.
+
+Keyed by content hash, under a key made of the tool's version, its own source
+files' sizes and times, and the configuration digest; a file whose size, mtime
+and inode match the last run is not even read. A missing, corrupt or foreign
+cache file is silently rebuilt; a cache that cannot be written is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import invariants
+
+_PACKAGE_DIR = Path(invariants.__file__).parent
+
+
+def tool_fingerprint() -> str:
+    """Changes whenever the checker's own code changes, released or not."""
+    parts = [invariants.__version__]
+    for folder, _, files in os.walk(_PACKAGE_DIR):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                info = os.stat(os.path.join(folder, name))
+                parts.append(f"{name}:{info.st_size}:{info.st_mtime_ns}")
+    return hashlib.sha256("|".join(sorted(parts)).encode()).hexdigest()[:16]
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class Cache:
+    """One JSON file per (tool, config) key in the cache folder."""
+
+    def __init__(self, folder: Path, key: str) -> None:
+        self.folder = folder
+        self.file = folder / f"results-{key}.json"
+        self.stats: dict[str, list[Any]] = {}
+        self.results: dict[str, Any] = {}
+        self.dirty = False
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+            self.stats, self.results = data["stats"], data["results"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+
+    @staticmethod
+    def stat_key(info: os.stat_result) -> list[int]:
+        return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+    def known_hash(self, path: str, info: os.stat_result) -> str | None:
+        entry = self.stats.get(path)
+        if entry and entry[:3] == self.stat_key(info):
+            return entry[3]
+        return None
+
+    def get(self, digest: str) -> Any:
+        return self.results.get(digest)
+
+    def put(self, path: str, info: os.stat_result, digest: str, report: Any) -> None:
+        self.stats[path] = [*self.stat_key(info), digest]
+        self.results[digest] = report
+        self.dirty = True
+
+    def save(self, live_paths: set[str]) -> None:
+        """Write atomically, dropping entries of files that no longer exist in this run's paths."""
+        if not self.dirty:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            gitignore = self.folder / ".gitignore"
+            if not gitignore.exists():
+                gitignore.write_text("# written by invariants check\n*\n", encoding="utf-8")
+            for old in self.folder.glob("results-*.json"):
+                if old != self.file:
+                    old.unlink(missing_ok=True)
+            live_digests = {e[3] for p, e in self.stats.items() if p in live_paths or os.path.exists(p)}
+            self.stats = {p: e for p, e in self.stats.items() if e[3] in live_digests}
+            self.results = {d: r for d, r in self.results.items() if d in live_digests}
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"stats": self.stats, "results": self.results}, handle, separators=(",", ":"))
+            os.replace(tmp, self.file)
+        except OSError:
+            pass

@@ -1,0 +1,89 @@
+"""Check Python files for MLX serving concurrency bugs (exit 0 clean, 1 findings, 2 error)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .)")
+    parser.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
+                        help="output format (default: text, `path:line:col: CODE message`)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the findings to FILE instead of stdout")
+    parser.add_argument("--select", metavar="IDS", help="comma-separated rule ids or prefixes to run (replaces the config's)")
+    parser.add_argument("--ignore", metavar="IDS", help="comma-separated rule ids or prefixes to skip (added to the config's)")
+    parser.add_argument("--config", metavar="PYPROJECT", help="read [tool.invariants] from this file")
+    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="parse in N processes (0: one per core)")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the result cache")
+    parser.add_argument("--report-unused-suppressions", action="store_true",
+                        help="report suppression comments that silence nothing (INV001)")
+    parser.add_argument("--force-exclude", action="store_true",
+                        help="apply excludes to files named on the command line too (use in pre-commit)")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+
+
+def _ids(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip().upper() for part in text.split(",") if part.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from invariants import config, output
+    from invariants.errors import InvariantsError
+
+    try:
+        from invariants.rules import RULES
+        from invariants.runner import check_paths
+
+        if args.jobs < 0:
+            raise InvariantsError(f"--jobs must be 0 (one per core) or more, got {args.jobs}")
+        settings = config.load(Path(args.config) if args.config else None, Path.cwd(), RULES)
+        overrides = {}
+        if args.select is not None:
+            overrides["select"] = _ids(args.select)
+        if args.ignore is not None:
+            overrides["ignore"] = settings.ignore + _ids(args.ignore)
+        if overrides:
+            settings = _override(settings, overrides, RULES)
+        result = check_paths(
+            args.paths, settings, jobs=args.jobs, use_cache=not args.no_cache,
+            report_unused=args.report_unused_suppressions, force_exclude=args.force_exclude,
+        )
+        text = output.render(result.findings, args.format, settings.enabled(RULES))
+        if args.output:
+            Path(args.output).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    except InvariantsError as exc:
+        print(f"invariants: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"invariants: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # an internal error: one line, exit 2, never a raw traceback
+        print(f"invariants: internal error: {type(exc).__name__}: {exc}; please report it with the file that caused it",
+              file=sys.stderr)
+        return 2
+    if not args.quiet:
+        files = "file" if result.files == 1 else "files"
+        found = len(result.findings)
+        print(f"invariants: {found} finding{'s' if found != 1 else ''} in {result.files} {files}", file=sys.stderr)
+    return 0 if args.exit_zero or not result.findings else 1
+
+
+def _override(settings, overrides, rules):
+    from invariants import config
+    from invariants.errors import ConfigError, UsageError
+
+    try:
+        config.check_ids("command line", "--select/--ignore", overrides.get("select", []) + overrides.get("ignore", []),
+                          [r.id for r in rules] + ["INV000", "INV001"])
+    except ConfigError as exc:
+        raise UsageError(str(exc).replace("command line: ", "", 1)) from None
+    for key, value in overrides.items():
+        setattr(settings, key, value)
+    return settings

@@ -1,0 +1,265 @@
+"""`[tool.invariants]` in pyproject.toml: which rules run where, and the names
+and thresholds they use.
+
+    [tool.invariants]
+    select = ["INV"]                  # id prefixes to run
+    ignore = ["INV109"]
+    exclude = ["vendor/", "*_pb2.py"]  # .gitignore syntax, on top of the defaults
+    per-path-ignores = { "tests/**" = ["INV109"] }
+    owner-executors = ["self._mlx_executor"]
+
+    [tool.invariants.INV101]          # one table per rule: its options and scope
+    max-seconds = 10
+    paths = ["engine/**"]
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from invariants.errors import ConfigError
+
+if TYPE_CHECKING:
+    from invariants.rule import Rule
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DEFAULT_EXCLUDE = [
+    ".git/", ".hg/", ".svn/", ".venv/", "venv/", ".tox/", ".nox/", ".eggs/", "*.egg-info/",
+    "__pycache__/", "build/", "dist/", "node_modules/", ".mypy_cache/", ".pytest_cache/",
+    ".ruff_cache/", ".invariants_cache/",
+]
+
+# Shared keys: names several rules agree on. Globs match a whole dotted name
+# (`self._mlx_executor`) or its last part (`_mlx_executor`), case-insensitively.
+SHARED_DEFAULTS: dict[str, Any] = {
+    "lock-names": ["*lock", "*_lock_*", "*mutex*", "*semaphore*", "*_sem", "sem"],
+    "owner-executors": [],
+    "shield-helpers": [],
+    "model-names": [
+        "model", "_model", "draft_model", "_draft_model", "text_model", "_text_model", "language_model",
+    ],
+    "event-names": ["*event*", "*ready*", "*started*", "*stopped*", "*done*", "*finished*", "*_evt"],
+    "readiness-waits": ["wait_ready", "wait_until_ready", "wait_for_ready", "wait_started", "wait_idle", "wait_stopped"],
+}
+
+TOP_LEVEL_DEFAULTS: dict[str, Any] = {
+    "select": ["INV"],
+    "ignore": [],
+    "exclude": [],
+    "respect-gitignore": True,
+    "per-path-ignores": {},
+    "cache-dir": ".invariants_cache",
+    "max-file-bytes": 2_000_000,
+    **SHARED_DEFAULTS,
+}
+
+
+def matches_name(text: str | None, patterns: list[str]) -> bool:
+    """True when `text` or its last dotted part matches one of the globs."""
+    if not text:
+        return False
+    low = text.lower()
+    last = low.rsplit(".", 1)[-1]
+    return any(fnmatch.fnmatchcase(low, p.lower()) or fnmatch.fnmatchcase(last, p.lower()) for p in patterns)
+
+
+def matches_path(relpath: str, patterns: list[str]) -> bool:
+    """Glob match of a '/'-separated path relative to the project root; `**` spans folders."""
+    return any(_glob(relpath, p) for p in patterns)
+
+
+def _glob(relpath: str, pattern: str) -> bool:
+    pattern = pattern.rstrip("/")
+    if fnmatch.fnmatchcase(relpath, pattern) or fnmatch.fnmatchcase(relpath, pattern + "/*"):
+        return True
+    if pattern.startswith("**/"):
+        return _glob(relpath, pattern[3:]) or any(
+            _glob(relpath[i + 1 :], pattern[3:]) for i, ch in enumerate(relpath) if ch == "/"
+        )
+    return False
+
+
+@dataclass
+class Settings:
+    """The resolved configuration of one run."""
+
+    root: Path
+    source: str  # where it came from, for error messages
+    select: list[str]
+    ignore: list[str]
+    exclude: list[str]
+    respect_gitignore: bool
+    per_path_ignores: dict[str, list[str]]
+    cache_dir: Path
+    max_file_bytes: int
+    shared: dict[str, Any]
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rule_paths: dict[str, list[str]] = field(default_factory=dict)
+
+    def enabled(self, rules: list[type[Rule]]) -> list[type[Rule]]:
+        return [r for r in rules if selected(r.id, self.select, self.ignore)]
+
+    def options_for(self, rule: type[Rule]) -> dict[str, Any]:
+        return {**self.shared, **rule.options, **self.rule_options.get(rule.id, {})}
+
+    def applies(self, rule_id: str, relpath: str) -> bool:
+        """Whether a finding of `rule_id` in `relpath` is in scope and not ignored there."""
+        paths = self.rule_paths.get(rule_id)
+        if paths and not matches_path(relpath, paths):
+            return False
+        for pattern, ids in self.per_path_ignores.items():
+            if any(rule_id.startswith(i) for i in ids) and matches_path(relpath, [pattern]):
+                return False
+        return True
+
+    def digest(self) -> str:
+        """Hash of everything that changes what a file's findings are."""
+        payload = {
+            "select": self.select, "ignore": self.ignore, "shared": self.shared,
+            "rule_options": self.rule_options, "max": self.max_file_bytes,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def selected(rule_id: str, select: list[str], ignore: list[str]) -> bool:
+    if not any(rule_id.startswith(s) for s in select):
+        return False
+    longest_select = max(len(s) for s in select if rule_id.startswith(s))
+    longest_ignore = max((len(i) for i in ignore if rule_id.startswith(i)), default=-1)
+    return longest_select > longest_ignore
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start`, preferring one with [tool.invariants]."""
+    first = None
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            first = first or candidate
+            try:
+                if "[tool.invariants" in candidate.read_text(encoding="utf-8", errors="replace"):
+                    return candidate
+            except OSError:
+                continue
+    return first
+
+
+def load(config_path: Path | None, cwd: Path, rules: list[type[Rule]]) -> Settings:
+    """Settings from `config_path`, or from the nearest pyproject.toml, or the defaults."""
+    explicit = config_path is not None
+    path = config_path if explicit else find_pyproject(cwd)
+    table: dict[str, Any] = {}
+    source = "defaults"
+    root = cwd
+    if path is not None:
+        source = str(path)
+        root = path.resolve().parent
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file; pass an existing pyproject.toml to --config") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read it ({exc}); fix the file or pass another with --config") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+        tool = data.get("tool", {})
+        table = tool.get("invariants", {}) if isinstance(tool, dict) else {}
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [tool.invariants] must be a table")
+    return from_table(table, root, source, rules)
+
+
+def from_table(table: dict[str, Any], root: Path, source: str, rules: list[type[Rule]]) -> Settings:
+    """Validate a `[tool.invariants]` table; every mistake names the key and the fix."""
+    by_id = {r.id: r for r in rules}
+    values = dict(TOP_LEVEL_DEFAULTS)
+    rule_options: dict[str, dict[str, Any]] = {}
+    rule_paths: dict[str, list[str]] = {}
+    for key, value in table.items():
+        if key in by_id:
+            options, paths = _rule_table(source, by_id[key], value)
+            rule_options[key] = options
+            if paths is not None:
+                rule_paths[key] = paths
+        elif key in TOP_LEVEL_DEFAULTS:
+            values[key] = _typed(source, key, value, TOP_LEVEL_DEFAULTS[key])
+        else:
+            known = ", ".join(sorted(TOP_LEVEL_DEFAULTS))
+            raise ConfigError(f"{source}: unknown key '{key}' in [tool.invariants]; known keys: {known}, or a rule id table")
+    ids = [r.id for r in rules] + ["INV000", "INV001"]
+    for key in ("select", "ignore"):
+        check_ids(source, key, values[key], ids)
+    for pattern, listed in values["per-path-ignores"].items():
+        if not isinstance(listed, list) or not all(isinstance(i, str) for i in listed):
+            raise ConfigError(f"{source}: per-path-ignores['{pattern}'] must be a list of rule ids")
+        check_ids(source, f"per-path-ignores['{pattern}']", listed, ids)
+    cache_dir = Path(values["cache-dir"])
+    return Settings(
+        root=root,
+        source=source,
+        select=values["select"],
+        ignore=values["ignore"],
+        exclude=[*DEFAULT_EXCLUDE, *values["exclude"]],
+        respect_gitignore=values["respect-gitignore"],
+        per_path_ignores=values["per-path-ignores"],
+        cache_dir=cache_dir if cache_dir.is_absolute() else root / cache_dir,
+        max_file_bytes=values["max-file-bytes"],
+        shared={k: values[k] for k in SHARED_DEFAULTS},
+        rule_options=rule_options,
+        rule_paths=rule_paths,
+    )
+
+
+def _rule_table(source: str, rule: type[Rule], value: Any) -> tuple[dict[str, Any], list[str] | None]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: [tool.invariants.{rule.id}] must be a table of options")
+    options: dict[str, Any] = {}
+    paths = None
+    for key, item in value.items():
+        where = f"{rule.id}.{key}"
+        if key == "paths":
+            paths = _typed(source, where, item, [])
+        elif key in rule.options:
+            options[key] = _typed(source, where, item, rule.options[key])
+        elif key in SHARED_DEFAULTS:
+            options[key] = _typed(source, where, item, SHARED_DEFAULTS[key])
+        else:
+            known = ", ".join(sorted([*rule.options, "paths", *SHARED_DEFAULTS]))
+            raise ConfigError(f"{source}: unknown option '{key}' for {rule.id}; known options: {known}")
+    return options, paths
+
+
+def _typed(source: str, key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    elif isinstance(default, list):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif isinstance(default, dict):
+        ok = isinstance(value, dict)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        kind = {bool: "true or false", int: "a non-negative number", float: "a non-negative number",
+                list: "a list of strings", dict: "a table", str: "a string"}[type(default)]
+        raise ConfigError(f"{source}: '{key}' must be {kind}, got {value!r}")
+    return value
+
+
+def check_ids(source: str, key: str, ids: list[str], known: list[str]) -> None:
+    for prefix in ids:
+        if not any(k.startswith(prefix) for k in known):
+            raise ConfigError(
+                f"{source}: '{key}' names '{prefix}', which matches no rule; run `invariants rules` for the ids"
+            )

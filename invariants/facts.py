@@ -1,0 +1,120 @@
+"""What one walk learns about a file, for the rules that decide at the end.
+
+Which names and attributes are assigned what (`self._lock = asyncio.Lock()`),
+which calls each function makes, and which numbers module constants hold.
+Names are resolved when the call is seen, so function-local imports count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import libcst as cst
+
+
+class CallSite:
+    """One call: its node, its qualified callee (if imported), its dotted text, its key."""
+
+    __slots__ = ("node", "qual", "text", "key")
+
+    def __init__(self, node: cst.Call, qual: str | None, text: str | None, key: str | None) -> None:
+        self.node = node
+        self.qual = qual
+        self.text = text
+        self.key = key
+
+
+class FunctionFacts:
+    """A def, async def or lambda: its key (`f`, `Class.method`) and the calls in its own body."""
+
+    __slots__ = ("node", "key", "is_async", "calls", "class_name")
+
+    def __init__(self, node: cst.CSTNode, key: str | None, is_async: bool, class_name: str | None) -> None:
+        self.node = node
+        self.key = key
+        self.is_async = is_async
+        self.class_name = class_name
+        self.calls: list[CallSite] = []
+
+
+class Assignment:
+    """`target = value`, with the qualified name of `value`'s callee when it is a call."""
+
+    __slots__ = ("value", "call_qual")
+
+    def __init__(self, value: cst.BaseExpression, call_qual: str | None) -> None:
+        self.value = value
+        self.call_qual = call_qual
+
+
+class Facts:
+    def __init__(self) -> None:
+        self.functions: dict[int, FunctionFacts] = {}
+        self.by_key: dict[str, list[FunctionFacts]] = {}
+        self.assigned: dict[str, list[Assignment]] = {}
+        self.constants: dict[str, float] = {}
+        self.imports_mlx = False
+
+    def add_function(self, facts: FunctionFacts) -> None:
+        self.functions[id(facts.node)] = facts
+        if facts.key:
+            self.by_key.setdefault(facts.key, []).append(facts)
+
+    def assign(self, key: str, value: cst.BaseExpression, call_qual: str | None) -> None:
+        self.assigned.setdefault(key, []).append(Assignment(value, call_qual))
+
+    def constructed_by(self, key: str | None) -> set[str]:
+        """Qualified callees whose results were assigned to `key` anywhere in the file."""
+        if key is None:
+            return set()
+        return {a.call_qual for a in self.assigned.get(key, ()) if a.call_qual}
+
+    def callees(self, fn: FunctionFacts) -> Iterator[FunctionFacts]:
+        """Functions of this file that `fn` calls by name or as `self.method`."""
+        for site in fn.calls:
+            if site.key:
+                yield from self.by_key.get(site.key, ())
+
+    def first_reaching(self, fn: FunctionFacts, direct: Callable[[CallSite], str | None]) -> str | None:
+        """What `fn` reaches, directly or through the file's own functions: `direct`'s answer or None."""
+        seen: set[int] = set()
+        stack = [fn]
+        while stack:
+            current = stack.pop()
+            if id(current.node) in seen:
+                continue
+            seen.add(id(current.node))
+            for site in current.calls:
+                what = direct(site)
+                if what:
+                    return what
+            stack.extend(self.callees(current))
+        return None
+
+
+def number(expr: cst.BaseExpression, constants: dict[str, float]) -> float | None:
+    """The value of a constant number expression (`120`, `2 * 60`, `TIMEOUT`), else None."""
+    if isinstance(expr, cst.Integer | cst.Float):
+        try:
+            return float(expr.evaluated_value)
+        except (ValueError, OverflowError):
+            return None
+    if isinstance(expr, cst.Name):
+        return constants.get(expr.value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        value = number(expr.expression, constants)
+        return None if value is None else -value
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = number(expr.left, constants), number(expr.right, constants)
+        if left is None or right is None:
+            return None
+        op = expr.operator
+        if isinstance(op, cst.Multiply):
+            return left * right
+        if isinstance(op, cst.Add):
+            return left + right
+        if isinstance(op, cst.Subtract):
+            return left - right
+        if isinstance(op, cst.Divide) and right:
+            return left / right
+    return None

@@ -1,0 +1,63 @@
+"""What counts as a lock, a timeout, and a lock acquisition."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from invariants.config import matches_name
+from invariants.names import dotted
+
+if TYPE_CHECKING:
+    from invariants.walker import FileContext
+
+MUTEXES = frozenset({
+    "asyncio.Lock", "asyncio.locks.Lock", "threading.Lock", "threading.RLock", "anyio.Lock",
+    "asyncio.Condition", "threading.Condition", "multiprocessing.Lock", "trio.Lock",
+})
+SEMAPHORES = frozenset({
+    "asyncio.Semaphore", "asyncio.BoundedSemaphore", "asyncio.locks.Semaphore", "threading.Semaphore",
+    "threading.BoundedSemaphore", "anyio.Semaphore", "anyio.CapacityLimiter", "trio.Semaphore",
+})
+LOCKS = MUTEXES | SEMAPHORES
+# Locks a second `async with` in the same task deadlocks on.
+NON_REENTRANT_ASYNC = frozenset({"asyncio.Lock", "asyncio.locks.Lock", "anyio.Lock", "asyncio.Condition", "trio.Lock"})
+TIMEOUT_SCOPES = frozenset({
+    "asyncio.timeout", "asyncio.timeouts.timeout", "anyio.fail_after", "anyio.move_on_after",
+    "async_timeout.timeout", "trio.fail_after", "trio.move_on_after",
+})
+WAIT_FOR = frozenset({"asyncio.wait_for", "asyncio.tasks.wait_for"})
+
+
+def lock_classes(expr: cst.BaseExpression, ctx: FileContext) -> set[str]:
+    """The lock classes `expr` was built from in this file (`{'asyncio.Lock'}`), if any."""
+    return ctx.facts.constructed_by(ctx.key(expr)) & LOCKS
+
+
+def is_lock(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    """Built from a lock class in this file, or named like one (`lock-names`)."""
+    if isinstance(expr, cst.Call):
+        return ctx.resolve(expr.func) in LOCKS
+    if lock_classes(expr, ctx):
+        return True
+    built = ctx.facts.constructed_by(ctx.key(expr))
+    # Named like a lock but built from something else we know (a pool, a nullcontext): trust the value.
+    if built and not built & LOCKS:
+        return False
+    return matches_name(dotted(expr), ctx.shared["lock-names"])
+
+
+def is_timeout_scope(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    return isinstance(expr, cst.Call) and ctx.resolve(expr.func) in TIMEOUT_SCOPES
+
+
+def acquired_lock(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`X` for `X.acquire()`, else None."""
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "acquire"
+    ):
+        return expr.func.value
+    return None

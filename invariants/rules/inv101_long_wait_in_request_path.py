@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from invariants.facts import number
+from invariants.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
+from invariants.names import dotted
+from invariants.offload import keyword, positional
+from invariants.rule import Invalid, Rule, Valid
+
+
+class LongWaitInRequestPath(Rule):
+    """A request that waits for minutes holds its connection, its memory and its
+    client's patience, and every request behind it waits longer still: under
+    load the queue only grows. A long `wait_for`/`timeout` in a request path is
+    an unbounded queue with a deadline nobody reaches; waiting on a lock's
+    `acquire()` under a timeout is an admission queue in disguise. Decide
+    admission before the work starts: fail fast with a retryable busy error
+    (HTTP 503 + Retry-After), or wait briefly."""
+
+    id = "INV101"
+    catches = "a wait_for/timeout of at least max-seconds, or any wait_for on a lock's acquire()"
+    message = "{what}: fail fast with a retryable busy error (503 + Retry-After) instead of queueing the request"
+    known_problems = (
+        "Sees constant timeouts only (literals, arithmetic on them, module-level constants); a timeout read "
+        "from config or a parameter is not judged. Flags long waits in any async def, including ones that "
+        "wait on the network rather than on a slot: raise max-seconds or use per-path-ignores there."
+    )
+    options = {"max-seconds": 5.0}
+    triggers = (("wait_for", "timeout", "fail_after", "move_on_after"),)
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+
+            async def handle(engine, request):
+                return await asyncio.wait_for(engine.generate(request), timeout=120)  # expect: INV101
+        '''),
+        Invalid('''
+            import asyncio as aio
+
+            async def admit(self):
+                await aio.wait_for(self._generation_lock.acquire(), timeout=1.0)  # expect: INV101
+        '''),
+        Invalid('''
+            async def handle(engine, request):
+                from asyncio import timeout
+                async with timeout(60):  # expect: INV101
+                    return await engine.generate(request)
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+
+            async def handle(engine, request):
+                return await asyncio.wait_for(engine.generate(request), timeout=2)
+        '''),
+        Valid('''
+            import asyncio as aio
+
+            async def admit(self):
+                if self._generation_lock.locked():
+                    raise Busy(retry_after=1)
+                await self._generation_lock.acquire()
+        '''),
+        Valid('''
+            async def handle(engine, request):
+                from asyncio import timeout
+                async with timeout(2):
+                    return await engine.generate(request)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def handle(engine, request, deadline):
+                return await asyncio.wait_for(engine.generate(request), timeout=deadline)
+        '''),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.ctx.in_async:
+            return
+        qual = self.ctx.resolve(node.func)
+        limit = float(self.opts["max-seconds"])
+        if qual in WAIT_FOR:
+            awaited = positional(node, 0) or keyword(node, "fut")
+            lock = acquired_lock(awaited) if awaited is not None else None
+            if lock is not None:
+                what = f"`wait_for({dotted(lock) or 'lock'}.acquire())` is a wait-mode admission queue"
+                self.report(node, what=what)
+                return
+            timeout = keyword(node, "timeout") or positional(node, 1)
+            self._judge(node, "wait_for", timeout, limit)
+        elif qual in TIMEOUT_SCOPES:
+            delay = positional(node, 0) or keyword(node, "delay")
+            self._judge(node, qual.rsplit(".", 1)[-1], delay, limit)
+
+    def _judge(self, node: cst.Call, name: str, value: cst.BaseExpression | None, limit: float) -> None:
+        seconds = None if value is None else number(value, self.ctx.facts.constants)
+        if seconds is not None and seconds >= limit:
+            self.report(node, what=f"`{name}` waits up to {seconds:g} s (limit {limit:g} s, max-seconds)")

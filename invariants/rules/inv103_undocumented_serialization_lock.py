@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from invariants.config import matches_name
+from invariants.locks import MUTEXES
+from invariants.names import dotted
+from invariants.rule import Invalid, Rule, Valid
+
+
+class UndocumentedSerializationLock(Rule):
+    """A lock that serializes MLX exists for one reason: two threads must never
+    encode Metal command buffers at once. Without a comment saying so, the next
+    change reuses it as a request-admission gate ("just wait for the lock"), and
+    requests start queueing for minutes behind it. The comment is the contract:
+    it says the lock serializes Metal/command-buffer (MLX) access and is not an
+    admission gate, so admission stays a separate, fail-fast decision."""
+
+    id = "INV103"
+    catches = "an MLX serialization lock without a comment saying it is not an admission gate"
+    message = (
+        "say in a comment above `{name}` that it serializes Metal command-buffer (MLX) access "
+        "and is not an admission gate ({missing})"
+    )
+    known_problems = (
+        "Checks the comment's words, not its truth; only locks whose names match `names` are checked, "
+        "and only where they are created."
+    )
+    options = {
+        "names": [
+            "*generation*lock*", "*lock*generation*", "*mlx*lock*", "*lock*mlx*", "*metal*lock*", "*lock*metal*",
+        ],
+        "about-keywords": ["metal", "command buffer", "command-buffer", "mlx"],
+        "not-admission-keywords": [
+            "not an admission", "not a request-admission", "not a request admission", "not admission",
+            "not an admission gate", "not a queue", "never an admission",
+        ],
+    }
+    triggers = (("Lock", "Condition"),)
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                def __init__(self):
+                    # Lock to serialize MLX operations.
+                    self._generation_lock = asyncio.Lock()  # expect: INV103
+        '''),
+        Invalid('''
+            import threading
+
+            MLX_LOCK = threading.Lock()  # expect: INV103
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                def __init__(self):
+                    # Lock to serialize MLX operations: it guards Metal command-buffer
+                    # access only and is not an admission gate (admission fails fast).
+                    self._generation_lock = asyncio.Lock()
+        '''),
+        Valid('''
+            import threading
+
+            MLX_LOCK = threading.Lock()  # serializes Metal command buffers; not an admission gate
+        '''),
+    ]
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        for small in node.body:
+            if isinstance(small, cst.Assign):
+                targets = [t.target for t in small.targets]
+                value = small.value
+            elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                targets, value = [small.target], small.value
+            else:
+                continue
+            if not isinstance(value, cst.Call) or self.ctx.resolve(value.func) not in MUTEXES:
+                continue
+            for target in targets:
+                name = dotted(target)
+                if matches_name(name, self.opts["names"]):
+                    self._judge(node, target, name or "lock")
+
+    def _judge(self, statement: cst.SimpleStatementLine, target: cst.BaseExpression, name: str) -> None:
+        text = " ".join(_comments(statement)).lower()
+        missing = []
+        if not any(k.lower() in text for k in self.opts["about-keywords"]):
+            missing.append("no mention of Metal/MLX")
+        if not any(k.lower() in text for k in self.opts["not-admission-keywords"]):
+            missing.append("no 'not an admission gate'")
+        if missing:
+            self.report(target, name=name, missing=", ".join(missing))
+
+
+def _comments(statement: cst.SimpleStatementLine) -> list[str]:
+    """The comment beside the statement and the comment block directly above it."""
+    found = []
+    if statement.trailing_whitespace.comment is not None:
+        found.append(statement.trailing_whitespace.comment.value)
+    for line in reversed(statement.leading_lines):
+        if line.comment is None:
+            break
+        found.append(line.comment.value)
+    return found

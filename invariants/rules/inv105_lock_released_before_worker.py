@@ -1,0 +1,242 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from invariants.blocks import Blocks, WithItem
+from invariants.config import matches_name
+from invariants.locks import is_lock
+from invariants.names import dotted, terminal
+from invariants.offload import Handoff, handoff, is_owner_executor, keyword, positional
+from invariants.rule import Invalid, Rule, Valid
+from invariants.walker import descendants
+
+CANCELLED = frozenset({
+    "asyncio.CancelledError", "asyncio.exceptions.CancelledError", "concurrent.futures.CancelledError",
+})
+_TASK_MAKERS = frozenset({"asyncio.create_task", "asyncio.ensure_future"})
+
+
+@dataclass
+class _Candidate:
+    node: cst.Await
+    statement: cst.CSTNode | None
+    locks: list[WithItem]
+    work: Handoff
+
+
+def catches_cancellation(handler: cst.ExceptHandler, ctx) -> bool:
+    """`except:`, `except BaseException`, or an except naming CancelledError."""
+    if handler.type is None:
+        return True
+    types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    for kind in types:
+        qual = ctx.resolve(kind) or dotted(kind)
+        if qual in CANCELLED or qual == "BaseException" or (qual or "").endswith("CancelledError"):
+            return True
+    return False
+
+
+class LockReleasedBeforeWorker(Rule):
+    """Cancelling the waiter (a client disconnect, a timeout) raises
+    CancelledError at the `await`, which leaves `async with lock` and frees the
+    lock while the worker thread is still inside MLX. The next request takes the
+    lock and enters MLX alongside it, and Metal aborts ("A command encoder is
+    already encoding to this command buffer"). The lock must stay held until the
+    worker returns: run it as a task, await it through `asyncio.shield`, and on
+    cancellation await the task again before re-raising."""
+
+    id = "INV105"
+    catches = "a worker thread awaited inside `async with lock` without shield + drain on cancel"
+    message = (
+        "cancelling this await leaves `async with {lock}` while the worker thread still runs: "
+        "create a task, `await asyncio.shield(task)`, and on CancelledError await the task before re-raising"
+    )
+    known_problems = (
+        "Sees the worker only when it is awaited in the lock's block itself (directly, through "
+        "`asyncio.shield`, or as a task created in the same function); a helper coroutine that does the "
+        "offload is not followed. Work sent to an owner executor is exempt: its queue keeps MLX serialized."
+    )
+    triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("async",))
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    async with self._mlx_lock:
+                        return await asyncio.to_thread(step)  # expect: INV105
+        '''),
+        Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    loop = asyncio.get_running_loop()
+                    async with self._generation_lock:
+                        return await loop.run_in_executor(None, step)  # expect: INV105
+        '''),
+        Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    async with self._mlx_lock:
+                        task = asyncio.create_task(asyncio.to_thread(step))
+                        return await asyncio.shield(task)  # expect: INV105
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    async with self._mlx_lock:
+                        task = asyncio.create_task(asyncio.to_thread(step))
+                        try:
+                            return await asyncio.shield(task)
+                        except asyncio.CancelledError:
+                            try:
+                                await task
+                            except Exception:
+                                logger.warning("worker failed after cancel", exc_info=True)
+                            raise
+        '''),
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    loop = asyncio.get_running_loop()
+                    async with self._generation_lock:
+                        return await loop.run_in_executor(self._mlx_executor, step)
+        ''', options={"owner-executors": ["self._mlx_executor"]}),
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    async with self._mlx_lock:
+                        task = asyncio.create_task(asyncio.to_thread(step))
+                        try:
+                            return await asyncio.shield(task)
+                        finally:
+                            await asyncio.wait([task])
+        '''),
+        Valid('''
+            import asyncio
+            import anyio
+
+            class SimpleEngine:
+                async def generate(self, step):
+                    async with self._mlx_lock:
+                        with anyio.CancelScope(shield=True):
+                            return await anyio.to_thread.run_sync(step)
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.blocks = Blocks(ctx)
+        self.tasks: dict[tuple[int, str], Handoff] = {}
+        self.candidates: list[_Candidate] = []
+
+    def visit_With(self, node: cst.With) -> None:
+        self.blocks.enter_with(node)
+
+    def leave_With(self, node: cst.With) -> None:
+        self.blocks.leave_with(node)
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self.blocks.enter_try(node)
+
+    def leave_Try(self, node: cst.Try) -> None:
+        self.blocks.leave_try(node)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.blocks.enter_clause(node)
+
+    def visit_Else(self, node: cst.Else) -> None:
+        self.blocks.enter_clause(node)
+
+    def visit_Finally(self, node: cst.Finally) -> None:
+        self.blocks.enter_clause(node)
+
+    def _work(self, expr: cst.BaseExpression) -> Handoff | None:
+        if isinstance(expr, cst.Call) and self.ctx.resolve(expr.func) == "asyncio.wrap_future":
+            expr = positional(expr, 0) or keyword(expr, "future")
+        return handoff(expr, self.ctx) if isinstance(expr, cst.Call) else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if not self.ctx.in_async or not isinstance(value, cst.Call):
+            return
+        if self.ctx.resolve(value.func) in _TASK_MAKERS or terminal(value.func) in ("create_task", "ensure_future"):
+            inner = positional(value, 0)
+            work = self._work(inner) if inner is not None else None
+            if work is not None:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name):
+                        self.tasks[(id(self.ctx.scope.top.node), target.target.value)] = work
+
+    def visit_Await(self, node: cst.Await) -> None:
+        if not self.ctx.in_async:
+            return
+        withs = self.blocks.withs
+        locks = [w for w in withs if w.is_async]
+        if not locks:
+            return
+        expr = node.expression
+        shielded = isinstance(expr, cst.Call) and self.ctx.resolve(expr.func) == "asyncio.shield"
+        if shielded:
+            expr = positional(expr, 0)
+        task = expr.value if isinstance(expr, cst.Name) else None
+        work = self.tasks.get((id(self.ctx.scope.top.node), task)) if task else self._work(expr)
+        if work is None:
+            return
+        innermost = ([w for w in locks if is_lock(w.expr, self.ctx)] or locks)[-1]
+        if shielded and task and self._drained(task, innermost.tries):
+            return
+        if task and any(not t.in_body for t in self.blocks.tries[innermost.tries :]):
+            return  # the drain itself, in a handler or finally inside the lock's block
+        if any(self._shields(w) for w in withs):
+            return
+        self.ctx.pin(work.executor, work.target)
+        self.candidates.append(_Candidate(node, self.ctx.statement, locks, work))
+
+    def _shields(self, item: WithItem) -> bool:
+        expr = item.expr
+        if isinstance(expr, cst.Call):
+            if self.ctx.resolve(expr.func) in ("anyio.CancelScope", "trio.CancelScope"):
+                shield = keyword(expr, "shield")
+                return isinstance(shield, cst.Name) and shield.value == "True"
+            expr = expr.func
+        return matches_name(dotted(expr), self.ctx.shared["shield-helpers"])
+
+    def _drained(self, task: str, first_try: int) -> bool:
+        """A try inside the lock's block awaits `task` again on cancellation (in a handler or finally)."""
+        for open_try in self.blocks.tries[first_try:]:
+            if not open_try.in_body:
+                continue
+            node = open_try.node
+            clauses = [h.body for h in node.handlers if catches_cancellation(h, self.ctx)]
+            if node.finalbody is not None:
+                clauses.append(node.finalbody.body)
+            for clause in clauses:
+                for inner in descendants(clause, (cst.FunctionDef, cst.Lambda)):
+                    if isinstance(inner, cst.Await) and any(
+                        isinstance(n, cst.Name) and n.value == task for n in [inner.expression, *descendants(inner)]
+                    ):
+                        return True
+        return False
+
+    def end(self) -> None:
+        for candidate in self.candidates:
+            locks = [w for w in candidate.locks if is_lock(w.expr, self.ctx)]
+            if not locks or is_owner_executor(candidate.work.executor, self.ctx):
+                continue
+            lock = dotted(locks[-1].expr) or "lock"
+            self.ctx.report_at(self.id, candidate.node, candidate.statement, self.message.format(lock=lock))

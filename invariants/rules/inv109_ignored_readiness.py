@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from invariants.config import matches_name
+from invariants.names import dotted, terminal
+from invariants.offload import handoff, keyword, positional
+from invariants.rule import Invalid, Rule, Valid
+
+EVENTS = frozenset({
+    "threading.Event", "multiprocessing.Event", "threading.Condition", "multiprocessing.synchronize.Event",
+})
+
+
+class IgnoredReadiness(Rule):
+    """`Event.wait(timeout)` and `wait_ready(...)` return False when the time
+    runs out. Dropping that bool turns "the owner thread never started" or "the
+    worker never reached the point" into silence: startup reports healthy with
+    no thread behind it, and a test goes on to check a scenario that never
+    happened, and passes. Check the result and fail loudly."""
+
+    id = "INV109"
+    catches = "the bool of Event.wait(timeout) or wait_ready() dropped"
+    message = "the result of `{call}` is dropped, so a timeout passes silently: check it (`if not ...: raise`)"
+    known_problems = (
+        "Knows an event by its constructor in this file or by its name (event-names), and readiness "
+        "functions by name (readiness-waits). `Thread.join(timeout)` returns nothing and is not judged."
+    )
+    triggers = ((".wait", "wait_"),)
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+            import threading
+
+            async def test_cancel_keeps_slot(engine):
+                first_started = threading.Event()
+                task = asyncio.create_task(engine.generate("first"))
+                await asyncio.to_thread(first_started.wait, 1.0)  # expect: INV109
+                task.cancel()
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def serve(servicer, health):
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, servicer.wait_ready)  # expect: INV109
+                health.set_serving()
+        '''),
+        Invalid('''
+            def start(owner):
+                owner.start()
+                owner.ready.wait(timeout=30)  # expect: INV109
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+            import threading
+
+            async def test_cancel_keeps_slot(engine):
+                first_started = threading.Event()
+                task = asyncio.create_task(engine.generate("first"))
+                assert await asyncio.to_thread(first_started.wait, 1.0), "first worker never started"
+                task.cancel()
+        '''),
+        Valid('''
+            import asyncio
+
+            async def serve(servicer, health):
+                loop = asyncio.get_running_loop()
+                if not await loop.run_in_executor(None, servicer.wait_ready):
+                    raise RuntimeError("the generation thread failed to start; see its log")
+                health.set_serving()
+        '''),
+        Valid('''
+            def start(owner):
+                owner.start()
+                if not owner.ready.wait(timeout=30):
+                    raise RuntimeError("owner thread not ready after 30 s")
+        '''),
+        Valid('''
+            import asyncio
+
+            async def wait_shutdown(stop: asyncio.Event):
+                await stop.wait()
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.candidates: list[tuple[cst.CSTNode, cst.BaseExpression, bool, cst.CSTNode | None]] = []
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        value = node.value
+        if isinstance(value, cst.Await):
+            value = value.expression
+        if not isinstance(value, cst.Call):
+            return
+        work = handoff(value, self.ctx)
+        if work is not None:
+            if work.target is None:
+                return
+            # The handoff's extra arguments are the callable's arguments.
+            skip = 2 if work.how == "run_in_executor" else 1
+            has_timeout = len([a for a in value.args if a.keyword is None]) > skip or keyword(value, "timeout") is not None
+            self._candidate(value, work.target, has_timeout)
+            return
+        has_timeout = positional(value, 0) is not None or keyword(value, "timeout") is not None
+        self._candidate(value, value.func, has_timeout)
+
+    def _candidate(self, node: cst.Call, func: cst.BaseExpression, has_timeout: bool) -> None:
+        if terminal(func) == "wait" or matches_name(dotted(func), self.opts["readiness-waits"]):
+            self.ctx.pin(func)
+            self.candidates.append((node, func, has_timeout, self.ctx.statement))
+
+    def end(self) -> None:
+        for node, func, has_timeout, statement in self.candidates:
+            text = dotted(func) or "wait"
+            if matches_name(text, self.opts["readiness-waits"]):
+                pass
+            elif isinstance(func, cst.Attribute) and has_timeout and self._is_event(func.value):
+                pass
+            else:
+                continue
+            self.ctx.report_at(self.id, node, statement, self.message.format(call=text))
+
+    def _is_event(self, expr: cst.BaseExpression) -> bool:
+        built = self.ctx.facts.constructed_by(self.ctx.key(expr))
+        if built:
+            return bool(built & EVENTS)
+        return matches_name(dotted(expr), self.opts["event-names"])

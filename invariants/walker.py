@@ -1,0 +1,317 @@
+"""One walk per file: every enabled rule sees each node once, in source order.
+
+libcst's own visitor rebuilds every node on the way back up; this walk only
+reads fields, skipping whitespace and punctuation, which makes it an order of
+magnitude cheaper than parsing. It is iterative, so deep nesting cannot
+overflow Python's stack here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import libcst as cst
+
+from invariants import mlx_api
+from invariants.facts import CallSite, Facts, FunctionFacts, number
+from invariants.names import dotted, imported_names, resolve, terminal
+from invariants.offload import HANDOFF_NAMES, handoff
+from invariants.rule import Rule
+from invariants.scopes import Kind, ScopeStack
+
+COMPOUND = frozenset({
+    cst.If, cst.Try, cst.TryStar, cst.FunctionDef, cst.ClassDef, cst.With, cst.For, cst.While, cst.Match,
+    cst.ExceptHandler, cst.ExceptStarHandler, cst.Else, cst.Finally,
+})
+STATEMENTS = COMPOUND | {cst.SimpleStatementLine}
+_SKIP_FIELDS = frozenset({
+    "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer", "comma", "semicolon",
+    "equal", "colon", "dot", "asynchronous", "star", "trailing_whitespace", "operator", "relative",
+})
+_NO_CHILDREN = (cst.Import, cst.ImportFrom, cst.Comment, cst.EmptyLine)
+_fields: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    names = _fields.get(cls)
+    if names is None:
+        if issubclass(cls, _NO_CHILDREN):
+            names = ()
+        else:
+            names = tuple(
+                f.name for f in dataclasses.fields(cls)
+                if not f.name.startswith("whitespace") and f.name not in _SKIP_FIELDS
+            )
+        _fields[cls] = names
+    return names
+
+
+class RawFinding(NamedTuple):
+    rule: str
+    node: cst.CSTNode
+    statement: cst.CSTNode | None
+    message: str
+
+
+class FileContext:
+    """What a rule can ask about the code at the current node, and where it reports."""
+
+    def __init__(self, module: cst.Module, shared: dict[str, Any]) -> None:
+        self.module = module
+        self.shared = shared
+        self.scope = ScopeStack(module)
+        self.facts = Facts()
+        self.raw: list[RawFinding] = []
+        self.statements: list[cst.CSTNode] = []
+        self._executor_roots: set[int] = set()
+        module_facts = FunctionFacts(module, None, False, None)
+        self._function_stack: list[FunctionFacts] = [module_facts]
+        self._keys: dict[int, str | None] = {}
+        self._quals: dict[int, str | None] = {}
+        self._prescan_imports(module.body)
+
+    # --- questions rules ask -------------------------------------------------------
+    def resolve(self, expr: cst.BaseExpression) -> str | None:
+        """Qualified name of `expr` through the imports in scope here (remembered per node)."""
+        found = self._quals.get(id(expr), self)
+        if found is self:
+            found = self._quals[id(expr)] = resolve(expr, self.scope.tables)
+        return found  # type: ignore[return-value]
+
+    def key(self, expr: cst.BaseExpression | None) -> str | None:
+        """Identity of a name or attribute: `Engine._lock` for `self._lock` in class Engine.
+
+        Remembered per node, so a rule deciding in `end()` gets the answer from
+        where the node was, provided it asked once during the walk (see `pin`).
+        """
+        if expr is None:
+            return None
+        found = self._keys.get(id(expr), self)
+        if found is self:
+            text = dotted(expr)
+            if text is not None and text.split(".", 1)[0] in ("self", "cls") and "." in text:
+                owner = self.scope.method_class()
+                if owner:
+                    text = owner + text[text.index(".") :]
+            found = self._keys[id(expr)] = text
+        return found  # type: ignore[return-value]
+
+    def pin(self, *exprs: cst.BaseExpression | None) -> None:
+        """Remember keys and qualified names of `exprs` (and their callees) for `end()`."""
+        for expr in exprs:
+            if expr is None:
+                continue
+            if isinstance(expr, cst.Call):
+                self.pin(expr.func, *(a.value for a in expr.args))
+            elif isinstance(expr, cst.Attribute):
+                self.key(expr)
+                self.resolve(expr)
+                self.pin(expr.value)
+            elif isinstance(expr, cst.Name):
+                self.key(expr)
+                self.resolve(expr)
+
+    @property
+    def in_async(self) -> bool:
+        return self.scope.in_async
+
+    def report(self, rule_id: str, node: cst.CSTNode, message: str) -> None:
+        statement = self.statements[-1] if self.statements else None
+        self.raw.append(RawFinding(rule_id, node, statement, message))
+
+    def report_at(self, rule_id: str, node: cst.CSTNode, statement: cst.CSTNode | None, message: str) -> None:
+        """Report from `end()`, with the statement captured during the walk."""
+        self.raw.append(RawFinding(rule_id, node, statement, message))
+
+    @property
+    def statement(self) -> cst.CSTNode | None:
+        return self.statements[-1] if self.statements else None
+
+    def function_facts(self, node: cst.CSTNode) -> FunctionFacts | None:
+        return self.facts.functions.get(id(node))
+
+    # --- bookkeeping during the walk -------------------------------------------
+    def _prescan_imports(self, body: Any) -> None:
+        """Module-level imports count everywhere in the file, even in functions defined above them."""
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import | cst.ImportFrom):
+                        self._add_import(small)
+            elif isinstance(stmt, cst.If | cst.Try | cst.With | cst.Else | cst.ExceptHandler | cst.Finally):
+                inner = stmt.body
+                self._prescan_imports(getattr(inner, "body", ()))
+                for extra in ("orelse", "finalbody"):
+                    part = getattr(stmt, extra, None)
+                    if part is not None and not isinstance(part, cst.If):
+                        self._prescan_imports(getattr(part.body, "body", ()))
+                for handler in getattr(stmt, "handlers", ()):
+                    self._prescan_imports(getattr(handler.body, "body", ()))
+
+    def _add_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        self.scope.add_import(node)
+        for _, full in imported_names(node):
+            mlx_api.note_import(full, self)
+
+    def enter(self, node: cst.CSTNode, kind: type) -> None:
+        if kind in STATEMENTS:
+            self.statements.append(node)
+        if kind is cst.Call:
+            self._on_call(node)  # type: ignore[arg-type]
+        elif kind is cst.Assign:
+            for target in node.targets:  # type: ignore[attr-defined]
+                self._on_assign(target.target, node.value)  # type: ignore[attr-defined]
+        elif kind is cst.AnnAssign:
+            if node.value is not None:  # type: ignore[attr-defined]
+                self._on_assign(node.target, node.value)  # type: ignore[attr-defined]
+        elif kind is cst.WithItem:
+            if node.asname is not None:  # type: ignore[attr-defined]
+                self._on_assign(node.asname.name, node.item)  # type: ignore[attr-defined]
+        elif kind is cst.Import or kind is cst.ImportFrom:
+            self._add_import(node)  # type: ignore[arg-type]
+
+    def push_frame(self, node: cst.CSTNode, kind: type) -> bool:
+        """Open the scope `node` starts, if it starts one; True when it did."""
+        if kind is cst.FunctionDef:
+            is_async = node.asynchronous is not None  # type: ignore[attr-defined]
+            name = node.name.value  # type: ignore[attr-defined]
+            self.scope.push(Kind.ASYNC if is_async else Kind.SYNC, node, name)
+            owner = self.scope.top.class_name
+            self._open_function(node, f"{owner}.{name}" if owner else name, is_async, owner)
+        elif kind is cst.Lambda:
+            self.scope.push(Kind.LAMBDA, node, "<lambda>")
+            self._open_function(node, None, False, None)
+        elif kind is cst.ClassDef:
+            self.scope.push(Kind.CLASS, node, node.name.value)  # type: ignore[attr-defined]
+            return True
+        elif kind is cst.GeneratorExp and id(node) in self._executor_roots:
+            self.scope.push(Kind.EXECUTOR, node, "<genexpr>")
+            self._open_function(node, None, False, None)
+        else:
+            return False
+        return True
+
+    def pop_frame(self, node: cst.CSTNode) -> None:
+        if self.scope.top.kind is not Kind.CLASS:
+            self._function_stack.pop()
+        self.scope.pop()
+
+    def leave(self, node: cst.CSTNode, kind: type) -> None:
+        if kind in STATEMENTS:
+            self.statements.pop()
+
+    def _open_function(self, node: cst.CSTNode, key: str | None, is_async: bool, owner: str | None) -> None:
+        facts = FunctionFacts(node, key, is_async, owner)
+        self.facts.add_function(facts)
+        self._function_stack.append(facts)
+
+    def _on_call(self, call: cst.Call) -> None:
+        func = call.func
+        self._function_stack[-1].calls.append(CallSite(call, self.resolve(func), dotted(func), self.key(func)))
+        # Receivers and next()'s argument are judged in end(): remember where they were.
+        if isinstance(func, cst.Attribute):
+            self.key(func.value)
+        elif isinstance(func, cst.Name) and func.value == "next" and call.args:
+            self.pin(call.args[0].value)
+        if terminal(func) in HANDOFF_NAMES and handoff(call, self) is not None:
+            for arg in call.args:
+                if isinstance(arg.value, cst.GeneratorExp):
+                    self._executor_roots.add(id(arg.value))
+
+    def _on_assign(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        key = self.key(target)
+        if key is None:
+            return
+        qual = self.resolve(value.func) if isinstance(value, cst.Call) else None
+        self.facts.assign(key, value, qual)
+        if self.scope.top.kind is Kind.MODULE and isinstance(target, cst.Name):
+            constant = number(value, self.facts.constants)
+            if constant is not None:
+                self.facts.constants[target.value] = constant
+
+
+_dispatch: dict[type[Rule], list[tuple[type, bool, str]]] = {}
+
+
+def _handlers(rule: type[Rule]) -> list[tuple[type, bool, str]]:
+    """(node class, is_leave, method name) for each visit_/leave_ method of a rule class."""
+    found = _dispatch.get(rule)
+    if found is None:
+        found = []
+        for attr in dir(rule):
+            prefix, _, node_name = attr.partition("_")
+            if prefix in ("visit", "leave") and node_name and hasattr(cst, node_name):
+                found.append((getattr(cst, node_name), prefix == "leave", attr))
+        _dispatch[rule] = found
+    return found
+
+
+def check_module(
+    module: cst.Module, rules: list[tuple[type[Rule], dict[str, Any]]], shared: dict[str, Any]
+) -> list[RawFinding]:
+    """Run every rule over `module` in one walk; return what they reported."""
+    ctx = FileContext(module, shared)
+    enter: dict[type, list[Any]] = {}
+    leave: dict[type, list[Any]] = {}
+    instances = []
+    for rule_class, options in rules:
+        rule = rule_class(ctx, options)
+        instances.append(rule)
+        for node_class, is_leave, attr in _handlers(rule_class):
+            (leave if is_leave else enter).setdefault(node_class, []).append(getattr(rule, attr))
+    _walk(module, ctx, enter, leave)
+    for rule in instances:
+        rule.end()
+    return ctx.raw
+
+
+def _walk(module: cst.Module, ctx: FileContext, enter: dict[type, list[Any]], leave: dict[type, list[Any]]) -> None:
+    node_type = cst.CSTNode
+    # Entries are (node, None) to enter, or (node, frame_opened) to leave.
+    stack: list[tuple[cst.CSTNode, bool | None]] = [(module, None)]
+    while stack:
+        node, leaving = stack.pop()
+        kind = type(node)
+        if leaving is not None:
+            if leaving:
+                ctx.pop_frame(node)
+            for handler in leave.get(kind, ()):
+                handler(node)
+            ctx.leave(node, kind)
+            continue
+        ctx.enter(node, kind)
+        for handler in enter.get(kind, ()):
+            handler(node)
+        stack.append((node, ctx.push_frame(node, kind)))
+        children: list[cst.CSTNode] = []
+        for name in _child_fields(kind):
+            value = getattr(node, name)
+            if isinstance(value, node_type):
+                children.append(value)
+            elif type(value) is tuple or type(value) is list:
+                children.extend(v for v in value if isinstance(v, node_type))
+        for child in reversed(children):
+            stack.append((child, None))
+
+
+def descendants(node: cst.CSTNode, stop: tuple[type, ...] = ()) -> list[cst.CSTNode]:
+    """Every node below `node`, not entering nodes of the `stop` types (they are included)."""
+    found: list[cst.CSTNode] = []
+    stack = [node]
+    node_type = cst.CSTNode
+    while stack:
+        current = stack.pop()
+        for name in _child_fields(type(current)):
+            value = getattr(current, name)
+            items = value if type(value) is tuple or type(value) is list else (value,)
+            for child in items:
+                if isinstance(child, node_type):
+                    found.append(child)
+                    if not isinstance(child, stop):
+                        stack.append(child)
+    return found
+
+
+# A function's own body: nested defs, lambdas and classes run elsewhere.
+OWN_BODY_STOP = (cst.FunctionDef, cst.Lambda, cst.ClassDef)

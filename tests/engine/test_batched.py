@@ -75,13 +75,23 @@ def test_abort_before_insertion_is_not_lost(points):
     run_engine(BatchedEngine, body)
 
 
-def test_abort_right_after_submit_finishes_without_tokens(points):
+def test_abort_posted_with_its_request_never_enters_the_batch(points):
+    """Request and abort land in the inbox together (the owner is held elsewhere): one snapshot sees both."""
+
     async def body(engine):
+        hold = points.hold(Point.BEFORE_DECODE, "busy", step=2)
+        busy = await engine.submit(request(engine, "busy", max_tokens=40))
+        reader = asyncio.create_task(consume(busy))
+        assert await wait_until(hold.reached.is_set)
         stream = await engine.submit(request(engine, "a", max_tokens=200))
         assert stream.abort()
+        hold.release.set()
         await consume(stream)
+        await reader
         assert stream.result.reason == "abort"
         assert stream.result.completion_tokens == 0
+        assert Point.WORKER_STARTED not in points.order("a"), "the aborted request was inserted anyway"
+        assert engine.status()["active"] == 0
 
     run_engine(BatchedEngine, body)
 

@@ -363,7 +363,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         Here `BatchOwner` takes the inbox in two sections and `_apply_aborts` ignores new
         requests.""",
         invariant="an abort recorded before insertion keeps the request out of the batch",
-        killers=("fuzz:abort-ignored",),
+        killers=(T_BATCHED + "test_abort_posted_with_its_request_never_enters_the_batch", "fuzz:abort-ignored"),
         routes=("batched",),
         edits=(
             Edit(BATCHED, """

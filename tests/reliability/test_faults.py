@@ -12,12 +12,15 @@ every open request with a terminal event and exits 0.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
+import random
 import shutil
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import httpx
 import pytest
@@ -33,8 +36,9 @@ STUCK_EXIT_BOUND_S = 20.0  # grace 0.5 + abort wait 1 + owner stop 6 + uvicorn c
 
 
 def chat(model: str, max_tokens: int = 8, stream: bool = False) -> dict[str, Any]:
+    """Greedy: the tiny model never samples end-of-sequence within 900 tokens, so only an abort ends it early."""
     return {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens,
-            "stream": stream}
+            "stream": stream, "temperature": 0}
 
 
 def sse(text: str) -> list[Any]:
@@ -108,8 +112,6 @@ def test_request_faults_fail_only_that_request(engine, tmp_path, report):
     report.add(faults=len(seen), sentinel_violations=0)
 
 
-@pytest.mark.xfail(strict=True, reason="engine/http/openapi.py lists no 500 for the generation routes, "
-                   "though docs/http.md documents 500 engine_error; remove this mark when it does")
 def test_engine_failure_is_in_the_openapi_document():
     """The 500 an engine failure answers with (docs/http.md) is listed for the generation routes."""
     from engine.http import openapi
@@ -129,15 +131,35 @@ def assert_failed_start(server: ServerProcess) -> str:
     return said[0]
 
 
+WARMUP_STARTS, WARMUP_AT_ONCE = 8, 4  # the abort below comes in about half the starts: 8 make it near-certain
+
+
+def failed_start(engine: str) -> tuple[Optional[int], bool, list[str]]:
+    """One start whose warmup raises: (exit code, listened?, stderr tail)."""
+    fault = {"call": WARMUP_ENTRY[engine], "nth": 1, "action": "raise"}
+    with ServerProcess(ENGINES[engine], [fault]) as server:
+        listened = server.wait_listening()
+        code = server.wait_exit(EXIT_TIMEOUT_S)
+    return code, listened, server.stderr[-3:]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "after a warmup failure the process sometimes dies of SIGABRT (exit -6, 'terminate called without an "
+    "active exception') instead of exiting 1 as docs/http.md says; only after a failure past the model load "
+    "(engine/owner.py run -> engine/frontend.py start); remove this mark when every start exits 1"))
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_warmup_failure_exits_1_without_listening(engine, report):
-    """The first generation step (warmup) raises: one line, exit 1, never listened."""
-    fault = {"call": WARMUP_ENTRY[engine], "nth": 1, "action": "raise"}
-    begun = time.monotonic()
-    with ServerProcess(ENGINES[engine], [fault]) as server:
-        assert not server.wait_listening(), "the server listened although its warmup failed"
-        line = assert_failed_start(server)
-    report.outcome = f"exit 1 after {time.monotonic() - begun:.1f}s, never listened: {line[:120]}"
+    """The first generation step (warmup) raises, 8 starts: one line, exit 1, never listened, every time."""
+    with ThreadPoolExecutor(WARMUP_AT_ONCE) as pool:
+        runs = list(pool.map(lambda _: failed_start(engine), range(WARMUP_STARTS)))
+    codes = collections.Counter(code for code, _, _ in runs)
+    report.outcome = f"exit codes of {WARMUP_STARTS} starts: {dict(codes)}; listened: {sum(l for _, l, _ in runs)}"
+    report.add(exit_codes=dict(codes))
+    for code, listened, tail in runs:
+        assert not listened, "the server listened although its warmup failed"
+        assert code == 1, f"exit code {code}: {tail}"
+        said = [l for l in tail if l.startswith("invariants serve: the engine failed to start")]
+        assert said, tail
 
 
 @pytest.mark.parametrize("broken", ["no-weights", "not-a-model"])
@@ -204,7 +226,8 @@ def test_sigterm_during_decode_aborts_the_stream_and_exits_0(engine, tmp_path, r
         violations = server.sentinel_violations()
     assert result["status"] == 200
     events = result["events"]
-    assert events[-1] == "[DONE]" and finish_reasons(events) == ["abort"], events[-3:]
+    assert events[-1] == "[DONE]" and finish_reasons(events) == ["abort"], \
+        f"finish reasons {finish_reasons(events)}, ending {events[-2:]}"
     assert code == 0, server.output()
     assert not violations, "\n".join(violations)
     tokens = sum(1 for e in events if isinstance(e, dict) and e["choices"] and e["choices"][0]["delta"].get("content"))
@@ -257,7 +280,7 @@ def test_sigterm_during_a_burst_ends_every_client(tmp_path, report):
         async def burst() -> list[tuple[str, str]]:
             async with httpx.AsyncClient(base_url=server.url, timeout=60,
                                          limits=httpx.Limits(max_connections=plan.burst_size)) as client:
-                rngs = [load.random.Random(i) for i in range(plan.burst_size)]
+                rngs = [random.Random(i) for i in range(plan.burst_size)]
                 attempts = [load.plan_attempt(plan, rng, steady=False) for rng in rngs]
                 tasks = [asyncio.ensure_future(load.attempt_once(client, model, a, r, plan.finish_reasons))
                          for a, r in zip(attempts, rngs)]
@@ -269,7 +292,7 @@ def test_sigterm_during_a_burst_ends_every_client(tmp_path, report):
         outcomes = asyncio.run(burst())
         code = server.wait_exit(EXIT_TIMEOUT_S)
         violations = server.sentinel_violations()
-    counts = load.collections.Counter(kind for kind, _ in outcomes)
+    counts = collections.Counter(kind for kind, _ in outcomes)
     unexpected = [detail for kind, detail in outcomes if kind == "unexpected"]
     report.outcome = f"{dict(counts)} of {plan.burst_size}; exit {code}; sentinel violations {len(violations)}"
     report.add(**dict(counts), sentinel_violations=len(violations))

@@ -223,12 +223,22 @@ class FileContext:
         key = self.key(target)
         if key is None:
             return
-        qual = self.resolve(value.func) if isinstance(value, cst.Call) else None
-        self.facts.assign(key, value, qual)
+        # `given or ThreadPoolExecutor(1)` and `a if c else b` may hold either value.
+        for option in _alternatives(value):
+            qual = self.resolve(option.func) if isinstance(option, cst.Call) else None
+            self.facts.assign(key, option, qual)
         if self.scope.top.kind is Kind.MODULE and isinstance(target, cst.Name):
             constant = number(value, self.facts.constants)
             if constant is not None:
                 self.facts.constants[target.value] = constant
+
+
+def _alternatives(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(value, cst.BooleanOperation):
+        return [*_alternatives(value.left), *_alternatives(value.right)]
+    if isinstance(value, cst.IfExp):
+        return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    return [value]
 
 
 _dispatch: dict[type[Rule], list[tuple[type, bool, str]]] = {}

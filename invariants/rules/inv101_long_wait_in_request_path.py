@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from invariants.config import matches_name
 from invariants.facts import number
 from invariants.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
 from invariants.names import dotted
 from invariants.offload import keyword, positional
 from invariants.rule import Invalid, Rule, Valid
+from invariants.walker import OWN_BODY_STOP, descendants
 
 
 class LongWaitInRequestPath(Rule):
@@ -23,10 +25,16 @@ class LongWaitInRequestPath(Rule):
     message = "{what}: fail fast with a retryable busy error (503 + Retry-After) instead of queueing the request"
     known_problems = (
         "Sees constant timeouts only (literals, arithmetic on them, module-level constants); a timeout read "
-        "from config or a parameter is not judged. Flags long waits in any async def, including ones that "
-        "wait on the network rather than on a slot: raise max-seconds or use per-path-ignores there."
+        "from config or a parameter is not judged. Waits on calls named like network I/O (io-names) are "
+        "exempt; any other long wait in an async def is flagged, even one that is not in a request path: "
+        "raise max-seconds, or scope the rule with `paths` or per-path-ignores."
     )
-    options = {"max-seconds": 5.0}
+    options = {
+        "max-seconds": 5.0,
+        # Waits on the network, not on a slot: reading a request body under a timeout is fine.
+        "io-names": ["*read*", "*recv*", "*receive*", "*connect*", "*body*", "*send*", "*write*", "*fetch*",
+                     "*download*", "*upload*", "*communicate*"],
+    }
     triggers = (("wait_for", "timeout", "fail_after", "move_on_after"),)
 
     INVALID = [
@@ -76,27 +84,42 @@ class LongWaitInRequestPath(Rule):
             async def handle(engine, request, deadline):
                 return await asyncio.wait_for(engine.generate(request), timeout=deadline)
         '''),
+        Valid('''
+            import asyncio
+
+            async def body(request):
+                return await asyncio.wait_for(request.read_body(), timeout=30)
+        '''),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.ctx.in_async:
+        if not self.ctx.in_async or self.ctx.resolve(node.func) not in WAIT_FOR:
             return
-        qual = self.ctx.resolve(node.func)
-        limit = float(self.opts["max-seconds"])
-        if qual in WAIT_FOR:
-            awaited = positional(node, 0) or keyword(node, "fut")
-            lock = acquired_lock(awaited) if awaited is not None else None
-            if lock is not None:
-                what = f"`wait_for({dotted(lock) or 'lock'}.acquire())` is a wait-mode admission queue"
-                self.report(node, what=what)
-                return
-            timeout = keyword(node, "timeout") or positional(node, 1)
-            self._judge(node, "wait_for", timeout, limit)
-        elif qual in TIMEOUT_SCOPES:
-            delay = positional(node, 0) or keyword(node, "delay")
-            self._judge(node, qual.rsplit(".", 1)[-1], delay, limit)
+        awaited = positional(node, 0) or keyword(node, "fut")
+        lock = acquired_lock(awaited) if awaited is not None else None
+        if lock is not None:
+            self.report(node, what=f"`wait_for({dotted(lock) or 'lock'}.acquire())` is a wait-mode admission queue")
+            return
+        if not self._is_io(awaited):
+            self._judge(node, "wait_for", keyword(node, "timeout") or positional(node, 1))
 
-    def _judge(self, node: cst.Call, name: str, value: cst.BaseExpression | None, limit: float) -> None:
+    def visit_With(self, node: cst.With) -> None:
+        if node.asynchronous is None or not self.ctx.in_async:
+            return
+        for item in node.items:
+            call = item.item
+            if isinstance(call, cst.Call) and self.ctx.resolve(call.func) in TIMEOUT_SCOPES:
+                awaits = [n for n in descendants(node.body, OWN_BODY_STOP) if isinstance(n, cst.Await)]
+                if awaits and all(self._is_io(a.expression) for a in awaits):
+                    continue
+                name = self.ctx.resolve(call.func).rsplit(".", 1)[-1]
+                self._judge(call, name, positional(call, 0) or keyword(call, "delay"))
+
+    def _is_io(self, awaited: cst.BaseExpression | None) -> bool:
+        return isinstance(awaited, cst.Call) and matches_name(dotted(awaited.func), self.opts["io-names"])
+
+    def _judge(self, node: cst.Call, name: str, value: cst.BaseExpression | None) -> None:
+        limit = float(self.opts["max-seconds"])
         seconds = None if value is None else number(value, self.ctx.facts.constants)
         if seconds is not None and seconds >= limit:
             self.report(node, what=f"`{name}` waits up to {seconds:g} s (limit {limit:g} s, max-seconds)")

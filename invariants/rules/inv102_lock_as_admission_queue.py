@@ -29,7 +29,7 @@ class LockAsAdmissionQueue(Rule):
         "`async with self._lock:` that requests queue on is not flagged here (see INV103)."
     )
     options = {"admission-names": ["*admission*", "*admit*", "*text_direct*", "*request_queue*", "*waiters_lock"]}
-    triggers = (("lock", "Lock", "Semaphore", "acquire", "CapacityLimiter"),)
+    triggers = (("Lock", "Semaphore", "CapacityLimiter", "locked(", "acquire(", "timeout", "fail_after", "move_on_after"),)
 
     INVALID = [
         Invalid('''

@@ -36,7 +36,7 @@ class UndocumentedSerializationLock(Rule):
             "not an admission gate", "not a queue", "never an admission",
         ],
     }
-    triggers = (("Lock", "Condition"),)
+    triggers = (("Lock",),)
 
     INVALID = [
         Invalid('''

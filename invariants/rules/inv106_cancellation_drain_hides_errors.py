@@ -21,7 +21,7 @@ class CancellationDrainHidesErrors(Rule):
 
     id = "INV106"
     catches = "an error swallowed without logging inside an `except CancelledError` drain"
-    message = "{what} inside a cancellation handler hides the worker's error: log it (exc_info=True), then re-raise the CancelledError"
+    message = "{what} swallows the worker's error inside a cancellation handler: log it (exc_info=True), then re-raise the CancelledError"
     known_problems = (
         "Only looks inside handlers that catch CancelledError (or everything); a helper called from "
         "there that swallows errors is not followed. A handler counts as logging if it calls anything."
@@ -98,7 +98,7 @@ class CancellationDrainHidesErrors(Rule):
             return
         for inner in descendants(node.body, OWN_BODY_STOP):
             if isinstance(inner, cst.ExceptHandler) and self._broad(inner.type) and _swallows(inner):
-                kind = "`except:`" if inner.type is None else f"`except {dotted(inner.type) or '...'}: pass`"
+                kind = "`except:`" if inner.type is None else f"`except {dotted(inner.type) or '(...)'}:`"
                 self.report(inner, what=kind)
             elif isinstance(inner, cst.WithItem) and isinstance(inner.item, cst.Call):
                 call = inner.item

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from invariants.config import matches_name
+from invariants.facts import number
 from invariants.names import dotted, terminal
 from invariants.offload import handoff, keyword, positional
 from invariants.rule import Invalid, Rule, Valid
@@ -24,8 +25,11 @@ class IgnoredReadiness(Rule):
     message = "the result of `{call}` is dropped, so a timeout passes silently: check it (`if not ...: raise`)"
     known_problems = (
         "Knows an event by its constructor in this file or by its name (event-names), and readiness "
-        "functions by name (readiness-waits). `Thread.join(timeout)` returns nothing and is not judged."
+        "functions by name (readiness-waits). A wait inside a `while` loop, or with a constant timeout under "
+        "poll-seconds, is a polling tick and is not flagged. `Thread.join(timeout)` returns nothing and is "
+        "not judged."
     )
+    options = {"poll-seconds": 0.5}
     triggers = ((".wait", "wait_"),)
 
     INVALID = [
@@ -90,12 +94,29 @@ class IgnoredReadiness(Rule):
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
         self.candidates: list[tuple[cst.CSTNode, cst.BaseExpression, bool, cst.CSTNode | None]] = []
+        self.loops: dict[int, int] = {}
+
+    def visit_While(self, node: cst.While) -> None:
+        frame = id(self.ctx.scope.top.node)
+        self.loops[frame] = self.loops.get(frame, 0) + 1
+
+    def leave_While(self, node: cst.While) -> None:
+        self.loops[id(self.ctx.scope.top.node)] -= 1
+
+    def _polling(self, call: cst.Call) -> bool:
+        """In a while loop, or with a constant timeout too short to be a readiness deadline."""
+        if self.loops.get(id(self.ctx.scope.top.node)):
+            return True
+        plain = [a.value for a in call.args if a.keyword is None and not a.star]
+        timeout = keyword(call, "timeout") or (plain[-1] if plain else None)
+        seconds = number(timeout, self.ctx.facts.constants) if timeout is not None else None
+        return seconds is not None and seconds < float(self.opts["poll-seconds"])
 
     def visit_Expr(self, node: cst.Expr) -> None:
         value = node.value
         if isinstance(value, cst.Await):
             value = value.expression
-        if not isinstance(value, cst.Call):
+        if not isinstance(value, cst.Call) or self._polling(value):
             return
         work = handoff(value, self.ctx)
         if work is not None:

@@ -1,0 +1,71 @@
+"""Inline suppressions, scoped to one statement.
+
+    await asyncio.to_thread(step)  # invariants: ignore[INV105] the owner thread drains it
+    await asyncio.to_thread(step)  # noqa: INV105
+
+A comment suppresses findings of the statement whose lines it is on (for a
+compound statement: its header), or of the statement right below a block of
+comment lines it belongs to. `# invariants: ignore` with no ids suppresses every
+rule there; a bare `# noqa` suppresses nothing, because other linters own it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_MARK = re.compile(
+    r"#\s*(?:invariants:\s*ignore(?:\[(?P<ids>[^\]]*)\])?|noqa\s*:\s*(?P<noqa>[A-Za-z]+\d+(?:\s*,\s*[A-Za-z]+\d+)*))",
+    re.IGNORECASE,
+)
+_ID = re.compile(r"INV\d{3}", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Suppression:
+    line: int
+    ids: frozenset[str] | None  # None: every rule
+    own_line: bool  # the comment is alone on its line
+
+    def covers(self, rule: str) -> bool:
+        return self.ids is None or rule in self.ids
+
+
+def scan(text: str) -> list[Suppression]:
+    """Every suppression comment in the file (cheap: most files have none)."""
+    if "invariants" not in text and "noqa" not in text and "NOQA" not in text:
+        return []
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "#" not in line:
+            continue
+        match = _MARK.search(line)
+        if match is None:
+            continue
+        if match.group("noqa") is not None:
+            ids = frozenset(i.upper() for i in _ID.findall(match.group("noqa")))
+            if not ids:
+                continue
+        elif match.group("ids") is not None:
+            ids = frozenset(i.upper() for i in _ID.findall(match.group("ids")))
+        else:
+            ids = None
+        found.append(Suppression(number, ids, line.lstrip().startswith("#")))
+    return found
+
+
+def comment_block_above(lines: list[str], first: int) -> range:
+    """Line numbers of the comment-only lines directly above line `first` (1-based)."""
+    top = first
+    while top > 1 and lines[top - 2].lstrip().startswith("#"):
+        top -= 1
+    return range(top, first)
+
+
+def covering(suppressions: list[Suppression], rule: str, span: tuple[int, int], above: range) -> Suppression | None:
+    """The suppression that silences `rule` for a finding whose statement covers `span`."""
+    start, end = span
+    for sup in suppressions:
+        if sup.covers(rule) and (start <= sup.line <= end or (sup.own_line and sup.line in above)):
+            return sup
+    return None

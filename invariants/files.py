@@ -17,14 +17,14 @@ class SourceFile:
     relpath: str  # relative to the project root, '/'-separated, for config globs
 
 
-def _excludes(settings: Settings) -> pathspec.PathSpec:
+def _excludes(settings: Settings) -> pathspec.GitIgnoreSpec:
     lines = list(settings.exclude)
     if settings.respect_gitignore:
         try:
             lines += (settings.root / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             pass
-    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def _relative(path: str, base: str) -> str | None:

@@ -44,7 +44,7 @@ T = TypeVar("T")
 class RunResult:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
-    parsed: int = 0
+    analyzed: int = 0  # files read and analyzed this run (the rest came from the cache)
 
 
 def _active(rules: list[tuple[type[Rule], dict[str, Any]]], text: str) -> list[tuple[type[Rule], dict[str, Any]]]:
@@ -59,9 +59,11 @@ def analyze_text(text: str, rules: list[tuple[type[Rule], dict[str, Any]]], shar
         "suppressions": [[s.line, sorted(s.ids) if s.ids is not None else None] for s in suppressions],
     }
     active = _active(rules, text)
-    if not active:
-        return report
     try:
+        if not active:
+            # No rule can fire here; still say if the file does not compile.
+            source.check_syntax(text)
+            return report
         module = source.parse(text)
         raw = check_module(module, active, shared)
         if raw:
@@ -187,19 +189,14 @@ def check_paths(
         except SourceError as exc:
             reports[file.path] = _error_report(exc)
             continue
-        if _active(rules, text):
-            todo.append((file, info or os.stat(file.path), digest, text))
-        else:
-            reports[file.path] = analyze_text(text, [], settings.shared)
-            if cache is not None:
-                cache.put(file.path, info or os.stat(file.path), digest, reports[file.path])
+        todo.append((file, info or os.stat(file.path), digest, text))
     for (file, info, digest, _), report in zip(todo, _analyze_all([t[3] for t in todo], rules, settings, jobs)):
         reports[file.path] = report
         if cache is not None:
             cache.put(file.path, info, digest, report)
     if cache is not None:
         cache.save({f.path for f in files})
-    result = RunResult(files=len(files), parsed=len(todo))
+    result = RunResult(files=len(files), analyzed=len(todo))
     for file in files:
         result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused))
     result.findings.sort()

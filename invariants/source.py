@@ -92,18 +92,24 @@ def _needs_vetting(text: str) -> bool:
     return any(len(line) > _VET_LINE for line in text.splitlines())
 
 
+def check_syntax(text: str) -> None:
+    """CPython's verdict (fast, and it fails cleanly on any nesting): SourceError if it does not compile."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+    except (RecursionError, MemoryError):
+        raise SourceError("nested too deeply to parse; simplify or exclude it") from None
+
+
 def parse(text: str) -> cst.Module:
     """The libcst module; SourceError with the line for anything that does not parse."""
     if _needs_vetting(text):
-        try:
-            ast.parse(text)
-        except SyntaxError as exc:
-            raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
-        except (RecursionError, MemoryError):
-            raise SourceError("nested too deeply to parse; simplify or exclude it") from None
+        check_syntax(text)
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
+        check_syntax(text)  # CPython's message and position are the ones users know
         message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
         raise SourceError(f"syntax error: {message}", exc.raw_line, exc.raw_column + 1) from None
     except RecursionError:

@@ -1,0 +1,130 @@
+"""Files the checker cannot check are one INV000 line each; the run goes on and never crashes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.invariants.conftest import BAD_LOCK, Project
+
+
+def _inv000(project: Project, *args: str) -> dict[str, str]:
+    run = project.run("check", *args)
+    assert run.code == 1, run.err
+    assert "Traceback" not in run.out + run.err
+    found = {}
+    for line in run.lines():
+        path, _, _, rest = line.split(":", 3)
+        rule, message = rest.strip().split(" ", 1)
+        assert rule in ("INV000", "INV105"), line
+        found[path] = message if rule == "INV000" else rule
+    return found
+
+
+def test_each_broken_file_is_one_clear_line_and_good_files_are_still_checked(project: Project) -> None:
+    project.write("syntax.py", "async def f(:\n    pass\n")
+    project.write("latin1.py", b"import asyncio\nname = '\xe9t\xe9'\n")
+    project.write("nul.py", b"import asyncio\nx = 1\x00\n")
+    project.write("zz_engine.py", BAD_LOCK)
+    found = _inv000(project)
+    assert found["syntax.py"].startswith("cannot check this file: syntax error")
+    assert found["latin1.py"] == "cannot check this file: not valid UTF-8 (byte 0xe9); save it as UTF-8"
+    assert found["nul.py"] == "cannot check this file: contains a NUL byte; Python cannot compile it"
+    assert found["zz_engine.py"] == "INV105"
+    run = project.run("check")
+    assert "syntax.py:1:" in run.out and "nul.py:2:1:" in run.out and "latin1.py:2:1:" in run.out
+
+
+def test_a_declared_source_encoding_is_honoured(project: Project) -> None:
+    project.write("cp.py", b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n")
+    assert project.run("check").code == 0
+
+
+def test_a_5_mb_generated_module_is_reported_as_too_large(project: Project) -> None:
+    rows = "".join(f"    ({i}, 'token_{i}', {i * 0.5}),\n" for i in range(150_000))
+    path = project.write("table.py", "import asyncio\nTABLE = [\n" + rows + "]\n")
+    assert path.stat().st_size > 5_000_000
+    found = _inv000(project)
+    assert found["table.py"].startswith("cannot check this file: file is 5.")
+    assert "over the 2.0 MB limit; exclude it or raise max-file-bytes" in found["table.py"]
+
+
+@pytest.mark.parametrize("code", [
+    "import asyncio\nx = " + "(" * 400 + "1" + ")" * 400 + "\n",
+    "import asyncio\nx = " + "[" * 150 + "]" * 150 + "\n" + "y = " + "-" * 20000 + "1\n",
+    "import asyncio\nx = 1" + " + 1" * 30000 + "\n",
+    "import asyncio\nx = (\n" + "'a'\n" * 30000 + ")\n",
+], ids=["parens-400", "unary-20000", "binop-30000", "strings-30000"])
+def test_deeply_nested_code_is_one_inv000_line_or_checked(project: Project, code: str) -> None:
+    project.write("deep.py", code)
+    project.write("zz_engine.py", BAD_LOCK)
+    run = project.run("check")
+    assert run.code == 1 and "Traceback" not in run.err
+    deep = [line for line in run.lines() if line.startswith("deep.py")]
+    assert len(deep) <= 1
+    if deep:
+        assert " INV000 cannot check this file: " in deep[0]
+    assert any(line.startswith("zz_engine.py") for line in run.lines())
+
+
+def test_deep_nesting_with_a_finding_is_located_without_recursion_errors(project: Project) -> None:
+    project.write("deep.py", "import asyncio\n\nasync def f(lock, step):\n    async with lock:\n"
+                  "        return await asyncio.to_thread(step, " + "1 + " * 3000 + "1)\n")
+    assert project.run("check").rules() == ["INV105"]
+
+
+def test_symlink_loop_and_broken_symlink_are_reported(project: Project) -> None:
+    os.symlink("b.py", project.root / "a.py")
+    os.symlink("a.py", project.root / "b.py")
+    os.symlink("missing.py", project.root / "gone.py")
+    os.symlink(".", project.root / "loopdir")
+    project.write("zz_engine.py", BAD_LOCK)
+    found = _inv000(project)
+    assert found["a.py"] == found["b.py"] == "cannot check this file: symlink loop; fix or exclude the link"
+    assert found["gone.py"] == "cannot check this file: broken symlink; fix or exclude the link"
+    assert found["zz_engine.py"] == "INV105"
+    assert not any(p.startswith("loopdir") for p in found)
+
+
+def test_a_fifo_named_like_python_is_reported_not_opened(project: Project) -> None:
+    os.mkfifo(project.root / "pipe.py")
+    found = _inv000(project)
+    assert found["pipe.py"].startswith("cannot check this file: not a regular file")
+
+
+def test_an_unreadable_file_is_reported(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run as root, where chmod 000 still reads; make open() refuse instead."""
+    secret = project.write("secret.py", "import asyncio\n")
+    real_open = open
+
+    def refusing_open(file, *args, **kwargs):
+        if str(file) == str(secret):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refusing_open)
+    found = _inv000(project, "--no-cache")
+    assert found["secret.py"] == "cannot check this file: permission denied; make it readable or exclude it"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_a_chmod_000_file_is_reported(project: Project) -> None:  # pragma: no cover - non-root only
+    secret = project.write("secret.py", "import asyncio\n")
+    secret.chmod(0)
+    found = _inv000(project)
+    assert "permission denied" in found["secret.py"]
+
+
+def test_broken_files_as_a_subprocess_exit_1_and_print_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "syntax.py").write_text("def f(:\n")
+    (tmp_path / "deep.py").write_text("x = " + "(" * 5000 + ")" * 5000 + "\n")
+    done = subprocess.run([sys.executable, "-m", "invariants", "check", "--no-cache", "."], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(line.split(":")[0] for line in done.stdout.splitlines()) == ["deep.py", "syntax.py"]
+    assert all(" INV000 " in line for line in done.stdout.splitlines())

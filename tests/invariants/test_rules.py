@@ -1,0 +1,60 @@
+"""Every rule's INVALID examples produce exactly their `# expect:` findings; every VALID none."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from invariants import config
+from invariants.rule import Example, Rule
+from invariants.rules import RULES
+from invariants.runner import check_source
+
+CASES = [
+    pytest.param(rule, example, id=f"{rule.id}-{kind}{index}")
+    for rule in RULES
+    for kind, examples in (("invalid", rule.invalid()), ("valid", rule.valid()))
+    for index, example in enumerate(examples)
+]
+
+
+def _findings(example: Example) -> list[tuple[int, str]]:
+    settings = config.from_table(example.options, Path("."), "example", RULES)
+    return sorted((f.line, f.rule) for f in check_source(example.source, settings))
+
+
+@pytest.mark.parametrize(("rule", "example"), CASES)
+def test_example_reports_exactly_its_expect_markers(rule: type[Rule], example: Example) -> None:
+    assert _findings(example) == sorted(example.expected()), example.source
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_is_documented_and_its_invalid_examples_each_have_a_fix(rule: type[Rule]) -> None:
+    assert re.fullmatch(r"INV1\d\d", rule.id)
+    assert rule.__doc__ and rule.message and rule.known_problems and rule.catches
+    invalid, valid = rule.invalid(), rule.valid()
+    assert invalid, "a rule needs at least one INVALID example"
+    assert len(valid) >= len(invalid), "each INVALID is paired with the VALID that fixes it"
+    for example in invalid:
+        assert {r for _, r in example.expected()} == {rule.id}, "an INVALID marks only its own rule"
+    for example in valid:
+        assert not example.expected()
+
+
+def test_rules_are_in_id_order_one_module_each() -> None:
+    ids = [r.id for r in RULES]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    for rule in RULES:
+        module = rule.__module__.rsplit(".", 1)[-1]
+        assert module.startswith(rule.id.lower() + "_"), module
+
+
+def test_breaking_a_valid_example_makes_its_rule_fire() -> None:
+    """The generated tests can fail: the INV105 fix without its drain is flagged again."""
+    rule = next(r for r in RULES if r.id == "INV105")
+    fixed = rule.valid()[0].source
+    broken = fixed.replace("return await asyncio.shield(task)", "return await task")
+    assert broken != fixed
+    assert ("INV105" in {r for _, r in _findings(Example(broken))})

@@ -146,7 +146,8 @@ class NestedLockReacquisition(Rule):
         function, held = current
         self.functions.setdefault(function, _Function()).enters.setdefault(key, expr)
         if any(h.key == key for h in held):
-            self.calls.append(_Call("", f"async with {dotted(expr)}", list(held), node, self.ctx.statement))
+            text = f"await {dotted(expr)}.acquire()" if isinstance(node, cst.Await) else f"async with {dotted(expr)}"
+            self.calls.append(_Call("", text, list(held), node, self.ctx.statement))
         return _Held(key, expr)
 
     def _await_call(self, call: cst.BaseExpression, node: cst.CSTNode) -> None:

@@ -7,6 +7,7 @@ from invariants.facts import number
 from invariants.names import dotted, terminal
 from invariants.offload import handoff, keyword, positional
 from invariants.rule import Invalid, Rule, Valid
+from invariants.walker import OWN_BODY_STOP, descendants
 
 EVENTS = frozenset({
     "threading.Event", "multiprocessing.Event", "threading.Condition", "multiprocessing.synchronize.Event",
@@ -25,7 +26,8 @@ class IgnoredReadiness(Rule):
     message = "the result of `{call}` is dropped, so a timeout passes silently: check it (`if not ...: raise`)"
     known_problems = (
         "Knows an event by its constructor in this file or by its name (event-names), and readiness "
-        "functions by name (readiness-waits). A wait inside a `while` loop, or with a constant timeout under "
+        "functions by name (readiness-waits), unless every function of that name in the file returns "
+        "nothing (it raises on timeout instead). A wait inside a `while` loop, or with a constant timeout under "
         "poll-seconds, is a polling tick and is not flagged. `Thread.join(timeout)` returns nothing and is "
         "not judged."
     )
@@ -89,6 +91,15 @@ class IgnoredReadiness(Rule):
             async def wait_shutdown(stop: asyncio.Event):
                 await stop.wait()
         '''),
+        Valid('''
+            class Server:
+                async def wait_ready(self, client):
+                    if not await client.ping():
+                        raise RuntimeError("not ready")
+
+            async def main(server, client):
+                await server.wait_ready(client)
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -139,12 +150,25 @@ class IgnoredReadiness(Rule):
         for node, func, has_timeout, statement in self.candidates:
             text = dotted(func) or "wait"
             if matches_name(text, self.opts["readiness-waits"]):
-                pass
+                if self._returns_nothing(terminal(func)):
+                    continue
             elif isinstance(func, cst.Attribute) and has_timeout and self._is_event(func.value):
                 pass
             else:
                 continue
             self.ctx.report_at(self.id, node, statement, self.message.format(call=text))
+
+    def _returns_nothing(self, name: str | None) -> bool:
+        """Every function of this file with that name returns no value (it raises on timeout instead)."""
+        defined = [
+            f.node for f in self.ctx.facts.functions.values()
+            if isinstance(f.node, cst.FunctionDef) and f.node.name.value == name
+        ]
+        return bool(defined) and not any(
+            isinstance(n, cst.Return) and n.value is not None and not (isinstance(n.value, cst.Name) and n.value.value == "None")
+            for node in defined
+            for n in descendants(node.body, OWN_BODY_STOP)
+        )
 
     def _is_event(self, expr: cst.BaseExpression) -> bool:
         built = self.ctx.facts.constructed_by(self.ctx.key(expr))

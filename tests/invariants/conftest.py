@@ -11,6 +11,9 @@ import pytest
 
 from invariants.cli import main
 
+# Bug-shaped code for test_fixtures.py, never tests themselves.
+collect_ignore = ["fixtures"]
+
 
 @dataclass
 class Run:

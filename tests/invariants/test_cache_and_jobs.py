@@ -1,0 +1,81 @@
+"""A re-run reads only what changed; --jobs N gives the same findings as one process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from invariants import config
+from invariants.rules import RULES
+from invariants.runner import check_paths
+from tests.invariants.conftest import BAD_LOCK, Project
+
+
+def _settings(project: Project) -> config.Settings:
+    return config.load(None, project.root, RULES)
+
+
+def test_unchanged_files_come_from_the_cache(project: Project) -> None:
+    project.write("a.py", BAD_LOCK)
+    project.write("b.py", "def f():\n    return 1\n")
+    first = check_paths(["."], _settings(project))
+    assert first.analyzed == 2 and [f.rule for f in first.findings] == ["INV105"]
+    again = check_paths(["."], _settings(project))
+    assert again.analyzed == 0 and again.findings == first.findings
+    assert (project.root / ".invariants_cache" / ".gitignore").read_text().strip().endswith("*")
+
+
+def test_an_edited_file_is_checked_again(project: Project) -> None:
+    path = project.write("a.py", BAD_LOCK)
+    check_paths(["."], _settings(project))
+    path.write_text(BAD_LOCK.replace("await asyncio.to_thread(step)", "step()"))
+    after = check_paths(["."], _settings(project))
+    assert after.analyzed == 1 and after.findings == []
+
+
+def test_a_touched_but_identical_file_is_not_parsed_again(project: Project) -> None:
+    path = project.write("a.py", BAD_LOCK)
+    check_paths(["."], _settings(project))
+    os.utime(path, ns=(1, 1))
+    after = check_paths(["."], _settings(project))
+    assert after.analyzed == 0 and [f.rule for f in after.findings] == ["INV105"]
+
+
+def test_a_config_change_invalidates_the_cache(project: Project) -> None:
+    project.write("h.py", """
+        import asyncio
+
+        async def handle(engine, request):
+            return await asyncio.wait_for(engine.generate(request), timeout=8)
+    """)
+    assert [f.rule for f in check_paths(["."], _settings(project)).findings] == ["INV101"]
+    project.config("[tool.invariants.INV101]\nmax-seconds = 10\n")
+    assert check_paths(["."], _settings(project)).findings == []
+
+
+def test_a_corrupt_cache_is_rebuilt(project: Project) -> None:
+    project.write("a.py", BAD_LOCK)
+    check_paths(["."], _settings(project))
+    for cache_file in (project.root / ".invariants_cache").glob("results-*.json"):
+        cache_file.write_text("{not json")
+    assert [f.rule for f in check_paths(["."], _settings(project)).findings] == ["INV105"]
+
+
+def test_cache_dir_from_config_and_no_cache_flag(project: Project) -> None:
+    project.write("a.py", BAD_LOCK)
+    project.config('cache-dir = "build/inv-cache"\n')
+    assert project.run("check", "--no-cache").code == 1
+    assert not (project.root / "build").exists()
+    assert project.run("check").code == 1
+    assert list((project.root / "build" / "inv-cache").glob("results-*.json"))
+
+
+def test_jobs_2_finds_what_one_process_finds(project: Project) -> None:
+    for index in range(12):
+        project.write(f"pkg/m{index}.py", BAD_LOCK if index % 3 == 0 else "import asyncio\nx = 1\n")
+    project.write("pkg/broken.py", "def f(:\n")
+    one = check_paths(["pkg"], _settings(project), jobs=1, use_cache=False)
+    two = check_paths(["pkg"], _settings(project), jobs=2, use_cache=False)
+    assert two.findings == one.findings
+    assert [f.rule for f in one.findings].count("INV105") == 4 and "INV000" in {f.rule for f in one.findings}
+    assert project.run("check", "--jobs", "0", "--no-cache", "pkg").code == 1

@@ -68,7 +68,7 @@ class Injector:
         rid = rid[: len(rid) - len(self.suffix)] if self.suffix else rid
         index = info.get("step", info.get("index", 0))
         on_loop = self._on_loop_thread()
-        self.trace.record("point", name, rid, info=dict(info), stack=() if on_loop else capture_stack(1))
+        self.trace.record("point", name, rid, info=dict(info), stack=capture_stack(1))
         with self._lock:
             fired = [f for f in self._due if f.at.rid == rid and f.at.point == name
                      and (name not in INDEXED_POINTS or f.at.index == index)]

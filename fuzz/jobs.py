@@ -44,14 +44,15 @@ def run_jobs(options: dict[str, Any], jobs: int, workroot: Path,
     """Start `jobs` children on `options` (seed + i each); wait for all, reporting progress as it comes."""
     workroot.mkdir(parents=True, exist_ok=True)
     base_seed = options.get("seed")
-    if base_seed is None:
-        base_seed = int.from_bytes(os.urandom(4), "little")
+    if base_seed is None and jobs > 1:
+        base_seed = int.from_bytes(os.urandom(4), "little")  # one job alone keeps its profile's seeding
     children: dict[int, subprocess.Popen] = {}
     selector = selectors.DefaultSelector()
     states: list[dict[str, Any]] = [{"examples": 0, "failed": False, "elapsed_s": 0.0} for _ in range(jobs)]
     outcomes = [JobOutcome(i) for i in range(jobs)]
     for i in range(jobs):
-        child_options = {**options, "seed": base_seed + i * 1000, "workdir": str(workroot / f"job{i}")}
+        seed = None if base_seed is None else base_seed + i * 1000
+        child_options = {**options, "seed": seed, "workdir": str(workroot / f"job{i}")}
         process = subprocess.Popen([sys.executable, "-m", "fuzz.jobs", json.dumps(child_options)],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         children[i] = process

@@ -45,14 +45,14 @@ def _write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def _huge_module(path: Path) -> None:
-    """About 5 MB of valid async code, shaped like what the rules look at."""
+def _huge_module(path: Path, megabytes: float = 5) -> None:
+    """Valid async code of about this size, shaped like what the rules look at."""
     block = ("async def handler_{i}(request, lock):\n"
              "    async with lock:\n"
              "        result = await asyncio.to_thread(step_{i}, request)\n"
              "    return {{'id': {i}, 'value': result}}\n\n")
     chunks, size, i = ["import asyncio\n\n"], 0, 0
-    while size < 5 * 1024 * 1024:
+    while size < megabytes * 1024 * 1024:
         chunk = block.format(i=i)
         chunks.append(chunk)
         size += len(chunk)
@@ -87,6 +87,8 @@ def cases() -> list[Case]:
         Case("nul-bytes", "NUL bytes inside a module", lambda d: _write(d / "nul.py", b"x = 1\x00\ny = 2\n"), "nul.py"),
         Case("huge-module", "a 5 MB generated module", lambda d: _huge_module(d / "huge.py"),
              timeout_s=HUGE_TIMEOUT_S),
+        Case("large-module", "a 1.9 MB generated module (parsed: under the default size limit)",
+             lambda d: _huge_module(d / "large.py", 1.9), timeout_s=HUGE_TIMEOUT_S),
         Case("deep-parens", "an expression nested 5000 parentheses deep",
              lambda d: _write(d / "parens.py", b"x = " + b"(" * 5000 + b"1" + b")" * 5000 + b"\n"), "parens.py"),
         Case("deep-binop", "a 100000-term binary expression (deep tree, valid Python)",

@@ -91,8 +91,11 @@ class Defect:
     code: str
 
 
-def broken(schema: dict[str, Any], fixed: dict[str, st.SearchStrategy] | None = None) -> st.SearchStrategy:
-    """(body, Defect): a valid body with one top-level defect the server must refuse with `Defect.code`."""
+DEFECTS = ("missing", "unknown", "wrong_type", "out_of_range")
+
+
+def broken(schema: dict[str, Any], kind: str, fixed: dict[str, st.SearchStrategy] | None = None) -> st.SearchStrategy:
+    """(body, Defect): a valid body with one top-level defect of `kind` (one of DEFECTS) and its 400 code."""
     properties = schema["properties"]
     required = sorted(schema.get("required", ()))
     bounded = sorted(n for n, s in properties.items() if {"minimum", "maximum"} & set(s) and "integer" in _types(s))
@@ -100,7 +103,6 @@ def broken(schema: dict[str, Any], fixed: dict[str, st.SearchStrategy] | None = 
     @st.composite
     def draw(draw_: st.DrawFn) -> tuple[dict[str, Any], Defect]:
         body = dict(draw_(valid(schema, fixed)))
-        kind = draw_(st.sampled_from(["missing", "unknown", "wrong_type", "out_of_range"]))
         if kind == "missing":
             name = draw_(st.sampled_from(required))
             body.pop(name, None)

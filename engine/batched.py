@@ -220,6 +220,7 @@ class BatchOwner(OwnerThread):
         self.emit(events)
         if self._generator is not None:
             self._generator.close()
+            self._generator = None  # so its finalizer never runs on whichever thread collects it
 
 
 class BatchedEngine(EngineFrontend):

@@ -4,6 +4,8 @@
 trace recorder and fault injector). A hook may block the calling thread (to let
 the loop deliver a fault) or raise (to simulate an error inside an MLX call);
 the engine treats such an exception exactly like one raised by MLX at that spot.
+A hook may raise only at WORKER_STARTED, PREFILL_DONE and BEFORE_DECODE, the
+points that stand for MLX work; FINISHED marks that the work is over.
 Hooks called on the event loop thread (ADMITTED, SLOT_ACQUIRED, CHUNK_SENT,
 SLOT_RELEASED) must neither block nor raise: they record, or schedule work.
 """

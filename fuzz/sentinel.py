@@ -35,6 +35,7 @@ DEFAULT_TARGETS: tuple[str, ...] = (
     "mlx.core:array.item",
     "mlx.core:array.tolist",
     "mlx_lm.models.*:Model.__call__",
+    "mlx_lm.generate:BatchGenerator.__init__",
     "mlx_lm.generate:BatchGenerator.insert",
     "mlx_lm.generate:BatchGenerator.next",
     "mlx_lm.generate:BatchGenerator.remove",

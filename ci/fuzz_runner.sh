@@ -33,7 +33,7 @@ mkdir -p "$reports"
 echo "device: $("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["verdict"])' "$reports/device.json" 2>/dev/null || echo unknown)"
 worst=0
 for route in "${routes[@]}"; do
-    echo "== invariants fuzz --engine $route --profile $profile --budget $budget"
+    echo "== invariants fuzz --engine $route --profile $profile --budget $budget ${jobs[*]+${jobs[*]}}"
     "$py" -m invariants fuzz --engine "$route" --profile "$profile" --budget "$budget" \
         ${jobs[@]+"${jobs[@]}"} --report "$reports/$route" 2>&1 | tee "$reports/$route.log"
     code=${PIPESTATUS[0]}

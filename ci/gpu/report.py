@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Optional
 
-FUZZ_START = re.compile(r"^== invariants fuzz --engine (\S+) --profile (\S+) --budget (\S+)")
+FUZZ_START = re.compile(r"^== invariants fuzz --engine (\S+) --profile (\S+) --budget (\S+)(?: --jobs (\S+))?")
 FUZZ_END = re.compile(r"^(?:--engine )?(\S+): (no violation in|VIOLATION after) (\d+) example\(s\), ([\d.]+)s(?:: (.*))?")
 
 
@@ -61,7 +61,7 @@ def fuzz_runs(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         start = FUZZ_START.match(line)
         if start:
-            current = {"route": start[1], "profile": start[2], "budget": start[3]}
+            current = {"route": start[1], "profile": start[2], "budget": start[3], "jobs": start[4] or "-"}
             runs.append(current)
             continue
         end = FUZZ_END.match(line)
@@ -81,15 +81,15 @@ def fuzz_section(files: dict[str, Path]) -> list[str]:
     device = next((line for line in text.splitlines() if line.startswith("device:")), "")
     lines += ["`bash ci/fuzz_runner.sh simple batched` (`invariants fuzz --engine ROUTE --profile runner "
               "--budget N --jobs J`), " + device.replace("device:", "device verdict:").strip(), "",
-              "| route | profile | budget s | scenarios run | wall s | scenarios/s | violations |",
-              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+              "| route | profile | budget s | jobs | scenarios run | wall s | scenarios/s | violations |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for run in fuzz_runs(text):
         if "examples" not in run:
-            lines.append(f"| {run['route']} | {run['profile']} | {run['budget']} | - | - | - | "
+            lines.append(f"| {run['route']} | {run['profile']} | {run['budget']} | {run['jobs']} | - | - | - | "
                          f"did not finish (exit {run.get('exit', '?')}) |")
             continue
         rate = run["examples"] / run["seconds"] if run["seconds"] else 0.0
-        lines.append(f"| {run['route']} | {run['profile']} | {run['budget']} | {run['examples']} | "
+        lines.append(f"| {run['route']} | {run['profile']} | {run['budget']} | {run['jobs']} | {run['examples']} | "
                      f"{run['seconds']:.1f} | {rate:.2f} | {run['violation'] or 'none'} |")
     return lines + [""]
 
@@ -100,21 +100,31 @@ def planted_section(files: dict[str, Path]) -> list[str]:
         tail = files["planted.log"].read_text().splitlines()[-15:] if "planted.log" in files else []
         return lines + ["Not run to completion." + (" Last lines:" if tail else ""), ""] + (
             ["```", *tail, "```", ""] if tail else [])
-    suite = ET.parse(files["planted.xml"]).getroot()
-    cases = suite.iter("testcase")
-    lines += ["`python -m pytest tests/fuzz/test_planted.py` (planted -> found, shrunk, replayed)", "",
-              "| test | result | seconds |", "| --- | --- | ---: |"]
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for case in cases:
+    outcomes: dict[str, dict[str, str]] = {}
+    other: list[str] = []
+    for case in ET.parse(files["planted.xml"]).getroot().iter("testcase"):
         outcome = "passed"
-        for tag in ("failure", "error"):
-            if case.find(tag) is not None:
-                outcome = "failed"
-        if case.find("skipped") is not None:
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcome = "FAILED"
+        elif case.find("skipped") is not None:
             outcome = "skipped"
-        counts[outcome] += 1
-        lines.append(f"| `{case.get('name')}` | {outcome} | {float(case.get('time', 0)):.1f} |")
-    lines += ["", f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped.", ""]
+        name = case.get("name", "")
+        cell = f"{outcome} ({float(case.get('time', 0)):.1f} s)"
+        test, _, bug = name.partition("[")
+        if bug and "finds_shrinks_and_replays" in test:
+            outcomes.setdefault(bug.rstrip("]"), {})["fuzz"] = cell
+        elif bug and "seed_scenario" in test:
+            outcomes.setdefault(bug.rstrip("]"), {})["seed"] = cell
+        else:
+            other.append(f"| `{name}` | {cell} | |")
+    lines += ["`python -m pytest tests/fuzz/test_planted.py`: each seed bug planted into a copy of the engine "
+              "must be found by generation alone, shrunk to at most two requests and one fault, and its "
+              "report must replay; its seed scenario must catch it and pass on the unplanted engine.", "",
+              "| planted bug | found, shrunk, replayed | seed scenario |", "| --- | --- | --- |"]
+    lines += [f"| `{bug}` | {cells.get('fuzz', '-')} | {cells.get('seed', '-')} |"
+              for bug, cells in sorted(outcomes.items())] + other
+    found = sum(cells.get("fuzz", "").startswith("passed") for cells in outcomes.values())
+    lines += ["", f"{found} of {len(outcomes)} planted bugs found, shrunk and replayed on the GPU.", ""]
     return lines
 
 
@@ -126,9 +136,10 @@ def bench_section(files: dict[str, Path]) -> list[str]:
     meta, results = bench["meta"], bench["results"]
     concurrency = ",".join(str(c) for c in meta.get("concurrency", []))
     lines += [f"`python benchmarks/bench_engine.py --preset {meta.get('preset') or 'custom'} --no-peer "
-              f"--concurrency {concurrency}` (random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): "
-              f"max_tokens {meta['max_tokens']}, {meta['per_worker']} request(s) per client per round, "
-              f"max batch {meta['max_batch']}; {meta['machine']}.", ""]
+              f"--concurrency {concurrency} --repeats {meta.get('repeats', 1)} --max-tokens {meta['max_tokens']}` "
+              f"(random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): {meta['per_worker']} streamed "
+              f"request(s) per client per round, median of {meta.get('repeats', 1)} round(s), max batch "
+              f"{meta['max_batch']}; {meta['machine']}.", ""]
     by_c: dict[int, dict[str, dict[str, Any]]] = {}
     for name, result in results.items():
         for rnd in result["rounds"]:
@@ -151,10 +162,9 @@ def _num(row: Optional[dict[str, Any]], key: str) -> str:
     return f"{row[key]:.1f}" if row and row.get(key) is not None else "-"
 
 
-def stages_section(files: dict[str, Path]) -> list[str]:
-    if "run.txt" not in files:
-        return []
-    stages = [line for line in files["run.txt"].read_text().splitlines() if line.startswith("stage ")]
+def stages_section(folders: list[Path]) -> list[str]:
+    stages = [line for folder in folders if (folder / "run.txt").is_file()
+              for line in (folder / "run.txt").read_text().splitlines() if line.startswith("stage ")]
     return ["## Stages", "", *[f"- {line}" for line in stages], ""] if stages else []
 
 
@@ -165,8 +175,9 @@ def render(folders: list[Path], commit: str) -> str:
              f"rendered by `ci/gpu/report.py`, at commit `{commit}`. MLX's CUDA backend is the closest "
              "thing to Apple Silicon available here: the thread-affinity failure (\"There is no "
              "Stream(gpu, 1) in current thread\") reproduces on it exactly.", ""]
-    for section in (device_section, fuzz_section, planted_section, bench_section, stages_section):
+    for section in (device_section, fuzz_section, planted_section, bench_section):
         lines += section(files)
+    lines += stages_section(folders)
     return "\n".join(lines).rstrip() + "\n"
 
 

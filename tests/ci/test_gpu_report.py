@@ -18,7 +18,7 @@ def _report():
 
 FUZZ_LOG = """\
 device: CUDA GPU
-== invariants fuzz --engine simple --profile runner --budget 120
+== invariants fuzz --engine simple --profile runner --budget 120 --jobs 4
 --engine simple: no violation in 480 example(s), 120.3s
 == simple: exit 0
 == invariants fuzz --engine batched --profile runner --budget 120
@@ -29,8 +29,8 @@ report: fuzz-reports/batched/x/report.txt
 
 PLANTED_XML = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="2">
-<testcase classname="tests.fuzz.test_planted" name="test_planted_bug_is_found[lock-freed-on-cancel]" time="4.2"/>
-<testcase classname="tests.fuzz.test_planted" name="test_planted_bug_is_found[nested-reacquire]" time="9.9">
+<testcase classname="tests.fuzz.test_planted" name="test_fuzzer_finds_shrinks_and_replays_planted_bug[lock-freed-on-cancel]" time="4.2"/>
+<testcase classname="tests.fuzz.test_planted" name="test_fuzzer_finds_shrinks_and_replays_planted_bug[nested-reacquire]" time="9.9">
 <failure message="not found">not found</failure></testcase>
 </testsuite></testsuites>
 """
@@ -40,7 +40,7 @@ def _bench() -> dict:
     def rnd(c: int, tok_s: float) -> dict:
         return {"concurrency": c, "tok_s": tok_s, "ttft_p50_ms": 10.0, "ttft_p90_ms": 20.0,
                 "completion_tokens": 64 * c, "wall_s": 1.0}
-    return {"meta": {"max_tokens": 64, "per_worker": 2, "max_batch": 8, "machine": "Linux x86_64, MLX gpu",
+    return {"meta": {"max_tokens": 64, "repeats": 3, "per_worker": 2, "max_batch": 8, "machine": "Linux x86_64, MLX gpu",
                      "preset": "0.5b", "model": "/cache/0.5b-llama-abc", "concurrency": [1, 4, 8]},
             "results": {"simple": {"rounds": [rnd(1, 100.0), rnd(4, 100.0), rnd(8, 100.0)]},
                         "batched": {"rounds": [rnd(1, 100.0), rnd(4, 350.0), rnd(8, 600.0)]}},
@@ -57,13 +57,15 @@ def test_report_has_fuzz_counts_planted_outcomes_and_the_batched_ratio(tmp_path:
     (second / "planted.xml").write_text(PLANTED_XML)
     text = _report().render([first, second], "abc1234")
     assert "NVIDIA H100 80GB HBM3" in text
-    assert "| simple | runner | 120 | 480 | 120.3 | 3.99 | none |" in text
+    assert "| simple | runner | 120 | 4 | 480 | 120.3 | 3.99 | none |" in text
+    assert "| batched | runner | 120 | - | 12 | 30.0 |" in text
     assert "slot-freed-early" in text
-    assert "`test_planted_bug_is_found[lock-freed-on-cancel]` | passed" in text
-    assert "`test_planted_bug_is_found[nested-reacquire]` | failed" in text
-    assert "1 passed, 1 failed, 0 skipped." in text
+    assert "| `lock-freed-on-cancel` | passed (4.2 s) | - |" in text
+    assert "| `nested-reacquire` | FAILED (9.9 s) | - |" in text
+    assert "1 of 2 planted bugs found, shrunk and replayed on the GPU." in text
     assert "| 8 | 100.0 | 600.0 | 6.00x |" in text
     assert "stage fuzz: exit 1 in 150s" in text
+    assert "--repeats 3 --max-tokens 64" in text
 
 
 def test_missing_parts_say_not_run(tmp_path: Path) -> None:

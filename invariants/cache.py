@@ -35,6 +35,38 @@ def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def load_settings(folder: Path, key: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / f"settings-{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def save_settings(folder: Path, key: str, data: dict[str, Any]) -> None:
+    """Remember validated settings for the next run with the same table (best effort)."""
+    try:
+        _prepare(folder)
+        for old in folder.glob("settings-*.json"):
+            old.unlink(missing_ok=True)
+        _write_atomic(folder, f"settings-{key}.json", data)
+    except OSError:
+        pass
+
+
+def _prepare(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    gitignore = folder / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("# written by invariants check\n*\n", encoding="utf-8")
+
+
+def _write_atomic(folder: Path, name: str, data: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, separators=(",", ":"))
+    os.replace(tmp, folder / name)
+
+
 class Cache:
     """One JSON file per (tool, config) key in the cache folder."""
 
@@ -73,19 +105,13 @@ class Cache:
         if not self.dirty:
             return
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            gitignore = self.folder / ".gitignore"
-            if not gitignore.exists():
-                gitignore.write_text("# written by invariants check\n*\n", encoding="utf-8")
+            _prepare(self.folder)
             for old in self.folder.glob("results-*.json"):
                 if old != self.file:
                     old.unlink(missing_ok=True)
             live_digests = {e[3] for p, e in self.stats.items() if p in live_paths or os.path.exists(p)}
             self.stats = {p: e for p, e in self.stats.items() if e[3] in live_digests}
             self.results = {d: r for d, r in self.results.items() if d in live_digests}
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"stats": self.stats, "results": self.results}, handle, separators=(",", ":"))
-            os.replace(tmp, self.file)
+            _write_atomic(self.folder, self.file.name, {"stats": self.stats, "results": self.results})
         except OSError:
             pass

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from invariants.errors import ConfigError
+from invariants.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from invariants.rule import Rule
@@ -105,6 +105,16 @@ class Settings:
     shared: dict[str, Any]
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     rule_paths: dict[str, list[str]] = field(default_factory=dict)
+    enabled_ids: list[str] = field(default_factory=list)
+    key: str = ""  # names this configuration's result cache
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**data, "root": str(self.root), "cache_dir": str(self.cache_dir)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Settings:
+        return cls(**{**data, "root": Path(data["root"]), "cache_dir": Path(data["cache_dir"])})
 
     def enabled(self, rules: list[type[Rule]]) -> list[type[Rule]]:
         return [r for r in rules if selected(r.id, self.select, self.ignore)]
@@ -121,14 +131,6 @@ class Settings:
             if any(rule_id.startswith(i) for i in ids) and matches_path(relpath, [pattern]):
                 return False
         return True
-
-    def digest(self) -> str:
-        """Hash of everything that changes what a file's findings are."""
-        payload = {
-            "select": self.select, "ignore": self.ignore, "shared": self.shared,
-            "rule_options": self.rule_options, "max": self.max_file_bytes,
-        }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def selected(rule_id: str, select: list[str], ignore: list[str]) -> bool:
@@ -154,33 +156,66 @@ def find_pyproject(start: Path) -> Path | None:
     return first
 
 
-def load(config_path: Path | None, cwd: Path, rules: list[type[Rule]]) -> Settings:
+def read(config_path: Path | None, cwd: Path) -> tuple[dict[str, Any], Path, str]:
+    """The raw `[tool.invariants]` table, the project root, and where the table came from."""
+    path = config_path if config_path is not None else find_pyproject(cwd)
+    if path is None:
+        return {}, cwd, "defaults"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file; pass an existing pyproject.toml to --config") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc}); fix the file or pass another with --config") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    tool = data.get("tool", {})
+    table = tool.get("invariants", {}) if isinstance(tool, dict) else {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.invariants] must be a table")
+    return table, path.resolve().parent, str(path)
+
+
+def load(config_path: Path | None, cwd: Path, rules: list[type[Rule]], overrides: dict[str, list[str]] | None = None) -> Settings:
     """Settings from `config_path`, or from the nearest pyproject.toml, or the defaults."""
-    explicit = config_path is not None
-    path = config_path if explicit else find_pyproject(cwd)
-    table: dict[str, Any] = {}
-    source = "defaults"
-    root = cwd
-    if path is not None:
-        source = str(path)
-        root = path.resolve().parent
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file; pass an existing pyproject.toml to --config") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read it ({exc}); fix the file or pass another with --config") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
-        tool = data.get("tool", {})
-        table = tool.get("invariants", {}) if isinstance(tool, dict) else {}
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [tool.invariants] must be a table")
-    return from_table(table, root, source, rules)
+    table, root, source = read(config_path, cwd)
+    return from_table(table, root, source, rules, overrides)
 
 
-def from_table(table: dict[str, Any], root: Path, source: str, rules: list[type[Rule]]) -> Settings:
-    """Validate a `[tool.invariants]` table; every mistake names the key and the fix."""
+def load_fast(
+    config_path: Path | None, cwd: Path, overrides: dict[str, list[str]] | None = None, remember: bool = True
+) -> Settings:
+    """Like `load`, but reuses the settings a previous run validated for this exact table.
+
+    Validating needs the rules, and the rules need libcst: a re-run of an unchanged
+    tree must not pay for that import.
+    """
+    from invariants.cache import load_settings, save_settings
+
+    table, root, source = read(config_path, cwd)
+    key = _key(table, root, source, overrides)
+    cache_dir = table.get("cache-dir", TOP_LEVEL_DEFAULTS["cache-dir"])
+    folder = Path(cache_dir) if isinstance(cache_dir, str) else None
+    if folder is not None and not folder.is_absolute():
+        folder = root / folder
+    saved = load_settings(folder, key) if folder is not None and remember else None
+    if saved is not None:
+        return Settings.from_json(saved)
+    from invariants.rules import RULES
+
+    settings = from_table(table, root, source, RULES, overrides)
+    if remember:
+        save_settings(settings.cache_dir, key, settings.to_json())
+    return settings
+
+
+def from_table(
+    table: dict[str, Any], root: Path, source: str, rules: list[type[Rule]], overrides: dict[str, list[str]] | None = None
+) -> Settings:
+    """Validate a `[tool.invariants]` table; every mistake names the key and the fix.
+
+    `overrides` come from the command line: `select` replaces the table's, `ignore` adds to it.
+    """
     by_id = {r.id: r for r in rules}
     values = dict(TOP_LEVEL_DEFAULTS)
     rule_options: dict[str, dict[str, Any]] = {}
@@ -203,8 +238,14 @@ def from_table(table: dict[str, Any], root: Path, source: str, rules: list[type[
         if not isinstance(listed, list) or not all(isinstance(i, str) for i in listed):
             raise ConfigError(f"{source}: per-path-ignores['{pattern}'] must be a list of rule ids")
         check_ids(source, f"per-path-ignores['{pattern}']", listed, ids)
+    for key, listed in (overrides or {}).items():
+        try:
+            check_ids(source, key, listed, ids)
+        except ConfigError as exc:
+            raise UsageError(str(exc).replace(f"{source}: '{key}'", f"--{key}", 1)) from None
+        values[key] = listed if key == "select" else values[key] + listed
     cache_dir = Path(values["cache-dir"])
-    return Settings(
+    settings = Settings(
         root=root,
         source=source,
         select=values["select"],
@@ -218,6 +259,17 @@ def from_table(table: dict[str, Any], root: Path, source: str, rules: list[type[
         rule_options=rule_options,
         rule_paths=rule_paths,
     )
+    settings.enabled_ids = [r.id for r in settings.enabled(rules)]
+    settings.key = _key(table, root, source, overrides)
+    return settings
+
+
+def _key(table: dict[str, Any], root: Path, source: str, overrides: dict[str, list[str]] | None) -> str:
+    """The checker's own version and code, and this exact configuration."""
+    from invariants.cache import tool_fingerprint
+
+    blob = json.dumps([table, overrides or {}, str(root), source], sort_keys=True, default=str)
+    return f"{tool_fingerprint()}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
 def _rule_table(source: str, rule: type[Rule], value: Any) -> tuple[dict[str, Any], list[str] | None]:

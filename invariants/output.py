@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 import invariants
-from invariants.rule import Finding, Rule
+from invariants.rule import Finding, Rule  # Rule for typing only; rule.py imports no libcst
 
 FORMATS = ("text", "json", "sarif", "github")
 BUILTIN = {

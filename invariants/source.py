@@ -14,10 +14,12 @@ import re
 import stat
 import tokenize
 from io import BytesIO
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from invariants.errors import SourceError
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 _BRACKETS = re.compile(r"[\[\](){}]")
 # Above this bracket depth (CPython's own limit is 200) or size, CPython's parser,
@@ -104,6 +106,8 @@ def check_syntax(text: str) -> None:
 
 def parse(text: str) -> cst.Module:
     """The libcst module; SourceError with the line for anything that does not parse."""
+    import libcst as cst  # here, so reading files (and a fully cached run) never imports libcst
+
     if _needs_vetting(text):
         check_syntax(text)
     try:

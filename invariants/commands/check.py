@@ -33,26 +33,24 @@ def run(args: argparse.Namespace) -> int:
 
     from invariants import config, output
     from invariants.errors import InvariantsError
+    from invariants.runner import check_paths
 
     try:
-        from invariants.rules import RULES
-        from invariants.runner import check_paths
-
         if args.jobs < 0:
             raise InvariantsError(f"--jobs must be 0 (one per core) or more, got {args.jobs}")
-        settings = config.load(Path(args.config) if args.config else None, Path.cwd(), RULES)
-        overrides = {}
-        if args.select is not None:
-            overrides["select"] = _ids(args.select)
-        if args.ignore is not None:
-            overrides["ignore"] = settings.ignore + _ids(args.ignore)
-        if overrides:
-            settings = _override(settings, overrides, RULES)
+        overrides = {k: v for k, v in (("select", _ids(args.select)), ("ignore", _ids(args.ignore))) if v is not None}
+        config_path = Path(args.config) if args.config else None
+        settings = config.load_fast(config_path, Path.cwd(), overrides, remember=not args.no_cache)
         result = check_paths(
             args.paths, settings, jobs=args.jobs, use_cache=not args.no_cache,
             report_unused=args.report_unused_suppressions, force_exclude=args.force_exclude,
         )
-        text = output.render(result.findings, args.format, settings.enabled(RULES))
+        rules = []
+        if args.format == "sarif":
+            from invariants.rules import RULES
+
+            rules = [r for r in RULES if r.id in settings.enabled_ids]
+        text = output.render(result.findings, args.format, rules)
         if args.output:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
@@ -73,17 +71,3 @@ def run(args: argparse.Namespace) -> int:
         found = len(result.findings)
         print(f"invariants: {found} finding{'s' if found != 1 else ''} in {result.files} {files}", file=sys.stderr)
     return 0 if args.exit_zero or not result.findings else 1
-
-
-def _override(settings, overrides, rules):
-    from invariants import config
-    from invariants.errors import ConfigError, UsageError
-
-    try:
-        config.check_ids("command line", "--select/--ignore", overrides.get("select", []) + overrides.get("ignore", []),
-                          [r.id for r in rules] + ["INV000", "INV001"])
-    except ConfigError as exc:
-        raise UsageError(str(exc).replace("command line: ", "", 1)) from None
-    for key, value in overrides.items():
-        setattr(settings, key, value)
-    return settings

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections import deque
+from typing import Awaitable, Callable, Optional
 
 from engine.messages import Event, Failed, Finished, Terminal, Token
 from engine.points import Point, reach
@@ -43,7 +44,8 @@ class RequestStream:
         self.completion_tokens = 0
         self.result: Finished | Failed | None = None
         self.abort_acknowledged = False
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._events: deque[Event] = deque()
+        self._waiter: Optional[asyncio.Future[None]] = None
         self._on_abort = on_abort
         self._on_close = on_close
         self._ended = asyncio.get_running_loop().create_future()
@@ -62,7 +64,9 @@ class RequestStream:
             self._ended.set_result(event)
         elif self.abort_acknowledged:
             return
-        self._queue.put_nowait(event)
+        self._events.append(event)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def push_terminal_if_open(self, message: str) -> None:
         """End a stream the owner can no longer reach (it stopped or died) so no consumer waits forever."""
@@ -74,13 +78,27 @@ class RequestStream:
         return self
 
     async def __anext__(self) -> Token:
-        event = await self._queue.get()
+        while not self._events:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        event = self._events.popleft()
         if isinstance(event, Token):
-            self.completion_tokens += 1
-            reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
-            self._chunks += 1
-            return event
+            return self._hand_out(event)
+        self._events.appendleft(event)  # the terminal stays: iterating again ends again
         raise StopAsyncIteration
+
+    def tokens_nowait(self) -> list[Token]:
+        """Every token already delivered, without waiting: lets a relay send them in one write."""
+        ready = []
+        while self._events and isinstance(self._events[0], Token):
+            ready.append(self._hand_out(self._events.popleft()))
+        return ready
+
+    def _hand_out(self, token: Token) -> Token:
+        self.completion_tokens += 1
+        reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
+        self._chunks += 1
+        return token
 
     @property
     def ended(self) -> bool:

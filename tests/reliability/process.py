@@ -1,7 +1,11 @@
-"""`ServerProcess`: `invariants serve` (through the fault bootstrap) as a child process on 127.0.0.1.
+"""`ServerProcess`: `invariants serve` as a child process on 127.0.0.1, with the MLX sentinel injected.
 
-The child announces its URL on stdout; everything here waits by polling with a
-deadline, never by sleeping for a guessed time.
+Without faults the child is exactly `python -m invariants serve ...`; with
+faults it is the bootstrap in `serve.py`, which plants them and then runs the
+same CLI. The sentinel comes in through fuzz's `sitecustomize` injection
+(`fuzz/inject/`), as it would into any other server. The child announces its
+URL on stdout; everything here waits by polling with a deadline, never by
+sleeping for a guessed time.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Callable, Optional
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
+INJECT_DIR = REPO / "fuzz" / "inject"
 STARTUP_TIMEOUT_S = 120.0
 
 
@@ -37,18 +42,22 @@ class ServerProcess:
 
     def __init__(self, serve_args: list[str], faults: list[dict[str, Any]] = (), sentinel: Optional[Path] = None):
         self.sentinel = sentinel
-        command = [sys.executable, "-m", "tests.reliability.serve"]
+        serve = ["--host", "127.0.0.1", "--port", "0", *serve_args]
+        if faults:
+            planted = [arg for fault in faults for arg in ("--fault", json.dumps(fault))]
+            command = [sys.executable, "-m", "tests.reliability.serve", *planted, "--", *serve]
+        else:
+            command = [sys.executable, "-m", "invariants", "serve", *serve]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if sentinel is not None:
-            command += ["--sentinel", str(sentinel)]
-        for fault in faults:
-            command += ["--fault", json.dumps(fault)]
-        command += ["--", "--host", "127.0.0.1", "--port", "0", *serve_args]
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), str(REPO), env.get("PYTHONPATH")]))
+            env["MLX_INVARIANTS_SENTINEL"] = json.dumps({"out": str(sentinel), "owner": "mlx-owner*"})
         self.command = command
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.url: Optional[str] = None
         self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     text=True, bufsize=1, env=env)
         self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout), daemon=True),
                          threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True)]
         for reader in self._readers:
@@ -132,7 +141,14 @@ class ServerProcess:
         trace = Trace()
         trace.merge(events)
         found = [v for oracle in (mlx_never_concurrent, mlx_only_on_owner, no_stream_errors) for v in oracle(trace)]
-        return [f"{v.kind}: {v.message}" for v in found]
+        return self._injection_errors() + [f"{v.kind}: {v.message}" for v in found]
+
+    def _injection_errors(self) -> list[str]:
+        """The injection reports its own failure as a record; no records at all means it never ran."""
+        if not self.sentinel.exists():
+            return [f"the sentinel recorded nothing into {self.sentinel}: was it injected?"]
+        with open(self.sentinel, encoding="utf-8") as handle:
+            return [f"injection: {line.strip()}" for line in handle if '"injection_error"' in line]
 
     def mlx_entries(self) -> int:
         from fuzz.sentinel import read_records

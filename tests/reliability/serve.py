@@ -1,10 +1,11 @@
-"""Run `invariants serve` in this process with the MLX sentinel and planted faults installed first.
+"""Run `invariants serve` in this process with planted faults installed first.
 
-    python -m tests.reliability.serve [--sentinel FILE] [--fault JSON]... -- [serve options]
+    python -m tests.reliability.serve [--fault JSON]... -- [serve options]
 
 The engine has no runtime switches for faults, and must not get any: this
-bootstrap installs them from outside, then hands over to the same
-`engine.command.run` that `invariants serve` dispatches to.
+bootstrap installs them from outside, then hands over to the `invariants`
+CLI. The MLX sentinel, when wanted, comes in through fuzz's sitecustomize
+injection like in any other child (see `process.py`).
 
 A fault is a JSON object. At a named point (`engine/points.py`):
     {"point": "BEFORE_DECODE", "rid": "chatcmpl-x", "step": 2, "action": "raise"}
@@ -21,7 +22,6 @@ for it instead of guessing with a sleep.
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
 import importlib
 import json
@@ -103,15 +103,6 @@ def install_call_fault(fault: Fault) -> None:
     setattr(owner, attr, faulty)
 
 
-def install_sentinel(path: str) -> None:
-    """Record every MLX entry into `path`; the owner check is by the engine's owner thread name."""
-    from fuzz.sentinel import Sentinel, file_emitter
-
-    sentinel = Sentinel(owner="mlx-owner*", emit=file_emitter(path))
-    sentinel.trace.events = collections.deque(maxlen=0)  # the file is the record; keep RSS figures honest
-    sentinel.install()
-
-
 def main(argv: list[str]) -> int:
     if "--" in argv:
         split = argv.index("--")
@@ -119,21 +110,16 @@ def main(argv: list[str]) -> int:
     else:
         ours, theirs = argv, []
     parser = argparse.ArgumentParser(prog="python -m tests.reliability.serve")
-    parser.add_argument("--sentinel", metavar="FILE", help="write MLX entry records here (JSON lines)")
     parser.add_argument("--fault", action="append", default=[], type=parse_fault, metavar="JSON")
     args = parser.parse_args(ours)
-    if args.sentinel:
-        install_sentinel(args.sentinel)
     install_point_faults([f for f in args.fault if f.point])
     for fault in args.fault:
         if fault.call:
             install_call_fault(fault)
 
-    from engine import command
+    from invariants.cli import main as invariants
 
-    serve = argparse.ArgumentParser(prog="invariants serve")
-    command.add_arguments(serve)
-    return command.run(serve.parse_args(theirs))
+    return invariants(["serve", *theirs])
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ DEFAULT_EXCLUDE = [
 SHARED_DEFAULTS: dict[str, Any] = {
     "lock-names": ["*lock", "*_lock_*", "*mutex*", "*semaphore*", "*_sem", "sem"],
     "owner-executors": [],
-    "shield-helpers": [],
+    "shield-helpers": ["*suspend_cancellation", "*uncancellable", "*shielded", "*cancel_shield"],
     "model-names": [
         "model", "_model", "draft_model", "_draft_model", "text_model", "_text_model", "language_model",
     ],

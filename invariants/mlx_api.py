@@ -56,8 +56,8 @@ def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
 
 
 def blocking(site: CallSite, ctx: FileContext) -> str | None:
-    """The MLX call that blocks the calling thread until the GPU is done, or None."""
-    if site.qual in GENERATE or site.qual in BLOCKING_CORE:
+    """The MLX call that blocks the calling thread, or binds MLX state to it, or None."""
+    if site.qual in GENERATE or site.qual in BLOCKING_CORE or site.qual in BATCH_GENERATORS:
         return site.text or site.qual
     func = site.node.func
     if isinstance(func, cst.Attribute) and is_batch_generator(func.value, ctx):

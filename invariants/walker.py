@@ -323,5 +323,15 @@ def descendants(node: cst.CSTNode, stop: tuple[type, ...] = ()) -> list[cst.CSTN
     return found
 
 
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The direct child nodes, without whitespace and punctuation."""
+    found: list[cst.CSTNode] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        items = value if type(value) is tuple or type(value) is list else (value,)
+        found.extend(child for child in items if isinstance(child, cst.CSTNode))
+    return found
+
+
 # A function's own body: nested defs, lambdas and classes run elsewhere.
 OWN_BODY_STOP = (cst.FunctionDef, cst.Lambda, cst.ClassDef)

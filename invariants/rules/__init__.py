@@ -13,6 +13,7 @@ from invariants.rules.inv107_mlx_off_owner_thread import MlxOffOwnerThread
 from invariants.rules.inv108_blocking_mlx_on_event_loop import BlockingMlxOnEventLoop
 from invariants.rules.inv109_ignored_readiness import IgnoredReadiness
 from invariants.rules.inv110_ready_signalled_on_failure import ReadySignalledOnFailure
+from invariants.rules.inv111_probe_leaked_on_error import ProbeLeakedOnError
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -25,6 +26,7 @@ RULES: list[type[Rule]] = [
     BlockingMlxOnEventLoop,
     IgnoredReadiness,
     ReadySignalledOnFailure,
+    ProbeLeakedOnError,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

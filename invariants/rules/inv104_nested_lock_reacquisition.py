@@ -14,6 +14,7 @@ from invariants.scopes import Kind
 class _Held:
     key: str
     expr: cst.BaseExpression
+    explicit: bool = False  # taken by `await L.acquire()`: held until `L.release()` in the same function
 
 
 @dataclass
@@ -46,11 +47,28 @@ class NestedLockReacquisition(Rule):
     )
     known_problems = (
         "Follows `self.method()` and module functions awaited directly, through any depth, within one "
-        "file; not base classes, callbacks, or locks passed as arguments. Semaphores are not judged."
+        "file; not base classes, callbacks, or locks passed as arguments. A lock taken with "
+        "`await L.acquire()` counts as held until `L.release()` appears later in the same function, in "
+        "source order. Semaphores are not judged."
     )
     triggers = (("async",),)
 
     INVALID = [
+        Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                def __init__(self):
+                    self._lock = asyncio.Lock()
+
+                async def _post_serialized(self, job):
+                    async with self._lock:
+                        self._owner.post(job)
+
+                async def submit(self, job):
+                    await self._lock.acquire()
+                    await self._post_serialized(job)  # expect: INV104
+        '''),
         Invalid('''
             import asyncio
 
@@ -106,6 +124,22 @@ class NestedLockReacquisition(Rule):
 
             async def run():
                 await step()
+        '''),
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                def __init__(self):
+                    self._lock = asyncio.Lock()
+
+                async def _post_serialized(self, job):
+                    async with self._lock:
+                        self._owner.post(job)
+
+                async def submit(self, job):
+                    await self._lock.acquire()
+                    self._lock.release()
+                    await self._post_serialized(job)
         '''),
         Valid('''
             import asyncio
@@ -182,15 +216,35 @@ class NestedLockReacquisition(Rule):
             return
         held = current[1]
         for item in node.items:
-            if held and held[-1].expr is item.item:
-                held.pop()
+            for index in range(len(held) - 1, -1, -1):
+                if held[index].expr is item.item:
+                    del held[index]
+                    break
 
     def visit_Await(self, node: cst.Await) -> None:
         lock = acquired_lock(node.expression)
-        if lock is not None:
-            self._enter(lock, node)
-        else:
+        if lock is None:
             self._await_call(node.expression, node)
+            return
+        entered = self._enter(lock, node)
+        current = self._current()
+        if entered is not None and current is not None:
+            entered.explicit = True
+            current[1].append(entered)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "release"):
+            return
+        current = self._current()
+        key = self.ctx.key(func.value)
+        if current is None or key is None:
+            return
+        held = current[1]
+        for index in range(len(held) - 1, -1, -1):
+            if held[index].explicit and held[index].key == key:
+                del held[index]
+                break
 
     def visit_For(self, node: cst.For) -> None:
         if node.asynchronous is not None:

@@ -51,7 +51,7 @@ class LockReleasedBeforeWorker(Rule):
     catches = "a worker thread awaited inside `async with lock` without shield + drain on cancel"
     message = (
         "cancelling this await leaves `async with {lock}` while the worker thread still runs: "
-        "create a task, `await asyncio.shield(task)`, and on CancelledError await the task before re-raising"
+        "create a task, `await asyncio.shield(task)`, and on CancelledError keep awaiting it until done, then re-raise"
     )
     known_problems = (
         "Sees the worker only when it is awaited in the lock's block itself (directly, through "
@@ -99,10 +99,13 @@ class LockReleasedBeforeWorker(Rule):
                         try:
                             return await asyncio.shield(task)
                         except asyncio.CancelledError:
-                            try:
-                                await task
-                            except Exception:
-                                logger.warning("worker failed after cancel", exc_info=True)
+                            while not task.done():  # a second cancel must not end the drain
+                                try:
+                                    await asyncio.shield(task)
+                                except asyncio.CancelledError:
+                                    continue
+                                except Exception:
+                                    logger.warning("worker failed after cancel", exc_info=True)
                             raise
         '''),
         Valid('''

@@ -13,12 +13,14 @@ class BlockingMlxOnEventLoop(Rule):
     `mx.eval`, or a loop over `stream_generate` there stops every other request,
     health check and disconnect from being served until the GPU finishes; and
     the MLX work runs on the loop's thread instead of the owner thread, so it can
-    overlap with the owner's work inside Metal. Hand the work to the owner
-    thread and await its result."""
+    overlap with the owner's work inside Metal. A `BatchGenerator` built there
+    binds its generation stream to the loop thread, and stepping it on the owner
+    thread later fails with "There is no Stream(gpu, 1) in current thread". Hand
+    the work to the owner thread and await its result."""
 
     id = "INV108"
     catches = "mlx-lm generation, mx.eval/synchronize or an MLX generator loop in an async def"
-    message = "{what} blocks the event loop while MLX runs: hand it to the owner thread and await the result"
+    message = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
     known_problems = (
         "Sees direct calls in the async def body only: a sync helper that calls `mx.eval`, called from an "
         "async def, is not followed. `mx.async_eval` and array methods such as `.item()` are not judged."
@@ -51,6 +53,14 @@ class BlockingMlxOnEventLoop(Rule):
                 async def abort(self, uid):
                     self.batch_generator.remove([uid])  # expect: INV108
         '''),
+        Invalid('''
+            from mlx_lm.generate import BatchGenerator
+
+            class Engine:
+                async def start(self):
+                    await self._owner.started()
+                    self._owner.generator = BatchGenerator(self._owner.model)  # expect: INV108
+        '''),
     ]
     VALID = [
         Valid('''
@@ -79,6 +89,14 @@ class BlockingMlxOnEventLoop(Rule):
 
                 async def abort(self, uid):
                     self._pending_remove.put_nowait(uid)
+        '''),
+        Valid('''
+            from mlx_lm.generate import BatchGenerator
+
+            class Engine:
+                async def start(self):
+                    await self._owner.started()
+                    await self._owner.run(lambda: BatchGenerator(self._owner.model))
         '''),
         Valid('''
             import mlx.core as mx

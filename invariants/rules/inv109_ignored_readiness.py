@@ -16,13 +16,13 @@ EVENTS = frozenset({
 
 class IgnoredReadiness(Rule):
     """`Event.wait(timeout)` and `wait_ready(...)` return False when the time
-    runs out. Dropping that bool turns "the owner thread never started" or "the
+    runs out, and `asyncio.wait(..., timeout=...)` returns what is still pending. Dropping that bool turns "the owner thread never started" or "the
     worker never reached the point" into silence: startup reports healthy with
     no thread behind it, and a test goes on to check a scenario that never
     happened, and passes. Check the result and fail loudly."""
 
     id = "INV109"
-    catches = "the bool of Event.wait(timeout) or wait_ready() dropped"
+    catches = "the result of Event.wait(timeout), wait_ready() or asyncio.wait(..., timeout=) dropped"
     message = "the result of `{call}` is dropped, so a timeout passes silently: check it (`if not ...: raise`)"
     known_problems = (
         "Knows an event by its constructor in this file or by its name (event-names), and readiness "
@@ -58,6 +58,13 @@ class IgnoredReadiness(Rule):
                 owner.start()
                 owner.ready.wait(timeout=30)  # expect: INV109
         '''),
+        Invalid('''
+            import asyncio
+
+            async def start(owner, timeout_s):
+                await asyncio.wait({owner.ready}, timeout=timeout_s)  # expect: INV109
+                return owner.loaded
+        '''),
     ]
     VALID = [
         Valid('''
@@ -84,6 +91,12 @@ class IgnoredReadiness(Rule):
                 owner.start()
                 if not owner.ready.wait(timeout=30):
                     raise RuntimeError("owner thread not ready after 30 s")
+        '''),
+        Valid('''
+            import asyncio
+
+            async def start(owner, timeout_s):
+                return await asyncio.wait_for(asyncio.shield(owner.ready), timeout_s)
         '''),
         Valid('''
             import asyncio
@@ -139,6 +152,11 @@ class IgnoredReadiness(Rule):
             self._candidate(value, work.target, has_timeout)
             return
         has_timeout = positional(value, 0) is not None or keyword(value, "timeout") is not None
+        if self.ctx.resolve(value.func) in ("asyncio.wait", "asyncio.tasks.wait"):
+            timeout = keyword(value, "timeout")
+            if timeout is not None and not (isinstance(timeout, cst.Name) and timeout.value == "None"):
+                self.report(value, call="asyncio.wait")
+            return
         self._candidate(value, value.func, has_timeout)
 
     def _candidate(self, node: cst.Call, func: cst.BaseExpression, has_timeout: bool) -> None:

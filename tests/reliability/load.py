@@ -153,12 +153,16 @@ async def run(url: str, model: str, plan: Plan) -> Result:
     result = Result()
     deadline = time.monotonic() + plan.seconds
     started = time.monotonic()
-    limits = httpx.Limits(max_connections=plan.burst_size + plan.clients)
+    # Idle connections expire well before uvicorn's 5 s keep-alive timeout: reusing one the server is closing
+    # at that moment is a client-side race of HTTP/1.1, not a server fault.
+    limits = httpx.Limits(max_connections=plan.burst_size + plan.clients, keepalive_expiry=1.0)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
 
         async def one(rng: random.Random, steady: bool) -> None:
             attempt = plan_attempt(plan, rng, steady)
             outcome, detail = await attempt_once(client, model, attempt, rng, plan.finish_reasons)
+            if outcome == "unexpected":
+                detail = f"{detail} ({attempt})"
             result.attempts += 1
             if outcome == "disconnected":
                 result.left[attempt.leave] += 1

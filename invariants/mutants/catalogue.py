@@ -71,7 +71,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         Here `SimpleEngine.submit` calls `_post_serialized`, which enters `async with
         self._generation_lock` after `submit` acquired it.""",
         invariant="no task acquires a lock it already holds",
-        killers=("static:nested re-acquisition", T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered"),
+        killers=("static:INV104", T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered"),
         edits=(
             _serial_handoff("await self._post_serialized(job)"),
             Edit(SERIAL, """
@@ -120,7 +120,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         cancelled) escaped the drain and released the lock early anyway. Here
         `wait_through_cancellation` survives one cancellation and not two.""",
         invariant="the slot outlives the worker through any number of cancellations",
-        killers=("static:cancellation drain that hides errors",
+        killers=("static:INV106",
                  T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[3]"),
         edits=(Edit(DRAIN, """
             cancelled = False
@@ -198,7 +198,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         equivalent="""With mlx-lm 0.32 the generation stream is thread-local and construction
         evaluates nothing, so the engine's output is the same; the sentinel still sees the
         constructor run off the owner thread, and the static checker sees it built in async code.""",
-        killers=("static:BatchGenerator built in async code",
+        killers=("static:INV108",
                  T_THREADS + "test_every_mlx_call_is_on_the_owner_thread[BatchedEngine]", "fuzz:mlx-off-owner"),
         routes=("batched",),
         edits=(
@@ -309,7 +309,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         equivalent="""In this engine a failing warmup step fails startup and the generator is thrown
         away with the owner thread, so no request can meet the leaked probe; only the static rule
         for a probe inserted without removal in `finally` sees it.""",
-        killers=("static:probe inserted without removal in finally",),
+        killers=("static:INV111",),
         routes=("batched",),
         edits=(Edit(BATCHED, """
             uids = self._generator.insert([[0]], max_tokens=[1])
@@ -399,7 +399,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         (`text_generation_busy`). Here `SimpleEngine.submit` skips `Admission` and waits on the
         lock.""",
         invariant="busy is decided at once by admission; nothing waits on the MLX lock",
-        killers=("static:lock acquired under a timeout",
+        killers=("static:INV101",
                  T_SERIAL + "test_busy_is_refused_at_once_with_machine_readable_code", "fuzz:busy-slow"),
         edits=(
             Edit(SERIAL, """
@@ -431,7 +431,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         M15. Here the comment on `SimpleEngine._generation_lock` calls it admission.""",
         invariant="the MLX lock is documented as serializing MLX work only, never as admission",
         equivalent="""A comment changes no behaviour; only the static checker reads it.""",
-        killers=("static:lock documented as admission",),
+        killers=("static:INV103",),
         edits=(Edit(SERIAL, """
             # Serializes Metal command-buffer (MLX) work: one request's generation at a time, held
             # until its worker has finished. Not an admission gate: `Admission` decides busy before

@@ -27,13 +27,11 @@ class CallSite:
 class FunctionFacts:
     """A def, async def or lambda: its key (`f`, `Class.method`) and the calls in its own body."""
 
-    __slots__ = ("node", "key", "is_async", "calls", "class_name")
+    __slots__ = ("node", "key", "calls")
 
-    def __init__(self, node: cst.CSTNode, key: str | None, is_async: bool, class_name: str | None) -> None:
+    def __init__(self, node: cst.CSTNode, key: str | None) -> None:
         self.node = node
         self.key = key
-        self.is_async = is_async
-        self.class_name = class_name
         self.calls: list[CallSite] = []
 
 

@@ -21,8 +21,6 @@ SEMAPHORES = frozenset({
     "threading.BoundedSemaphore", "anyio.Semaphore", "anyio.CapacityLimiter", "trio.Semaphore",
 })
 LOCKS = MUTEXES | SEMAPHORES
-# Locks a second `async with` in the same task deadlocks on.
-NON_REENTRANT_ASYNC = frozenset({"asyncio.Lock", "asyncio.locks.Lock", "anyio.Lock", "asyncio.Condition", "trio.Lock"})
 TIMEOUT_SCOPES = frozenset({
     "asyncio.timeout", "asyncio.timeouts.timeout", "anyio.fail_after", "anyio.move_on_after",
     "async_timeout.timeout", "trio.fail_after", "trio.move_on_after",

@@ -65,7 +65,7 @@ class FileContext:
         self.raw: list[RawFinding] = []
         self.statements: list[cst.CSTNode] = []
         self._executor_roots: set[int] = set()
-        module_facts = FunctionFacts(module, None, False, None)
+        module_facts = FunctionFacts(module, None)
         self._function_stack: list[FunctionFacts] = [module_facts]
         self._keys: dict[int, str | None] = {}
         self._quals: dict[int, str | None] = {}
@@ -178,16 +178,16 @@ class FileContext:
             name = node.name.value  # type: ignore[attr-defined]
             self.scope.push(Kind.ASYNC if is_async else Kind.SYNC, node, name)
             owner = self.scope.top.class_name
-            self._open_function(node, f"{owner}.{name}" if owner else name, is_async, owner)
+            self._open_function(node, f"{owner}.{name}" if owner else name)
         elif kind is cst.Lambda:
             self.scope.push(Kind.LAMBDA, node, "<lambda>")
-            self._open_function(node, None, False, None)
+            self._open_function(node, None)
         elif kind is cst.ClassDef:
             self.scope.push(Kind.CLASS, node, node.name.value)  # type: ignore[attr-defined]
             return True
         elif kind is cst.GeneratorExp and id(node) in self._executor_roots:
             self.scope.push(Kind.EXECUTOR, node, "<genexpr>")
-            self._open_function(node, None, False, None)
+            self._open_function(node, None)
         else:
             return False
         return True
@@ -201,8 +201,8 @@ class FileContext:
         if kind in STATEMENTS:
             self.statements.pop()
 
-    def _open_function(self, node: cst.CSTNode, key: str | None, is_async: bool, owner: str | None) -> None:
-        facts = FunctionFacts(node, key, is_async, owner)
+    def _open_function(self, node: cst.CSTNode, key: str | None) -> None:
+        facts = FunctionFacts(node, key)
         self.facts.add_function(facts)
         self._function_stack.append(facts)
 

@@ -32,7 +32,7 @@ Report = dict[str, Any]  # {"findings": [[rule, line, col, message, suppressed_b
 T = TypeVar("T")
 
 
-def _active(rules: list[tuple[type[Rule], dict[str, Any]]], text: str) -> list[tuple[type[Rule], dict[str, Any]]]:
+def active(rules: list[tuple[type[Rule], dict[str, Any]]], text: str) -> list[tuple[type[Rule], dict[str, Any]]]:
     return [(r, o) for r, o in rules if all(any(t in text for t in group) for group in r.triggers)]
 
 
@@ -43,20 +43,23 @@ def analyze_text(text: str, rules: list[tuple[type[Rule], dict[str, Any]]], shar
         "findings": [],
         "suppressions": [[s.line, sorted(s.ids) if s.ids is not None else None] for s in suppressions],
     }
-    active = _active(rules, text)
+    firing = active(rules, text)
     try:
-        if not active:
+        if not firing:
             # No rule can fire here; still say if the file does not compile.
             source.check_syntax(text)
             return report
         module = source.parse(text)
-        raw = check_module(module, active, shared)
+        raw = check_module(module, firing, shared)
         if raw:
             report["findings"] = _locate(module, raw, text, suppressions)
     except SourceError as exc:
         report["findings"] = [[UNREADABLE, exc.line, exc.col, f"cannot check this file: {exc.reason}", 0]]
     except RecursionError:
         report["findings"] = [[UNREADABLE, 1, 1, "cannot check this file: nested too deeply to check", 0]]
+    except Exception as exc:  # a checker bug on one odd file must not stop the run over the others
+        message = f"cannot check this file: the checker failed on it ({type(exc).__name__}: {exc}); please report it"
+        report["findings"] = [[UNREADABLE, 1, 1, message, 0]]
     return report
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from invariants import config
+from invariants import config, runner
 from invariants.rules import RULES
 from invariants.runner import check_paths
 from tests.invariants.conftest import BAD_LOCK, Project
@@ -53,6 +53,11 @@ def test_a_config_change_invalidates_the_cache(project: Project) -> None:
     assert check_paths(["."], _settings(project)).findings == []
 
 
+def test_balanced_chunks_spread_the_cost() -> None:
+    assert runner._balanced_chunks([100, 1, 1, 1, 50, 50], 2) == [[0, 1, 3], [4, 5, 2]]
+    assert runner._balanced_chunks([5], 4) == [[0]]
+
+
 def test_a_corrupt_cache_is_rebuilt(project: Project) -> None:
     project.write("a.py", BAD_LOCK)
     check_paths(["."], _settings(project))
@@ -70,7 +75,8 @@ def test_cache_dir_from_config_and_no_cache_flag(project: Project) -> None:
     assert list((project.root / "build" / "inv-cache").glob("results-*.json"))
 
 
-def test_jobs_2_finds_what_one_process_finds(project: Project) -> None:
+def test_jobs_2_finds_what_one_process_finds(project: Project, monkeypatch) -> None:
+    monkeypatch.setattr(runner, "_SMALL_RUN_CHARS", 0)  # use the processes even for this small tree
     for index in range(12):
         project.write(f"pkg/m{index}.py", BAD_LOCK if index % 3 == 0 else "import asyncio\nx = 1\n")
     project.write("pkg/broken.py", "def f(:\n")

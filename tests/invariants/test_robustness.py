@@ -128,3 +128,21 @@ def test_broken_files_as_a_subprocess_exit_1_and_print_no_traceback(tmp_path: Pa
     assert "Traceback" not in done.stderr
     assert sorted(line.split(":")[0] for line in done.stdout.splitlines()) == ["deep.py", "syntax.py"]
     assert all(" INV000 " in line for line in done.stdout.splitlines())
+
+
+def test_a_checker_bug_on_one_file_is_an_inv000_line_and_the_run_goes_on(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from invariants.rules.inv105_lock_released_before_worker import LockReleasedBeforeWorker
+
+    def broken(self, node):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(LockReleasedBeforeWorker, "visit_Await", broken)
+    project.write("a.py", BAD_LOCK)
+    project.write("b.py", "import asyncio\n\nasync def f():\n    await asyncio.wait_for(g(), timeout=60)\n")
+    run = project.run("check", "--no-cache", "--jobs", "1")
+    assert run.code == 1
+    assert run.lines()[0] == ("a.py:1:1: INV000 cannot check this file: the checker failed on it "
+                              "(ValueError: boom); please report it")
+    assert run.lines()[1].startswith("b.py:4:") and " INV101 " in run.lines()[1]

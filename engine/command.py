@@ -63,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     server = Server(engine_class(config), args.host, args.port, args.shutdown_grace, args.log_level, announce)
     code = run_until_stopped(server)
-    if server.abandoned:
-        # The owner thread is stuck mid-request; MLX's exit-time destructors would abort the process
-        # (SIGABRT) under it, so leave without running them.
+    if server.abandoned or server.start_failed:
+        # The owner thread is stuck mid-request, or died with MLX state after load: MLX's exit-time
+        # destructors would abort the process (SIGABRT, "terminate called without an active
+        # exception") and hide the exit code, so leave without running them.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -57,6 +57,7 @@ class Server:
         self.counters = Counters()
         self.url: Optional[str] = None
         self.abandoned = 0  # requests the engine still held when the server stopped (a stuck owner thread)
+        self.start_failed = False
         self.listening = threading.Event()  # for callers on another thread (tests)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
@@ -136,6 +137,7 @@ class Server:
             starting.result()
         except StartupError as exc:
             print(f"invariants serve: the engine failed to start: {exc}", file=sys.stderr)
+            self.start_failed = True
             return False
         return True
 

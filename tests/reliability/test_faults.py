@@ -143,10 +143,6 @@ def failed_start(engine: str) -> tuple[Optional[int], bool, list[str]]:
     return code, listened, server.stderr[-3:]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "after a warmup failure the process sometimes dies of SIGABRT (exit -6, 'terminate called without an "
-    "active exception') instead of exiting 1 as docs/http.md says; only after a failure past the model load "
-    "(engine/owner.py run -> engine/frontend.py start); remove this mark when every start exits 1"))
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_warmup_failure_exits_1_without_listening(engine, report):
     """The first generation step (warmup) raises, 8 starts: one line, exit 1, never listened, every time."""

@@ -23,7 +23,8 @@ _PACKAGE_DIR = Path(invariants.__file__).parent
 def tool_fingerprint() -> str:
     """Changes whenever the checker's own code changes, released or not."""
     parts = [invariants.__version__]
-    for folder, _, files in os.walk(_PACKAGE_DIR):
+    for folder, dirs, files in os.walk(_PACKAGE_DIR):
+        dirs[:] = [d for d in dirs if d != "mutants"]  # the mutation tool is not part of the checker
         for name in sorted(files):
             if name.endswith(".py"):
                 info = os.stat(os.path.join(folder, name))

@@ -21,7 +21,7 @@ THREAD_POOLS = frozenset({"concurrent.futures.ThreadPoolExecutor", "concurrent.f
 POOLS = THREAD_POOLS | {"concurrent.futures.ProcessPoolExecutor", "concurrent.futures.process.ProcessPoolExecutor"}
 # Cheap first test: a call can only be a handoff if its callee ends in one of these.
 HANDOFF_NAMES = frozenset({"to_thread", "run_sync", "run_in_executor", "submit"})
-EXECUTOR_NAMES = ["*executor*", "*pool*", "*worker*"]
+EXECUTOR_NAMES = ["*executor*", "*pool*"]  # a receiver of `.submit` known by name as a pool
 
 
 @dataclass(frozen=True)

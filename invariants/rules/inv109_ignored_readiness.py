@@ -9,6 +9,7 @@ from invariants.offload import handoff, keyword, positional
 from invariants.rule import Invalid, Rule, Valid
 from invariants.walker import OWN_BODY_STOP, descendants
 
+_INSPECTIONS = frozenset({"done", "result", "exception", "cancelled", "is_set"})
 EVENTS = frozenset({
     "threading.Event", "multiprocessing.Event", "threading.Condition", "multiprocessing.synchronize.Event",
 })
@@ -27,7 +28,8 @@ class IgnoredReadiness(Rule):
     known_problems = (
         "Knows an event by its constructor in this file or by its name (event-names), and readiness "
         "functions by name (readiness-waits), unless every function of that name in the file returns "
-        "nothing (it raises on timeout instead). A wait inside a `while` loop, or with a constant timeout under "
+        "nothing (it raises on timeout instead). A dropped `asyncio.wait(..., timeout=)` counts as checked "
+        "when the function later calls done()/result()/exception() on one of the awaitables it names. A wait inside a `while` loop, or with a constant timeout under "
         "poll-seconds, is a polling tick and is not flagged. `Thread.join(timeout)` returns nothing and is "
         "not judged."
     )
@@ -96,7 +98,10 @@ class IgnoredReadiness(Rule):
             import asyncio
 
             async def start(owner, timeout_s):
-                return await asyncio.wait_for(asyncio.shield(owner.ready), timeout_s)
+                await asyncio.wait({owner.ready}, timeout=timeout_s)
+                if not owner.ready.done():
+                    raise TimeoutError(f"the owner thread was not ready after {timeout_s} s")
+                return owner.loaded
         '''),
         Valid('''
             import asyncio
@@ -119,6 +124,16 @@ class IgnoredReadiness(Rule):
         super().__init__(ctx, options)
         self.candidates: list[tuple[cst.CSTNode, cst.BaseExpression, bool, cst.CSTNode | None]] = []
         self.loops: dict[int, int] = {}
+        # asyncio.wait calls whose result is dropped, and what each function inspects afterwards.
+        self.waits: list[tuple[cst.Call, set[str], int, cst.CSTNode | None]] = []
+        self.inspected: dict[int, set[str]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _INSPECTIONS:
+            receiver = dotted(func.value)
+            if receiver:
+                self.inspected.setdefault(id(self.ctx.scope.top.node), set()).add(receiver)
 
     def visit_While(self, node: cst.While) -> None:
         frame = id(self.ctx.scope.top.node)
@@ -155,7 +170,10 @@ class IgnoredReadiness(Rule):
         if self.ctx.resolve(value.func) in ("asyncio.wait", "asyncio.tasks.wait"):
             timeout = keyword(value, "timeout")
             if timeout is not None and not (isinstance(timeout, cst.Name) and timeout.value == "None"):
-                self.report(value, call="asyncio.wait")
+                awaited = positional(value, 0)
+                elements = awaited.elements if isinstance(awaited, cst.Set | cst.List | cst.Tuple) else ()
+                names = {dotted(e.value) for e in elements} - {None}
+                self.waits.append((value, names, id(self.ctx.scope.top.node), self.ctx.statement))
             return
         self._candidate(value, value.func, has_timeout)
 
@@ -165,6 +183,9 @@ class IgnoredReadiness(Rule):
             self.candidates.append((node, func, has_timeout, self.ctx.statement))
 
     def end(self) -> None:
+        for call, names, frame, statement in self.waits:
+            if not names & self.inspected.get(frame, set()):
+                self.ctx.report_at(self.id, call, statement, self.message.format(call="asyncio.wait"))
         for node, func, has_timeout, statement in self.candidates:
             text = dotted(func) or "wait"
             if matches_name(text, self.opts["readiness-waits"]):

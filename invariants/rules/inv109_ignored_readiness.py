@@ -34,7 +34,7 @@ class IgnoredReadiness(Rule):
         "not judged."
     )
     options = {"poll-seconds": 0.5}
-    triggers = ((".wait", "wait_"),)
+    triggers = (("wait",),)
 
     INVALID = [
         Invalid('''

@@ -119,3 +119,20 @@ def test_self_attributes_are_keyed_by_class() -> None:
                 async with self._worker_lock:
                     return await asyncio.to_thread(step)
     """) == [(10, "INV105")]
+
+
+def test_the_prefilter_sees_through_aliases() -> None:
+    """Each rule's trigger words survive `import ... as`: the last part of every name is in the text."""
+    assert _rules("""
+        from asyncio import wait as settle
+
+        async def start(owner):
+            await settle({owner.ready}, timeout=30)
+    """) == [(4, "INV109")]
+    assert _rules("""
+        import asyncio as aio
+        from mlx.core import eval as force
+
+        async def step(logits):
+            force(logits)
+    """) == [(5, "INV108")]

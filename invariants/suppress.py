@@ -11,7 +11,9 @@ rule there; a bare `# noqa` suppresses nothing, because other linters own it.
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 
 _MARK = re.compile(
@@ -35,13 +37,17 @@ def scan(text: str) -> list[Suppression]:
     """Every suppression comment in the file (cheap: most files have none)."""
     if "invariants" not in text and "noqa" not in text and "NOQA" not in text:
         return []
+    candidates = [(number, line, match) for number, line in enumerate(text.splitlines(), start=1)
+                  if "#" in line and (match := _MARK.search(line)) is not None]
+    if not candidates:
+        return []
+    comments = _comments(text)
     found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if "#" not in line:
-            continue
-        match = _MARK.search(line)
-        if match is None:
-            continue
+    for number, line, match in candidates:
+        if comments is not None:
+            match = _MARK.search(comments.get(number, ""))  # a marker quoted in a string is no suppression
+            if match is None:
+                continue
         if match.group("noqa") is not None:
             ids = frozenset(i.upper() for i in _ID.findall(match.group("noqa")))
             if not ids:
@@ -52,6 +58,18 @@ def scan(text: str) -> list[Suppression]:
             ids = None
         found.append(Suppression(number, ids, line.lstrip().startswith("#")))
     return found
+
+
+def _comments(text: str) -> dict[int, str] | None:
+    """Each line's real comment, from the tokenizer; None when the file does not tokenize."""
+    comments = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                comments[token.start[0]] = token.string
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return comments
 
 
 def comment_block_above(lines: list[str], first: int) -> range:

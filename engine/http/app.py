@@ -116,7 +116,6 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
         return b"".join(chunks)
 
     try:
-        # invariants: ignore[INV101] a slow client's body, not a wait for capacity: admission comes after
         return await asyncio.wait_for(read(), BODY_TIMEOUT_S)
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g}s",

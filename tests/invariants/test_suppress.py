@@ -77,3 +77,18 @@ def test_unused_suppressions_are_reported_when_asked(project: Project) -> None:
 def test_a_used_suppression_is_not_reported_as_unused(project: Project) -> None:
     project.write("a.py", _engine("await asyncio.to_thread(step)  # invariants: ignore[INV105]"))
     assert project.run("check", "--report-unused-suppressions").code == 0
+
+
+def test_a_marker_quoted_in_a_string_is_no_suppression(project: Project) -> None:
+    project.write("a.py", _engine(
+        'note = "await it  # invariants: ignore[INV105]"\n'
+        "await asyncio.to_thread(step)"
+    ))
+    project.write("b.py", '''
+        """Docs may show the syntax:
+
+            await asyncio.to_thread(step)  # invariants: ignore[INV105] the owner drains it
+        """
+    ''')
+    assert [line.split(":")[0] for line in project.run("check").lines()] == ["a.py"]
+    assert project.run("check", "--report-unused-suppressions", "b.py").code == 0

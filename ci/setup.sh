@@ -6,9 +6,14 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-stamp=.venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    echo "setting up .venv (pip install -e '.[dev]') ..."
+    log=.venv/install.log
+    if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e '.[dev]'; } >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        echo "ci/setup.sh: installing the project failed; the whole log is in $log" >&2
+        exit 1
+    fi
     rm -f .venv/.installed-* && touch "$stamp"
 fi

@@ -1,45 +1,65 @@
-"""Fuzzer throughput and bite: examples/s on the reference engines, and time and examples to the
-first failure for each planted seed bug (median of 5 seeds, no shrinking), in the `ci` profile.
+"""Fuzzer throughput and bite: examples/s on the reference engines (one engine reused across clean
+scenarios, and a fresh engine per scenario), and time and examples to the first failure for each
+planted seed bug (median of 5 seeds, no shrinking), in the `ci` profile.
 
     .venv/bin/python benchmarks/bench_fuzz.py [--seeds 5] [--examples 300] [--budget 60]
 
-Not a test: it prints a markdown table for docs/fuzz.md.
+Not a test: it prints markdown tables for docs/fuzz.md. Every measurement runs in a fresh process
+(imports warmed first): MLX keeps an OS thread for every thread that ever ran MLX work, and each one
+slows every later MLX call in the process, so measurements in one process would slow each other down.
+"in MLX" is the share of the wall time the engine's owner spent inside MLX entry points (the sentinel's
+spans): the part no fuzzer change removes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fuzz.adapters.reference import reference_engine  # noqa: E402
-from fuzz.runner import run_fuzz  # noqa: E402
-from tests.fuzz.planted import PLANTS, plant  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
-def throughput(kind: str, examples: int) -> tuple[int, float]:
-    result = run_fuzz(reference_engine(kind), profile="ci", examples=examples, budget=600, explicit=(),
-                      debug_run=False)
-    assert result.ok, result.failure and result.failure.headline
-    return result.examples, result.elapsed_s
+def _child(task: dict[str, Any]) -> dict[str, Any]:
+    """One measurement, in this (fresh) process."""
+    import mlx.core  # noqa: F401  # imports are not the fuzzer's time
+    import mlx_lm.generate  # noqa: F401
 
+    from fuzz.adapters.reference import reference_engine
+    from fuzz.runner import run_fuzz
+    from tests.fuzz.planted import PLANTS, plant
 
-def first_failure(name: str, root: Path, seed: int, examples: int, budget: float) -> tuple[float | None, int | None]:
-    spec = PLANTS[name]
-    factory = reference_engine(spec.engine, package=plant(name, root))
-    started = time.monotonic()
-    result = run_fuzz(factory, profile="ci", examples=examples, budget=budget, seed=seed, explicit=(), replays=0,
-                      shrink=False, debug_run=False)
+    if task["kind"] == "throughput":
+        result = run_fuzz(reference_engine(task["engine"]), profile="ci", examples=task["examples"], budget=600,
+                          explicit=(), debug_run=False, reuse=task["reuse"])
+        assert result.ok, result.failure and result.failure.headline
+        return {"examples": result.examples, "elapsed_s": result.elapsed_s, "engines": result.engines_started,
+                "mlx_s": result.mlx_s}
+    spec = PLANTS[task["plant"]]
+    factory = reference_engine(spec.engine, package=plant(task["plant"], Path(task["root"])))
+    result = run_fuzz(factory, profile="ci", examples=task["examples"], budget=task["budget"], seed=task["seed"],
+                      explicit=(), replays=0, shrink=False, debug_run=False)
     if result.failure is None or result.failure.violations[0].kind not in spec.finds:
-        return None, None
-    elapsed = result.first_failure_s if result.first_failure_s is not None else time.monotonic() - started
-    return elapsed, result.first_failure_examples
+        return {"s": None, "examples": None}
+    return {"s": result.first_failure_s, "examples": result.first_failure_examples}
+
+
+def measure(task: dict[str, Any]) -> dict[str, Any]:
+    run = subprocess.run([sys.executable, __file__, "--child", json.dumps(task)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=900)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"measurement {task} failed:\n{run.stderr[-3000:]}")
+    return json.loads(lines[-1])
 
 
 def main() -> None:
@@ -47,31 +67,53 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--examples", type=int, default=300, help="cap per seed while hunting a planted bug")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per seed while hunting")
-    parser.add_argument("--throughput-examples", type=int, default=100)
+    parser.add_argument("--throughput-examples", type=int, default=300, help="examples per engine, reused")
+    parser.add_argument("--fresh-examples", type=int, default=100, help="examples per engine, fresh each")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds (modes alternate; median shown)")
     parser.add_argument("--only", nargs="*", default=None, help="planted bugs to hunt (default: all)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_child(json.loads(args.child))), flush=True)
+        return
     import mlx.core as mx
 
-    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-          f"MLX {mx.__version__} on {mx.default_device()}\n")
-    print("| engine | examples | seconds | examples/s |\n|---|---|---|---|")
-    for kind in ("simple", "batched"):
-        count, seconds = throughput(kind, args.throughput_examples)
-        print(f"| {kind} | {count} | {seconds:.1f} | {count / seconds:.1f} |", flush=True)
-    root = Path(tempfile.mkdtemp(prefix="bench-plants-"))
-    print(f"\n| planted bug | engine | found | median s to first failure | median examples | per seed (s/examples) |")
+    from tests.fuzz.planted import PLANTS
+
+    print(f"machine: {platform.platform()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
+          f"MLX {mx.__version__} on {mx.default_device()}, load average {os.getloadavg()[0]:.1f} at start\n")
+    print("| engine | engine per | examples | median examples/s (each round) | engines started | in MLX |")
+    print("|---|---|---|---|---|---|")
+    for engine in ("simple", "batched"):
+        modes = ((True, args.throughput_examples), (False, args.fresh_examples))
+        rounds: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+        for _ in range(args.rounds):  # alternate, so both modes see the same background load
+            for reuse, count in modes:
+                rounds[reuse].append(measure({"kind": "throughput", "engine": engine, "examples": count,
+                                              "reuse": reuse}))
+        for reuse, count in modes:
+            results = sorted(rounds[reuse], key=lambda r: r["examples"] / r["elapsed_s"])
+            rates = [r["examples"] / r["elapsed_s"] for r in rounds[reuse]]
+            middle = results[len(results) // 2]
+            print(f"| {engine} | {'run (reused)' if reuse else 'scenario'} | {count} | "
+                  f"{statistics.median(rates):.1f} ({', '.join(f'{rate:.1f}' for rate in rates)}) | "
+                  f"{middle['engines']} | {100 * middle['mlx_s'] / middle['elapsed_s']:.0f}% |", flush=True)
+    root = tempfile.mkdtemp(prefix="bench-plants-")
+    print("\n| planted bug | engine | found | median s to first failure | median examples | per seed (s/examples) |")
     print("|---|---|---|---|---|---|")
     for name in args.only or sorted(PLANTS):
-        runs = [first_failure(name, root, seed, args.examples, args.budget) for seed in range(1, args.seeds + 1)]
-        found = [r for r in runs if r[0] is not None]
-        per_seed = ", ".join("miss" if s is None else f"{s:.1f}/{n}" for s, n in runs)
+        runs = [measure({"kind": "hunt", "plant": name, "root": root, "seed": seed, "examples": args.examples,
+                         "budget": args.budget}) for seed in range(1, args.seeds + 1)]
+        found = [r for r in runs if r["s"] is not None]
+        per_seed = ", ".join("miss" if r["s"] is None else f"{r['s']:.1f}/{r['examples']}" for r in runs)
         if found:
-            median_s = statistics.median(r[0] for r in found)
-            median_n = statistics.median(r[1] for r in found)
+            median_s = statistics.median(r["s"] for r in found)
+            median_n = statistics.median(r["examples"] for r in found)
             print(f"| {name} | {PLANTS[name].engine} | {len(found)}/{len(runs)} | {median_s:.1f} | {median_n:g} "
                   f"| {per_seed} |", flush=True)
         else:
             print(f"| {name} | {PLANTS[name].engine} | 0/{len(runs)} | - | - | {per_seed} |", flush=True)
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ _EXPORTS = {
     "ORACLES": "fuzz.oracles", "Violation": "fuzz.oracles", "judge": "fuzz.oracles",
     "Scenario": "fuzz.scenario", "RequestSpec": "fuzz.scenario", "FaultSpec": "fuzz.scenario", "At": "fuzz.scenario",
     "scenarios": "fuzz.strategies",
-    "run_scenario": "fuzz.driver", "DriverSettings": "fuzz.driver",
+    "run_scenario": "fuzz.driver", "DriverSettings": "fuzz.driver", "EngineSession": "fuzz.session",
     "run_fuzz": "fuzz.runner", "run_exhaustive": "fuzz.runner", "FuzzResult": "fuzz.runner",
     "replay": "fuzz.replay", "Failure": "fuzz.report", "write_report": "fuzz.report",
     "reference_engine": "fuzz.adapters.reference", "resolve_engine": "fuzz.engines",

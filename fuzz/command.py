@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="child processes fuzzing in parallel, each with its own seed; 0 runs in this process")
     run.add_argument("--exhaustive", action="store_true",
                      help="instead of sampling, run every single-fault scenario for one and two requests")
+    run.add_argument("--fresh-engine", action="store_true",
+                     help="start a fresh engine for every scenario instead of reusing one while scenarios "
+                          "leave it clean (slower; failures are always confirmed on a fresh engine anyway)")
     out = parser.add_argument_group("reports and replay")
     out.add_argument("--report", metavar="DIR", default=DEFAULT_REPORT_DIR, help="where failure reports go")
     out.add_argument("--replay", metavar="FILE", help="re-run a saved scenario (scenario.json or report folder)")
@@ -112,7 +115,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"engine": args.engine or "simple", "url": args.url, "server_cmd": args.server_cmd,
             "owner": args.owner, "model": args.model, "strict": args.strict, "engine_args": engine_args,
             "profile": args.profile, "budget": args.budget, "examples": args.examples, "seed": args.seed,
-            "report_dir": str(Path(args.report).resolve())}
+            "report_dir": str(Path(args.report).resolve()), "reuse": False if args.fresh_engine else None}
 
 
 def build_factory(options: dict[str, Any]) -> Any:
@@ -137,7 +140,8 @@ def _in_process(factory: Any, args: argparse.Namespace) -> int:
     line = _ProgressLine()
     result = run_fuzz(factory, profile=args.profile, budget=args.budget, examples=args.examples, seed=args.seed,
                       report_dir=args.report, replays=args.replays, progress=line.update,
-                      settings=DriverSettings(strict=args.strict), workdir=Path(args.report) / "work")
+                      settings=DriverSettings(strict=args.strict), workdir=Path(args.report) / "work",
+                      reuse=False if args.fresh_engine else None)
     line.done()
     return _summary(result.engine, result.examples, result.elapsed_s,
                     result.failure.headline if result.failure else None, result.report_dir)
@@ -149,7 +153,7 @@ def _exhaustive(factory: Any, args: argparse.Namespace) -> int:
 
     line = _ProgressLine()
     result = run_exhaustive(factory, report_dir=args.report, replays=args.replays, progress=line.update,
-                            settings=DriverSettings(strict=args.strict))
+                            settings=DriverSettings(strict=args.strict), reuse=False if args.fresh_engine else None)
     line.done()
     return _summary(result.engine, result.examples, result.elapsed_s,
                     result.failure.headline if result.failure else None, result.report_dir)

@@ -1,10 +1,14 @@
-"""Run one scenario against a fresh engine, on a fresh event loop, and return its trace.
+"""Run one scenario against an engine, on an event loop, and return its trace.
 
 The driver only records facts: what each client saw, which faults landed
 where, what the engine reported afterwards. `oracles.judge(trace)` decides
 what is wrong. Nothing here waits on a timer to order events: faults ride on
 points, and "is it stuck?" is asked of the loop and the threads themselves
 (everything parked, nothing ready) before a wall-clock backstop applies.
+
+`run_scenario` runs one scenario on a fresh engine and shuts it down;
+`fuzz.session.EngineSession` runs scenario after scenario on one started
+engine while each leaves it clean.
 """
 
 from __future__ import annotations
@@ -20,17 +24,21 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Optional
 
 from fuzz.adapters.base import Adapter, Handle, Refused
-from fuzz.executors import THREAD_PREFIX, CountingExecutor, make_executor
+from fuzz.executors import THREAD_PREFIX, CountingExecutor
 from fuzz.faults import Injector, wait_loop_idle
-from fuzz.locks import watch_locks
+from fuzz.oracles import judge
 from fuzz.scenario import FaultSpec, RequestSpec, Scenario
 from fuzz.sentinel import Sentinel
 from fuzz.trace import Trace
 
+if TYPE_CHECKING:
+    from fuzz.session import EngineSession
+
 TICK_S = 0.1
+SETTLE_POLL_S = 0.001
 _RUNS = itertools.count(1)
 TASK_PREFIX = "fuzz-"
 _PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
@@ -62,54 +70,48 @@ class Client:
 def run_scenario(adapter_factory: Callable[[], Adapter], scenario: Scenario, *,
                  sentinel: Optional[Sentinel] = None, expected_followup: Optional[list[Any]] = None,
                  settings: DriverSettings = DriverSettings()) -> Trace:
-    """Run `scenario` on a fresh adapter; pass an installed `sentinel` to reuse it across scenarios."""
-    trace = Trace()
-    trace.meta.update(scenario=scenario.to_json(), lag_bound_s=settings.lag_bound_s)
+    """Run `scenario` on a fresh adapter and shut it down; pass an installed `sentinel` to reuse it."""
+    from fuzz.session import EngineSession
+
     own_sentinel = sentinel is None
     if sentinel is None:
         sentinel = Sentinel(strict=settings.strict).install()
-    loop = asyncio.new_event_loop()
-    executor = make_executor(scenario.executor)
-    loop.set_default_executor(executor)
-    loop.set_debug(scenario.debug)
-    adapter: Optional[Adapter] = None
     try:
-        with watch_locks(trace), _logs_into(trace):
-            adapter = adapter_factory()  # engines build their asyncio locks under the watch
-            trace.meta.update(engine=adapter.name, busy_bound_s=adapter.busy_bound_s, owner=adapter.owner)
-            sentinel.owner = adapter.owner
-            sentinel.attach(trace)
-            run = _Run(adapter, scenario, trace, loop, executor, settings, expected_followup)
-            loop.run_until_complete(loop.create_task(run.main(), name="fuzz-main"))
+        return EngineSession(adapter_factory, sentinel, settings, reuse=False).run(scenario, expected_followup)
     finally:
-        if adapter is not None:
-            adapter.set_point_hook(None)
-        _close_loop(loop)
         if own_sentinel:
             sentinel.uninstall()
-        else:
-            sentinel.attach(Trace())
-    return trace
 
 
 class _Run:
-    def __init__(self, adapter: Adapter, scenario: Scenario, trace: Trace, loop: asyncio.AbstractEventLoop,
-                 executor: CountingExecutor, settings: DriverSettings, expected_followup: Optional[list[Any]]):
-        self.adapter, self.scenario, self.trace, self.loop = adapter, scenario, trace, loop
-        self.executor, self.settings, self.expected_followup = executor, settings, expected_followup
+    """One scenario on `session`'s loop and engine, starting the engine first if none is running.
+
+    Afterwards the engine is either kept for the next scenario (`kept`), or shut
+    down here with every after-shutdown check recorded into this trace.
+    """
+
+    def __init__(self, session: "EngineSession", scenario: Scenario, trace: Trace, executor: CountingExecutor,
+                 expected_followup: Optional[list[Any]], keep: bool):
+        self.session, self.adapter, self.loop = session, session.adapter, session.loop
+        self.scenario, self.trace, self.executor = scenario, trace, executor
+        self.settings, self.expected_followup, self.keep = session.settings, expected_followup, keep
+        self.kept = False
         self.clients = {r.rid: Client(r) for r in scenario.requests}
         triggers = list(scenario.faults) + [FaultSpec(f"arrive {r.rid}", r.arrival)
                                              for r in scenario.requests if r.arrival]
         # Engine-side request ids carry a per-run suffix, so a point reached by an earlier run's
         # leftover coroutine (finalized during this run) is never mistaken for one of ours.
         self.suffix = f"~{next(_RUNS)}"
-        self.injector = Injector(trace, loop, triggers, self._deliver, cap_s=settings.cap_s, suffix=self.suffix)
+        self.injector = Injector(trace, self.loop, triggers, self._deliver, cap_s=self.settings.cap_s,
+                                 suffix=self.suffix)
         self.shutdown_task: Optional[asyncio.Task] = None
         self.max_lag = 0.0
+        self.tasks_before: set[asyncio.Task] = set()
         self.threads_before: set[threading.Thread] = set()
 
     async def main(self) -> None:
         self.loop.set_exception_handler(self._loop_error)
+        self.tasks_before = set(asyncio.all_tasks(self.loop))
         self.threads_before = set(threading.enumerate())
         body = self.loop.create_task(self._body(), name="fuzz-body")
         done, _ = await asyncio.wait({body}, timeout=self.settings.backstop_s)
@@ -120,10 +122,7 @@ class _Run:
 
     async def _body(self) -> None:
         self.adapter.set_point_hook(self.injector.hook)
-        try:
-            await self.adapter.start()
-        except Exception as exc:
-            self.trace.record("check", "startup-failed", info={"error": f"{type(exc).__name__}: {exc}"})
+        if not await self._started():
             return
         lag = self.loop.create_task(self._watch_lag(), name="fuzz-lag")
         for client in self.clients.values():
@@ -136,7 +135,55 @@ class _Run:
             self.trace.record("check", "status", info=self.adapter.status())
         lag.cancel()
         self.trace.record("check", "loop-lag", info={"max_s": round(self.max_lag, 4)})
+        if self.keep and live and self.shutdown_task is None and await self._fit_for_next():
+            self.kept = True
+            return
         await self._shutdown_and_check(live)
+
+    async def _started(self) -> bool:
+        """Start the session's engine unless it is already running, then wait for it to settle; False
+        (recorded) if it failed to start."""
+        if not self.session.running:
+            self.session.threads_before = set(threading.enumerate())
+            try:
+                await self.adapter.start()
+            except Exception as exc:
+                self.trace.record("check", "startup-failed", info={"error": f"{type(exc).__name__}: {exc}"})
+                return False
+            self.session.running = True
+        if not await self._wait_settled():
+            self.trace.record("check", "start-unsettled", info={"cap_s": self.settings.cap_s})
+        # What the engine started for itself is not this scenario's (it is checked after shutdown).
+        self.threads_before = set(threading.enumerate())
+        self.tasks_before = set(asyncio.all_tasks(self.loop))
+        return True
+
+    async def _wait_settled(self) -> bool:
+        """Until every other thread is parked; False after `cap_s`. A fresh engine's owner may still be on
+        its way from "ready" to waiting for work, and the first requests must not race it: so every
+        scenario begins with the engine waiting for work, whether it was just started or reused."""
+        deadline = self.loop.time() + self.settings.cap_s
+        while self.loop.time() < deadline:
+            if await wait_loop_idle() and self._quiescent():
+                return True
+            await asyncio.sleep(SETTLE_POLL_S)  # threads going idle send no event; this only looks again
+        return False
+
+    async def _fit_for_next(self) -> bool:
+        """Whether the engine may take the next scenario as it stands: nothing was violated, it is healthy,
+        and nothing this scenario started (executor job, task, thread) still runs. If not, it is shut down
+        inside this scenario, so every after-shutdown check is judged against the scenario that caused it."""
+        await wait_loop_idle()
+        collect = getattr(self.adapter, "collect", None)
+        if collect is not None:
+            collect(self.trace)  # a server's spans count before deciding
+        if judge(self.trace) or not getattr(self.adapter, "healthy", True) or self.executor.busy:
+            return False
+        tasks = [t for t in asyncio.all_tasks(self.loop) if not t.done() and t not in self.tasks_before
+                 and not t.get_name().startswith(TASK_PREFIX)]
+        threads = [t for t in threading.enumerate() if t.is_alive() and t not in self.threads_before
+                   and not t.name.startswith(THREAD_PREFIX)]
+        return not tasks and not threads
 
     # -- clients ------------------------------------------------------------------
     def _launch(self, client: Client) -> None:
@@ -304,8 +351,9 @@ class _Run:
             self.trace.record("check", "stray-tasks", info={"tasks": [repr(t) for t in stray]})
 
     def _check_threads(self) -> None:
-        """Threads the engine started must be gone once shutdown returned (a short join allowed)."""
-        new = [t for t in threading.enumerate() if t not in self.threads_before and t.is_alive()
+        """Threads the engine started (since it was started) must be gone once shutdown returned (a short
+        join allowed)."""
+        new = [t for t in threading.enumerate() if t not in self.session.threads_before and t.is_alive()
                and not t.name.startswith(THREAD_PREFIX)]
         for thread in new:
             thread.join(timeout=2.0)

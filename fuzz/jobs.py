@@ -33,6 +33,7 @@ class JobOutcome:
     headline: Optional[str] = None
     report_dir: Optional[str] = None
     crashed: Optional[str] = None
+    engines_started: int = 0
 
     @property
     def failed(self) -> bool:
@@ -94,6 +95,7 @@ def _take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
         outcome.elapsed_s = result["elapsed_s"]
         outcome.headline = result.get("headline")
         outcome.report_dir = result.get("report_dir")
+        outcome.engines_started = result.get("engines_started", 0)
         state.update(examples=outcome.examples, failed=outcome.failed)
 
 
@@ -117,6 +119,7 @@ def _crash_report(options: dict[str, Any], workdir: Path, why: str) -> Optional[
 
 def _child(options: dict[str, Any]) -> int:
     from fuzz.command import build_factory
+    from fuzz.driver import DriverSettings
     from fuzz.runner import run_fuzz
 
     factory = build_factory(options)
@@ -131,9 +134,11 @@ def _child(options: dict[str, Any]) -> int:
 
     result = run_fuzz(factory, profile=options["profile"], budget=options.get("budget"),
                       examples=options.get("examples"), seed=options["seed"],
-                      report_dir=options.get("report_dir"), workdir=options["workdir"], progress=progress)
+                      report_dir=options.get("report_dir"), workdir=options["workdir"], progress=progress,
+                      reuse=options.get("reuse"), settings=DriverSettings(strict=bool(options.get("strict"))))
     print(json.dumps({"result": {
         "examples": result.examples, "elapsed_s": round(result.elapsed_s, 1),
+        "engines_started": result.engines_started,
         "headline": result.failure.headline if result.failure else None,
         "report_dir": str(result.report_dir) if result.report_dir else None,
     }}), flush=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 from fuzz.trace import Trace, capture_stack
 
@@ -21,12 +21,20 @@ class LockReentered(RuntimeError):
     """A task tried to acquire an asyncio lock it already holds."""
 
 
+class LockWatch:
+    """Where the locks built under one watch record. An engine outlives a scenario when it is reused,
+    so its locks follow `trace`, which the driver points at each scenario in turn."""
+
+    def __init__(self, trace: Optional[Trace] = None):
+        self.trace = trace
+
+
 class OwnedLock(asyncio.Lock):
-    trace: Trace | None = None  # set by watch_locks for the scenario being run
+    watch: LockWatch | None = None  # set by watch_locks while it is active
 
     def __init__(self) -> None:
         super().__init__()
-        self._trace = OwnedLock.trace  # the scenario this lock was built in, even after the watch ends
+        self._watch = OwnedLock.watch  # the watch this lock was built under, even after it ends
         self._holder: asyncio.Task | None = None
         self._holder_stack: tuple[str, ...] = ()
 
@@ -34,9 +42,10 @@ class OwnedLock(asyncio.Lock):
         task = asyncio.current_task()
         if task is not None and task is self._holder:
             stack = capture_stack(1)
-            if self._trace is not None:
-                self._trace.record("lock", "reentered", info={"task": task.get_name(),
-                                       "holder_stack": list(self._holder_stack)}, stack=stack)
+            trace = self._watch.trace if self._watch is not None else None
+            if trace is not None:
+                trace.record("lock", "reentered", info={"task": task.get_name(),
+                                                        "holder_stack": list(self._holder_stack)}, stack=stack)
             raise LockReentered(f"task {task.get_name()} re-acquired an asyncio.Lock it already holds")
         await super().acquire()
         self._holder = task
@@ -50,13 +59,15 @@ class OwnedLock(asyncio.Lock):
 
 
 @contextlib.contextmanager
-def watch_locks(trace: Trace) -> Iterator[None]:
-    """Make `asyncio.Lock()` build `OwnedLock`s recording into `trace` until the block ends."""
+def watch_locks(target: Trace | LockWatch) -> Iterator[LockWatch]:
+    """Make `asyncio.Lock()` build `OwnedLock`s until the block ends; they record into `target` (a trace,
+    or a `LockWatch` whose trace the caller moves from scenario to scenario)."""
+    watch = target if isinstance(target, LockWatch) else LockWatch(target)
     original = asyncio.Lock
-    OwnedLock.trace = trace
+    OwnedLock.watch = watch
     asyncio.Lock = OwnedLock  # type: ignore[misc]
     try:
-        yield
+        yield watch
     finally:
         asyncio.Lock = original  # type: ignore[misc]
-        OwnedLock.trace = None
+        OwnedLock.watch = None

@@ -1,10 +1,11 @@
 """The `ci` and `runner` profiles: how many examples, how long, which Hypothesis database.
 
 `ci` is what the default pytest run and a Linux CPU job use: derandomized, no
-example database, a bounded number of examples, plus one asyncio debug-mode
-run. `runner` is for Apple Silicon and GPU runners: random seeds, a shared
-example database (so failures found once are tried first next time), and a
-long budget.
+example database, a few hundred examples, plus one asyncio debug-mode run.
+`runner` is for Apple Silicon and GPU runners: random seeds, a shared example
+database (so failures found once are tried first next time), and a long
+budget. Both reuse one engine across scenarios that leave it clean
+(`reuse_engine`); `invariants fuzz --fresh-engine` turns that off.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Profile:
     round_examples: int     # examples per Hypothesis round (each round a new seed unless derandomized)
     debug_run: bool         # one extra scenario on an asyncio debug-mode loop
     database: bool
+    reuse_engine: bool = True  # keep one engine across scenarios that leave it clean (False: fresh each)
 
     def database_path(self) -> Optional[str]:
         if not self.database:
@@ -31,7 +33,7 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "ci": Profile("ci", derandomize=True, examples=100, budget_s=120.0, round_examples=100, debug_run=True,
+    "ci": Profile("ci", derandomize=True, examples=300, budget_s=120.0, round_examples=300, debug_run=True,
                   database=False),
     "runner": Profile("runner", derandomize=False, examples=1_000_000, budget_s=3600.0, round_examples=50,
                       debug_run=True, database=True),

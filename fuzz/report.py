@@ -110,6 +110,8 @@ def render(failure: Failure, scenario_path: str | Path) -> str:
     lines.append(f"seed:       {failure.seed or 'n/a'}")
     if failure.blob:
         lines.append(f"blob:       {failure.blob}")
+    if failure.trace.meta.get("reused"):
+        lines.append(f"engine:     reused; it had run {failure.trace.meta['reused']} scenario(s) before this one")
     lines.append(f"replay:     {failure.replay_command(scenario_path)}")
     lines.append("")
     for number, violation in enumerate(failure.violations, 1):

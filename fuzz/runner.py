@@ -1,9 +1,14 @@
-"""`run_fuzz`: generate scenarios with Hypothesis, run each on a fresh engine, shrink what fails.
+"""`run_fuzz`: generate scenarios with Hypothesis, run them on an engine, shrink what fails.
 
 The programmatic entry point (the CLI, the planted-bug tests, the benchmark
 and `invariants mutants` all call it). Each scenario is written to
 `workdir/current.json` before it runs, so a process that dies inside MLX
 still leaves the case that killed it.
+
+Scenarios share one started engine while they leave it clean (see
+`fuzz.session`); a violation seen on a reused engine counts only once it
+repeats on a fresh one, and shrinking, replays and the debug run use a fresh
+engine for every scenario, as `reuse=False` (`--fresh-engine`) does throughout.
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from fuzz.driver import DriverSettings, run_scenario
+from fuzz.driver import DriverSettings
 from fuzz.engines import AdapterFactory, engine_label, resolve_engine
 from fuzz.oracles import Violation, judge
 from fuzz.profiles import PROFILES, Profile, hypothesis_settings
 from fuzz.report import Failure, device_info, write_report
 from fuzz.scenario import FAULT_KINDS, POINTS, At, FaultSpec, RequestSpec, Scenario
 from fuzz.sentinel import Sentinel
+from fuzz.session import EngineSession
 from fuzz.trace import Trace
 
 # The asyncio debug-mode run: two requests, one cancelled mid-decode.
@@ -49,6 +55,8 @@ class FuzzResult:
     report_dir: Optional[Path] = None
     first_failure_s: Optional[float] = None          # time to the first violating example
     first_failure_examples: Optional[int] = None     # examples run up to and including it
+    engines_started: int = 0                         # fresh engines, replays included
+    mlx_s: float = 0.0                               # time spent inside MLX, summed over every scenario run
 
     @property
     def ok(self) -> bool:
@@ -77,7 +85,7 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
              replays: int = 3, strategy: Any = None, explicit: Optional[Iterable[Scenario]] = None,
              progress: Optional[Callable[[Progress], None]] = None, settings: DriverSettings = DriverSettings(),
              workdir: Optional[str | Path] = None, debug_run: Optional[bool] = None,
-             shrink_s: float = 60.0, shrink: bool = True) -> FuzzResult:
+             shrink_s: float = 60.0, shrink: bool = True, reuse: Optional[bool] = None) -> FuzzResult:
     """Fuzz one engine until a violation, `examples` examples, or `budget` seconds, whichever comes first.
 
     `engine` is "simple", "batched", "MODULE:FACTORY", or an adapter factory
@@ -87,6 +95,8 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
     `()` to measure what generation alone finds. Shrinking stops after
     `shrink_s` seconds with the smallest failure so far; `shrink=False` stops at
     the first failure as found (the benchmark's time-to-first-failure).
+    `reuse` (default: the profile's) keeps one engine across clean scenarios;
+    False starts a fresh engine for every scenario.
     """
     from fuzz.corpus import SEED_SCENARIOS
 
@@ -95,24 +105,31 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
     factory = resolve_engine(engine) if isinstance(engine, str) else engine
     spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
     label = engine_label(factory)
+    sentinel = Sentinel(strict=settings.strict).install()
     fuzz = _Fuzz(factory, label, spec, prof, settings, budget if budget is not None else prof.budget_s,
-                 examples if examples is not None else prof.examples, progress, workdir)
+                 examples if examples is not None else prof.examples, progress, workdir,
+                 EngineSession(factory, sentinel, settings, prof.reuse_engine if reuse is None else reuse))
     fuzz.shrink_s = shrink_s
     fuzz.shrink = shrink
-    sentinel = Sentinel(strict=settings.strict).install()
-    fuzz.sentinel = sentinel
     try:
         failure = fuzz.baseline()
         if failure is None:
             failure = fuzz.hypothesis(strategy, seed, explicit)
+        if failure is None:
+            failure = fuzz.teardown()
         if failure is None and (prof.debug_run if debug_run is None else debug_run):
             failure = fuzz.debug_run()
         if failure is not None:
+            fuzz.session.close()
             failure.reproduced = fuzz.replay_count(failure, replays)
     finally:
-        sentinel.uninstall()
+        try:
+            fuzz.session.close()
+        finally:
+            sentinel.uninstall()
     result = FuzzResult(label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
-                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples)
+                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples,
+                        engines_started=fuzz.session.starts, mlx_s=fuzz.mlx_s)
     if failure is not None:
         failure.device = device_info()
         if report_dir is not None:
@@ -123,12 +140,15 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
 class _Fuzz:
     def __init__(self, factory: AdapterFactory, label: str, spec: Optional[str], profile: Profile,
                  settings: DriverSettings, budget_s: float, examples: int,
-                 progress: Optional[Callable[[Progress], None]], workdir: Optional[str | Path]):
+                 progress: Optional[Callable[[Progress], None]], workdir: Optional[str | Path],
+                 session: EngineSession):
         self.factory, self.label, self.spec, self.profile, self.settings = factory, label, spec, profile, settings
         self.budget_s, self.examples = budget_s, examples
         self.progress = progress
         self.workdir = Path(workdir) if workdir else None
-        self.sentinel: Optional[Sentinel] = None
+        self.session = session
+        self.mlx_s = 0.0
+        # The fresh-engine output of the follow-up request: computed once per run, by the baseline.
         self.expected_followup: Optional[list[Any]] = None
         self.started = time.monotonic()
         self.state = Progress(budget_s=budget_s)
@@ -142,20 +162,27 @@ class _Fuzz:
         self.confirm_runs = 1  # a failure counts (and shrinks) only if it repeats this many times
         self.shrink = True
 
-    def run(self, scenario: Scenario) -> tuple[Trace, list[Violation]]:
-        """Run one scenario on a fresh engine; save it first so a crash leaves it behind."""
+    def run(self, scenario: Scenario, fresh: bool = False) -> tuple[Trace, list[Violation]]:
+        """Run one scenario (on the kept engine unless `fresh`); save it first so a crash leaves it behind.
+        While a failure is being shrunk every scenario gets a fresh engine, so shrinking stays exact."""
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "current.json").write_text(scenario.dumps())
-        trace = run_scenario(self.factory, scenario, sentinel=self.sentinel,
-                             expected_followup=self.expected_followup, settings=self.settings)
+        if (fresh or self._failing) and self.session.adapter is not None:
+            dropped = self.teardown()  # rare: a violation has normally retired the engine already
+            if dropped is not None and not self.unconfirmed:
+                self.unconfirmed.append(dropped)
+        trace = self.session.run(scenario, self.expected_followup,
+                                 keep=False if fresh or self._failing else None)
+        self.mlx_s += sum(span.duration for span in trace.of("mlx"))
         return trace, judge(trace)
 
     def failure(self, scenario: Scenario, trace: Trace, violations: list[Violation]) -> Failure:
         return Failure(scenario, trace, violations, self.label, self.spec, seed=self.seed_label)
 
     def baseline(self) -> Optional[Failure]:
-        """A request-free scenario: warms imports, and its follow-up output is the fresh-engine reference."""
+        """A request-free scenario on a fresh engine: warms imports, and its follow-up output is the
+        fresh-engine reference for the whole run (the engine goes on to the next scenario)."""
         scenario = Scenario(())
         trace, violations = self.run(scenario)
         self.expected_followup = trace.meta.get("followup")
@@ -163,12 +190,25 @@ class _Fuzz:
         return self.failure(scenario, trace, violations) if violations else None
 
     def debug_run(self) -> Optional[Failure]:
-        trace, violations = self.run(DEBUG_SCENARIO)
+        """The asyncio debug-mode scenario, on a fresh engine started on a debug-mode loop."""
+        trace, violations = self.run(DEBUG_SCENARIO, fresh=True)
         return self.failure(DEBUG_SCENARIO, trace, violations) if violations else None
+
+    def teardown(self) -> Optional[Failure]:
+        """Shut the kept engine down with the after-shutdown checks; a violation there is reported
+        against the scenario it ran last (not shrunk: shutting down is not part of that scenario)."""
+        last = self.session.last
+        trace = self.session.close()
+        violations = judge(trace) if trace is not None else []
+        if not violations or last is None:
+            return None
+        failure = self.failure(last, trace, violations)
+        failure.blob = "found when the reused engine was shut down after this scenario; not shrunk"
+        return failure
 
     def replay_count(self, failure: Failure, times: int) -> tuple[int, int]:
         kind = failure.violations[0].kind
-        hits = sum(any(v.kind == kind for v in self.run(failure.scenario)[1]) for _ in range(times))
+        hits = sum(any(v.kind == kind for v in self.run(failure.scenario, fresh=True)[1]) for _ in range(times))
         return hits, times
 
     def _tick(self, scenario: Scenario, phase: str) -> None:
@@ -236,13 +276,11 @@ class _Fuzz:
             self.state.examples += 1
         if not violations:
             return
-        kind = violations[0].kind
-        if not all(any(v.kind == kind for v in self.run(scenario)[1]) for _ in range(self.confirm_runs)):
-            # A race that did not repeat: keep it in case nothing steadier turns up, but let
-            # neither generation nor shrinking build on it.
-            if not self.unconfirmed:
-                self.unconfirmed.append(self.failure(scenario, trace, violations))
+        found = self._confirmed(scenario, trace, violations)
+        if found is None:
             return
+        trace, violations = found
+        kind = violations[0].kind
         if not self._failing:
             self.first_failure_s = time.monotonic() - self.started
             self.first_failure_examples = self.state.examples
@@ -251,12 +289,37 @@ class _Fuzz:
         self._failing.add(key)
         raise _violation_type(kind)(scenario, trace, violations)
 
+    def _confirmed(self, scenario: Scenario, trace: Trace,
+                   violations: list[Violation]) -> Optional[tuple[Trace, list[Violation]]]:
+        """The failure as seen on a fresh engine, if it repeats there (`confirm_runs` times); else None.
+
+        The violation retired the engine, so the re-runs start fresh. A race that did not repeat is kept
+        in case nothing steadier turns up, but neither generation nor shrinking builds on it."""
+        kind = violations[0].kind
+        reruns = []
+        for _ in range(self.confirm_runs):
+            rerun = self.run(scenario, fresh=True)
+            if not any(v.kind == kind for v in rerun[1]):
+                if not self.unconfirmed:
+                    failure = self.failure(scenario, trace, violations)
+                    served = trace.meta.get("reused", 0)
+                    if served:
+                        failure.blob = (f"seen on an engine reused after {served} scenario(s); "
+                                        "it did not repeat on a fresh engine")
+                    self.unconfirmed.append(failure)
+                return None
+            reruns.append(rerun)
+        if trace.meta.get("reused", 0) and reruns:
+            return reruns[0]  # report the fresh-engine run: it is what replays reproduce
+        return trace, violations
+
     def _unconfirmed(self) -> Optional[Failure]:
         """A failure seen once and not on the immediate re-run: reported only if nothing steadier was found."""
         if not self.unconfirmed:
             return None
         failure = self.unconfirmed[0]
-        failure.blob = "not shrunk: the failure did not repeat on an immediate re-run"
+        note = "not shrunk: the failure did not repeat on an immediate re-run"
+        failure.blob = f"{note} ({failure.blob})" if failure.blob else note
         if self.first_failure_s is None:
             self.state.failed = True
         return failure
@@ -290,14 +353,16 @@ def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS
 
 def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | Path] = None, replays: int = 3,
                    progress: Optional[Callable[[Progress], None]] = None,
-                   settings: DriverSettings = DriverSettings(), max_tokens: int = 3) -> FuzzResult:
-    """Run `exhaustive_scenarios()` in order; stop at the first violation."""
+                   settings: DriverSettings = DriverSettings(), max_tokens: int = 3,
+                   reuse: Optional[bool] = None) -> FuzzResult:
+    """Run `exhaustive_scenarios()` in order; stop at the first violation that repeats on a fresh engine."""
     factory = resolve_engine(engine) if isinstance(engine, str) else engine
     spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
-    fuzz = _Fuzz(factory, engine_label(factory), spec, PROFILES["ci"], settings, float("inf"), 0, progress, None)
-    fuzz.seed_label = "exhaustive"
     sentinel = Sentinel(strict=settings.strict).install()
-    fuzz.sentinel = sentinel
+    profile = PROFILES["ci"]
+    fuzz = _Fuzz(factory, engine_label(factory), spec, profile, settings, float("inf"), 0, progress, None,
+                 EngineSession(factory, sentinel, settings, profile.reuse_engine if reuse is None else reuse))
+    fuzz.seed_label = "exhaustive"
     try:
         failure = fuzz.baseline()
         todo = exhaustive_scenarios(max_tokens, getattr(factory, "kinds", FAULT_KINDS),
@@ -306,17 +371,25 @@ def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | P
             fuzz._tick(scenario, "exhaustive")
             trace, violations = fuzz.run(scenario)
             fuzz.state.examples += 1
-            if violations:
-                failure = fuzz.failure(scenario, trace, violations)
+            found = fuzz._confirmed(scenario, trace, violations) if violations else None
+            if found is not None:
+                failure = fuzz.failure(scenario, *found)
                 fuzz.first_failure_s = time.monotonic() - fuzz.started
                 fuzz.first_failure_examples = fuzz.state.examples
                 break
+        if failure is None:
+            failure = fuzz.teardown() or fuzz._unconfirmed()
         if failure is not None:
+            fuzz.session.close()
             failure.reproduced = fuzz.replay_count(failure, replays)
     finally:
-        sentinel.uninstall()
+        try:
+            fuzz.session.close()
+        finally:
+            sentinel.uninstall()
     result = FuzzResult(fuzz.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
-                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples)
+                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples,
+                        engines_started=fuzz.session.starts, mlx_s=fuzz.mlx_s)
     if failure is not None:
         failure.device = device_info()
         if report_dir is not None:

@@ -124,12 +124,13 @@ class Sentinel:
     def __exit__(self, *exc: object) -> None:
         self.uninstall()
 
-    def attach(self, trace: Trace) -> None:
-        """Record into a fresh trace (one per scenario) and forget who was inside."""
+    def attach(self, trace: Trace, forget_owner: bool = True) -> None:
+        """Record into a fresh trace (one per scenario) and forget who was inside; a "sticky" owner is
+        forgotten too unless the same engine goes on (`forget_owner=False`)."""
         with self._lock:
             self.trace = trace
             self._inside.clear()
-            if self.owner == STICKY:
+            if self.owner == STICKY and forget_owner:
                 self._owner_token = None
 
     def declare_owner(self) -> None:

@@ -55,6 +55,12 @@ class Event:
     end: int | None = None  # spans only: the sequence number at exit
     info: dict[str, Any] = field(default_factory=dict)
     stack: tuple[str, ...] = ()
+    t_end: float | None = None  # spans only: the time at exit
+
+    @property
+    def duration(self) -> float:
+        """Seconds inside a closed span; 0 for instants and open spans."""
+        return self.t_end - self.t if self.t_end is not None else 0.0
 
     @property
     def who(self) -> str:
@@ -93,6 +99,7 @@ class Trace:
     def close_span(self, event: Event) -> None:
         with self._lock:
             event.end = next(self._seq)
+            event.t_end = time.perf_counter() - self._t0
 
     def merge(self, events: list[Event]) -> None:
         """Append events numbered elsewhere (another process's sentinel), keeping their relative order."""

@@ -1,6 +1,7 @@
 """The adapter protocol: all the fuzzer needs from an engine, small enough to write in a page.
 
-An adapter starts one fresh engine, opens requests described by `RequestSpec`,
+An adapter starts one fresh engine, opens requests described by `RequestSpec`
+(for one scenario, or for many in a row when the fuzzer reuses the engine),
 and shuts the engine down. A `Handle` is one open request: iterate it for its
 tokens, abort it, close it (always, in a `finally`). Engines that mark named
 points (`engine.points`-style modules) hand the fuzzer their hook setter, so
@@ -61,3 +62,4 @@ class Adapter(Protocol):
     async def submit(self, spec: RequestSpec) -> Handle: ...           # raises Refused
     async def shutdown(self) -> None: ...                              # idempotent
     def status(self) -> dict[str, int]: ...                            # held slots/queue entries; {} if unknown
+    # Optional: `healthy` (bool). False after a scenario makes the next one start a fresh engine.

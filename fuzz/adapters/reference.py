@@ -48,7 +48,11 @@ class StreamHandle:
 
 
 class ReferenceAdapter:
-    """Builds a fresh engine with `factory()` inside `start()` (so its locks are built under the lock watch)."""
+    """Builds a fresh engine with `factory()` inside `start()` (so its locks are built under the lock watch).
+
+    One adapter serves scenario after scenario while the fuzzer reuses its engine; `status()` and
+    `healthy` are what it checks between them.
+    """
 
     def __init__(self, factory: Callable[[], Any], name: str = "", owner: Optional[str] = "mlx-owner*",
                  busy_bound_s: float = 1.0):
@@ -103,11 +107,19 @@ class ReferenceAdapter:
             if self._points is not None and self._shutdown.done():
                 self._points.set_hook(None)
 
+    @property
+    def healthy(self) -> bool:
+        """False once the engine stopped or its owner died: the next scenario gets a fresh engine."""
+        return self.engine is not None and bool(getattr(self.engine, "healthy", True))
+
     def status(self) -> dict[str, int]:
         if self.engine is None:
             return {}
         status = self.engine.status()
-        return {key: status[key] for key in ("active", "queued") if isinstance(status.get(key), int)}
+        held = {key: status[key] for key in ("active", "queued") if isinstance(status.get(key), int)}
+        if isinstance(status.get("requests"), dict):
+            held["requests"] = len(status["requests"])  # requests the engine still tracks
+        return held
 
 
 def reference_engine(kind: str, package: str = "engine", **config: Any) -> Callable[[], ReferenceAdapter]:

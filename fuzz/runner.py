@@ -111,7 +111,8 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
                  EngineSession(factory, sentinel, settings, prof.reuse_engine if reuse is None else reuse))
     fuzz.shrink_s = shrink_s
     fuzz.shrink = shrink
-    try:
+
+    def search() -> Optional[Failure]:
         failure = fuzz.baseline()
         if failure is None:
             failure = fuzz.hypothesis(strategy, seed, explicit)
@@ -119,6 +120,20 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
             failure = fuzz.teardown()
         if failure is None and (prof.debug_run if debug_run is None else debug_run):
             failure = fuzz.debug_run()
+        return failure
+
+    return _conclude(fuzz, sentinel, search, replays, report_dir)
+
+
+def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], Optional[Failure]], replays: int,
+              report_dir: Optional[str | Path]) -> FuzzResult:
+    """Run `search`, replay what it found on fresh engines, and always release the engine and the sentinel.
+
+    The report is written last, after the sentinel is gone, so a report that
+    fails to write never leaves MLX wrapped.
+    """
+    try:
+        failure = search()
         if failure is not None:
             fuzz.session.close()
             failure.reproduced = fuzz.replay_count(failure, replays)
@@ -127,7 +142,7 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
             fuzz.session.close()
         finally:
             sentinel.uninstall()
-    result = FuzzResult(label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
+    result = FuzzResult(fuzz.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
                         first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples,
                         engines_started=fuzz.session.starts, mlx_s=fuzz.mlx_s)
     if failure is not None:
@@ -363,7 +378,8 @@ def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | P
     fuzz = _Fuzz(factory, engine_label(factory), spec, profile, settings, float("inf"), 0, progress, None,
                  EngineSession(factory, sentinel, settings, profile.reuse_engine if reuse is None else reuse))
     fuzz.seed_label = "exhaustive"
-    try:
+
+    def search() -> Optional[Failure]:
         failure = fuzz.baseline()
         todo = exhaustive_scenarios(max_tokens, getattr(factory, "kinds", FAULT_KINDS),
                                     getattr(factory, "points", POINTS))
@@ -373,25 +389,9 @@ def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | P
             fuzz.state.examples += 1
             found = fuzz._confirmed(scenario, trace, violations) if violations else None
             if found is not None:
-                failure = fuzz.failure(scenario, *found)
                 fuzz.first_failure_s = time.monotonic() - fuzz.started
                 fuzz.first_failure_examples = fuzz.state.examples
-                break
-        if failure is None:
-            failure = fuzz.teardown() or fuzz._unconfirmed()
-        if failure is not None:
-            fuzz.session.close()
-            failure.reproduced = fuzz.replay_count(failure, replays)
-    finally:
-        try:
-            fuzz.session.close()
-        finally:
-            sentinel.uninstall()
-    result = FuzzResult(fuzz.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
-                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples,
-                        engines_started=fuzz.session.starts, mlx_s=fuzz.mlx_s)
-    if failure is not None:
-        failure.device = device_info()
-        if report_dir is not None:
-            result.report_dir = write_report(report_dir, failure)
-    return result
+                return fuzz.failure(scenario, *found)
+        return failure or fuzz.teardown() or fuzz._unconfirmed()
+
+    return _conclude(fuzz, sentinel, search, replays, report_dir)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 FUZZ_START = re.compile(r"^== invariants fuzz --engine (\S+) --profile (\S+) --budget (\S+)(?: --jobs (\S+))?")
+PEER = "mlx_lm.server"
 FUZZ_END = re.compile(r"^(?:--engine )?(\S+): (no violation in|VIOLATION after) (\d+) example\(s\), ([\d.]+)s(?:: (.*))?")
 
 
@@ -129,33 +130,49 @@ def planted_section(files: dict[str, Path]) -> list[str]:
 
 
 def bench_section(files: dict[str, Path]) -> list[str]:
-    lines = ["## Engine benchmark, batched vs serialized", ""]
+    lines = ["## Engine benchmark: batched, serialized and mlx_lm.server", ""]
     if "bench.json" not in files:
         return lines + ["Not run.", ""]
     bench = json.loads(files["bench.json"].read_text())
     meta, results = bench["meta"], bench["results"]
+    peer = PEER in results
     concurrency = ",".join(str(c) for c in meta.get("concurrency", []))
-    lines += [f"`python benchmarks/bench_engine.py --preset {meta.get('preset') or 'custom'} --no-peer "
-              f"--concurrency {concurrency} --repeats {meta.get('repeats', 1)} --max-tokens {meta['max_tokens']}` "
-              f"(random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): {meta['per_worker']} streamed "
-              f"request(s) per client per round, median of {meta.get('repeats', 1)} round(s), max batch "
-              f"{meta['max_batch']}; {meta['machine']}.", ""]
+    lines += [f"`python benchmarks/bench_engine.py --preset {meta.get('preset') or 'custom'}"
+              f"{'' if peer else ' --no-peer'} --concurrency {concurrency} --repeats {meta.get('repeats', 1)} "
+              f"--max-tokens {meta['max_tokens']}` (random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): "
+              f"{meta['per_worker']} streamed request(s) per client per round, median of "
+              f"{meta.get('repeats', 1)} round(s), max batch {meta['max_batch']}; {meta['machine']}.", ""]
     by_c: dict[int, dict[str, dict[str, Any]]] = {}
     for name, result in results.items():
         for rnd in result["rounds"]:
             by_c.setdefault(rnd["concurrency"], {})[name] = rnd
-    lines += ["| c | serialized (simple) tok/s | batched tok/s | batched / serialized | "
-              "TTFT p50 ms simple | TTFT p50 ms batched |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    names = ["simple", "batched"] + ([PEER] if peer else [])
+    header = ["c", *(f"{n} tok/s" for n in names), "batched / simple"] + (["batched / peer"] if peer else [])
+    header += [f"TTFT p50 ms {n}" for n in names]
+    lines += ["| " + " | ".join(header) + " |", "|" + " ---: |" * len(header)]
     for c in sorted(by_c):
-        simple, batched = by_c[c].get("simple"), by_c[c].get("batched")
-        ratio = (f"{batched['tok_s'] / simple['tok_s']:.2f}x"
-                 if simple and batched and simple["tok_s"] else "-")
-        lines.append(f"| {c} | {_num(simple, 'tok_s')} | {_num(batched, 'tok_s')} | {ratio} | "
-                     f"{_num(simple, 'ttft_p50_ms')} | {_num(batched, 'ttft_p50_ms')} |")
+        row = by_c[c]
+        cells = [str(c), *(_num(row.get(n), "tok_s") for n in names), _ratio(row, "batched", "simple")]
+        cells += [_ratio(row, "batched", PEER)] if peer else []
+        cells += [_num(row.get(n), "ttft_p50_ms") for n in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    lates = {n: results[n]["late"] for n in names if results.get(n, {}).get("late")}
+    if lates:
+        lines += ["", "Late arrival: a short request sent while a long one streams (median of the trials).", "",
+                  "| server | decode step ms | late-arrival TTFT ms | in decode steps | same request idle TTFT ms "
+                  "| excess over idle, steps |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {n} | {_num(late, 'step_ms')} | {_num(late, 'ttft_ms')} | {_num(late, 'steps')} | "
+                  f"{_num(late, 'idle_ttft_ms')} | {_num(results[n], 'late_excess_steps')} |"
+                  for n, late in lates.items()]
     if bench.get("targets"):
         lines += ["", "| target | measured | verdict |", "| --- | --- | --- |"]
         lines += [f"| {t['name']} | {t['measured']} | {t['verdict']} |" for t in bench["targets"]]
     return lines + [""]
+
+
+def _ratio(row: dict[str, dict[str, Any]], top: str, bottom: str) -> str:
+    a, b = row.get(top), row.get(bottom)
+    return f"{a['tok_s'] / b['tok_s']:.2f}x" if a and b and b.get("tok_s") else "-"
 
 
 def _num(row: Optional[dict[str, Any]], key: str) -> str:

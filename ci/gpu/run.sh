@@ -11,8 +11,9 @@
 #
 # Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); PLANTED_SHARDS
 # (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540); BENCH_PRESET
-# (default 0.5b), BENCH_REPEATS (rounds per concurrency, median kept; default 3),
-# BENCH_MAX_TOKENS (default 128), BENCH_TIMEOUT (s, default 420).
+# (default 0.5b), BENCH_PEER (1: also python -m mlx_lm.server, side by side; 0: skip it),
+# BENCH_CONCURRENCY (default 1,2,4,8), BENCH_REPEATS (rounds per concurrency, median kept; default 3),
+# BENCH_MAX_TOKENS (default 128), BENCH_TIMEOUT (s, default 540).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 repo=$(pwd)
@@ -74,8 +75,10 @@ sys.exit(not any(e.name == "mlx_invariants" for e in m.entry_points(group="pytes
         ;;
     bench)
         mkdir -p "$work/bench-logs"
-        timeout "${BENCH_TIMEOUT:-420}" python3 benchmarks/bench_engine.py --preset "${BENCH_PRESET:-0.5b}" --no-peer \
-            --concurrency 1,4,8 --repeats "${BENCH_REPEATS:-3}" --max-tokens "${BENCH_MAX_TOKENS:-128}" \
+        peer=()
+        [ "${BENCH_PEER:-1}" = 1 ] || peer=(--no-peer)
+        timeout "${BENCH_TIMEOUT:-540}" python3 benchmarks/bench_engine.py --preset "${BENCH_PRESET:-0.5b}" \
+            ${peer[@]+"${peer[@]}"} --concurrency "${BENCH_CONCURRENCY:-1,2,4,8}" --repeats "${BENCH_REPEATS:-3}" --max-tokens "${BENCH_MAX_TOKENS:-128}" \
             --json "$out/bench.json" --log-dir "$work/bench-logs" >"$out/bench.log" 2>&1
         code=$?
         ;;

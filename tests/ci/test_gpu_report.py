@@ -64,8 +64,23 @@ def test_report_has_fuzz_counts_planted_outcomes_and_the_batched_ratio(tmp_path:
     assert "| `nested-reacquire` | FAILED (9.9 s) | - |" in text
     assert "1 of 2 planted bugs found, shrunk and replayed on the GPU." in text
     assert "| 8 | 100.0 | 600.0 | 6.00x |" in text
+    assert "--no-peer" in text and "batched / peer" not in text
     assert "stage fuzz: exit 1 in 150s" in text
     assert "--repeats 3 --max-tokens 64" in text
+
+
+def test_report_shows_the_peer_and_late_arrival_when_measured(tmp_path: Path) -> None:
+    bench = _bench()
+    late = {"ttft_ms": 30.0, "step_ms": 3.0, "steps": 10.0, "long_tokens_waited": 4, "idle_ttft_ms": 24.0}
+    for name, result in bench["results"].items():
+        result.update(late=late, late_excess_steps=2.0)
+    bench["results"]["mlx_lm.server"] = {"rounds": [{**r, "tok_s": 200.0} for r in bench["results"]["simple"]["rounds"]],
+                                         "late": late | {"ttft_ms": 300.0}, "late_excess_steps": 92.0}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    text = _report().render([tmp_path], "abc1234")
+    assert "--no-peer" not in text
+    assert "| 8 | 100.0 | 600.0 | 200.0 | 6.00x | 3.00x |" in text
+    assert "| mlx_lm.server | 3.0 | 300.0 | 10.0 | 24.0 | 92.0 |" in text
 
 
 def test_missing_parts_say_not_run(tmp_path: Path) -> None:

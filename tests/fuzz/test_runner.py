@@ -19,7 +19,7 @@ from fuzz.jobs import run_jobs
 from fuzz.locks import LockReentered, OwnedLock, watch_locks
 from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
 from fuzz.profiles import PROFILES
-from fuzz.runner import exhaustive_scenarios, run_exhaustive, run_fuzz
+from fuzz.runner import exhaustive_scenarios, run_exhaustive
 from fuzz.scenario import FAULT_KINDS, Scenario
 from fuzz.sentinel import Sentinel
 from fuzz.trace import Trace

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from invariants import config, runner
 from invariants.rules import RULES

@@ -16,25 +16,16 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import httpx
+
+from ..conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 INJECT_DIR = REPO / "fuzz" / "inject"
 STARTUP_TIMEOUT_S = 120.0
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
-    """Poll `condition` until it holds; False on timeout (callers assert it)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 class ServerProcess:

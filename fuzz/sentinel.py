@@ -133,6 +133,11 @@ class Sentinel:
             if self.owner == STICKY and forget_owner:
                 self._owner_token = None
 
+    def inside_mlx(self) -> bool:
+        """Whether a thread is inside a wrapped MLX call right now (it is working, not stuck on us)."""
+        with self._lock:
+            return bool(self._inside)
+
     def declare_owner(self) -> None:
         """The calling thread is the only one allowed into MLX from now on."""
         self._owner_token = thread_token()

@@ -8,6 +8,8 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -262,3 +264,63 @@ def test_a_request_nobody_will_finish_is_reported_at_once_with_stacks():
     assert stalled.t < 2.0, "the liveness check waited for the backstop instead of seeing nothing can run"
     assert "fuzz-client-r0" in stalled.info["stacks"] and "--- thread MainThread" in stalled.info["stacks"]
     assert [v.kind for v in judge(trace)][:1] == ["stalled"]
+
+
+class _Done(_SilentHandle):
+    """Ends, completed, once `ended` is resolved."""
+
+    def __init__(self, ended: asyncio.Future) -> None:
+        self.never = ended
+
+    async def __anext__(self):
+        await self.never
+        raise StopAsyncIteration
+
+    def outcome(self):
+        from fuzz.adapters.base import Outcome
+
+        return Outcome("completed", "length")
+
+
+class _SlowWorkAdapter(_ForgetfulAdapter):
+    """Each request is one second of work on its own thread, inside MLX or not."""
+
+    name = "slow-work"
+
+    def __init__(self, inside_mlx: bool) -> None:
+        self.inside_mlx = inside_mlx
+
+    async def submit(self, spec):
+        from tests.fuzz import mlx_work
+
+        loop = asyncio.get_running_loop()
+        ended = loop.create_future()
+
+        def work() -> None:
+            if self.inside_mlx:
+                mlx_work.compile_slowly(1.0)
+            else:
+                time.sleep(1.0)
+            loop.call_soon_threadsafe(ended.set_result, None)
+        threading.Thread(target=work, name="slow-worker").start()
+        return _Done(ended)
+
+
+@pytest.mark.parametrize("inside_mlx", [True, False])
+def test_a_long_mlx_call_is_not_a_stall_but_the_same_wait_elsewhere_is(inside_mlx: bool):
+    from fuzz.driver import DriverSettings, run_scenario
+    from fuzz.scenario import RequestSpec
+    from fuzz.sentinel import DEFAULT_TARGETS
+
+    sentinel = Sentinel(targets=(*DEFAULT_TARGETS, "tests.fuzz.mlx_work:compile_slowly")).install()
+    try:
+        trace = run_scenario(lambda: _SlowWorkAdapter(inside_mlx), Scenario((RequestSpec("r0"),), followup=False),
+                             sentinel=sentinel, settings=DriverSettings(stall_s=0.3))
+    finally:
+        sentinel.uninstall()
+    stalled = trace.first("check", "stalled")
+    if inside_mlx:
+        assert stalled is None, "a thread busy inside MLX was taken for a stall"
+        assert [e.name for e in trace.of("mlx")] == ["mlx_work.compile_slowly"]
+    else:
+        assert stalled is not None and stalled.info["rids"] == ["r0"] and stalled.t < 1.0

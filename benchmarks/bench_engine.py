@@ -339,7 +339,7 @@ async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -
             model = (await http.get(f"{server.url}/v1/models")).json()["data"][0]["id"] if route.names_model else None
             client = Client(http, server.url, model)
             top = max(args.concurrency)
-            for c in (1, top):  # warm up: first-call and batch-shape compilation are not measured
+            for c in args.concurrency:  # warm up: first-call and batch-shape compilation are not measured
                 await measure_round(client, c, 1, min(8, args.max_tokens), args.prompt_words, lag=False)
             rounds = []
             for c in args.concurrency:

@@ -19,6 +19,10 @@ from engine.stream import RequestStream
 log = logging.getLogger(__name__)
 
 
+# Warmup probes (token 0 is in every vocabulary): a lone prefill, then a padded pair of prefills.
+WARMUP_PROMPTS = ([[0] * 4], [[0] * 4, [0] * 2])
+
+
 @dataclass
 class Active:
     """Owner-side state of one request inside the batch."""
@@ -76,12 +80,24 @@ class BatchOwner(OwnerThread):
                               prefill_batch_size=min(8, self.max_batch))
 
     def _warmup(self) -> None:
-        """Push one token through insert/next; the probe is removed even if a step fails."""
-        uids = self._generator.insert([[0]], max_tokens=[1])
+        """Probes through every path a request takes, so no request pays a GPU's first-use kernel compile.
+
+        A lone multi-token prompt (prefill), then two prompts of different
+        lengths together (padded prefill, batched decode): on MLX's CUDA backend
+        the first of each cost 9.5 s and 7.8 s, a one-token probe covers neither.
+        """
+        for prompts in WARMUP_PROMPTS:
+            self._probe(prompts)
+
+    def _probe(self, prompts: list[list[int]]) -> None:
+        """One token for each prompt; the probes are removed even if a step fails."""
+        uids = self._generator.insert(prompts, max_tokens=[1] * len(prompts))
         try:
+            left = set(uids)
             for _ in range(16):
                 _, generated = self._generator.next()
-                if any(r.uid == uids[0] and r.finish_reason for r in generated):
+                left -= {r.uid for r in generated if r.finish_reason}
+                if not left:
                     break
         finally:
             self._generator.remove(uids)

@@ -301,9 +301,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         id="M12-warmup-probe-leaks",
         title="warmup leaks its probe request when a step fails (cleanup not in `finally`)",
-        story="""Warmup inserted a one-token probe into the batch generator and removed it after the
-        loop; when a warmup step raised, the probe stayed in the batch and decoded beside the first
-        real requests. Here `BatchOwner._warmup` removes the probe after the loop instead of in a
+        story="""Warmup inserted a probe into the batch generator and removed it after the loop;
+        when a warmup step raised, the probe stayed in the batch and decoded beside the first real
+        requests. Here `BatchOwner._probe` removes its probes after the loop instead of in a
         `finally`.""",
         invariant="a warmup probe never outlives warmup",
         equivalent="""In this engine a failing warmup step fails startup and the generator is thrown
@@ -312,19 +312,23 @@ CATALOGUE: tuple[Mutant, ...] = (
         killers=("static:INV111",),
         routes=("batched",),
         edits=(Edit(BATCHED, """
-            uids = self._generator.insert([[0]], max_tokens=[1])
+            uids = self._generator.insert(prompts, max_tokens=[1] * len(prompts))
             try:
+                left = set(uids)
                 for _ in range(16):
                     _, generated = self._generator.next()
-                    if any(r.uid == uids[0] and r.finish_reason for r in generated):
+                    left -= {r.uid for r in generated if r.finish_reason}
+                    if not left:
                         break
             finally:
                 self._generator.remove(uids)
         """, """
-            uids = self._generator.insert([[0]], max_tokens=[1])
+            uids = self._generator.insert(prompts, max_tokens=[1] * len(prompts))
+            left = set(uids)
             for _ in range(16):
                 _, generated = self._generator.next()
-                if any(r.uid == uids[0] and r.finish_reason for r in generated):
+                left -= {r.uid for r in generated if r.finish_reason}
+                if not left:
                     break
             self._generator.remove(uids)
         """),),

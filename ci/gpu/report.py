@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 FUZZ_START = re.compile(r"^== invariants fuzz --engine (\S+) --profile (\S+) --budget (\S+)(?: --jobs (\S+))?")
-PEER = "mlx_lm.server"
 FUZZ_END = re.compile(r"^(?:--engine )?(\S+): (no violation in|VIOLATION after) (\d+) example\(s\), ([\d.]+)s(?:: (.*))?")
+PEER = "mlx_lm.server"  # the bench's name for `python -m mlx_lm.server`
 
 
 def _collect(folders: list[Path]) -> dict[str, Path]:

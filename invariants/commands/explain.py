@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         if wanted.upper() == rule.id or wanted.lower() == rule.name():
             sys.stdout.write(explain(rule))
             return 0
-    known = ", ".join(r.id for r in RULES)
+    known = ", ".join([*BUILTIN, *(r.id for r in RULES)])
     print(f"invariants: error: unknown rule '{wanted}'; known rules: {known} (run `invariants rules`)", file=sys.stderr)
     return 2
 

@@ -162,7 +162,7 @@ def test_rules_lists_every_rule_and_explain_prints_the_docs(project: Project) ->
         assert "asyncio.shield(task)" in run.out and "# <- INV105" in run.out
     assert "max-seconds = 5.0" in project.run("explain", "INV101").out
     run = project.run("explain", "INV999")
-    assert run.code == 2 and "unknown rule 'INV999'" in run.err
+    assert run.code == 2 and "unknown rule 'INV999'" in run.err and "INV000, INV001, INV101" in run.err
 
 
 def test_console_script_runs_as_a_subprocess(project: Project) -> None:

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 
 def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:
     points = {point.name: point.value for point in importlib.metadata.entry_points(group="pytest11")}
@@ -17,7 +15,6 @@ def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:
 
 
 def test_another_project_gets_the_fixture_and_profiles(tmp_path: Path) -> None:
-    pytest.importorskip("hypothesis")
     (tmp_path / "test_elsewhere.py").write_text(
         "from hypothesis import settings\n"
         "def test_profiles_and_fixture(mlx_sentinel):\n"

@@ -227,10 +227,15 @@ async def poll_health(http: Any, url: str, stop: asyncio.Event) -> list[float]:
 
 
 async def measure_round(client: Client, concurrency: int, per_worker: int, max_tokens: int,
-                        prompt_words: int, lag: bool) -> Round:
-    """`concurrency` workers each send `per_worker` requests back to back; tok/s over the whole round."""
+                        prompt_words: int, lag: bool, first: int) -> Round:
+    """`concurrency` workers each send `per_worker` requests back to back; tok/s over the whole round.
+
+    Prompts are numbered from `first`, and callers never reuse a number: a server with a prompt
+    cache (mlx_lm.server has one) would otherwise skip the prefill of a repeated prompt, and the
+    round would measure that cache instead of the engine.
+    """
     async def worker(w: int) -> list[Sample]:
-        return [await client.complete(prompt(w * per_worker + k, prompt_words), max_tokens)
+        return [await client.complete(prompt(first + w * per_worker + k, prompt_words), max_tokens)
                 for k in range(per_worker)]
 
     stop = asyncio.Event()
@@ -261,7 +266,7 @@ class Late:
     step_ms: float
     steps: float
     long_tokens_waited: int  # tokens the long stream got between the short's send and its first token
-    idle_ttft_ms: float      # the same short request on the idle server: its own prefill and relay cost
+    idle_ttft_ms: float      # a short request of the same length on the idle server: its own prefill and relay cost
 
     @property
     def excess_steps(self) -> float:
@@ -290,7 +295,7 @@ async def measure_late(client: Client, i: int, prompt_words: int) -> Late:
         await asyncio.gather(long, return_exceptions=True)
     waited = sum(1 for t in long_sample.token_times if sent_at < t <= sent_at + short.ttft)
     await asyncio.sleep(0.2)  # let the server apply the abort before the idle control request
-    idle = await client.complete(prompt(20_000 + i, prompt_words), LATE_SHORT_TOKENS)
+    idle = await client.complete(prompt(30_000 + i, prompt_words), LATE_SHORT_TOKENS)  # same length, not cached
     step = statistics.median(b - a for a, b in zip(times[4:], times[5:]))
     return Late(short.ttft * 1000, step * 1000, short.ttft / step, waited, idle.ttft * 1000)
 
@@ -339,12 +344,19 @@ async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -
             model = (await http.get(f"{server.url}/v1/models")).json()["data"][0]["id"] if route.names_model else None
             client = Client(http, server.url, model)
             top = max(args.concurrency)
+            issued = 0
+
+            async def fresh_round(c: int, per_worker: int, max_tokens: int, lag: bool) -> Round:
+                nonlocal issued
+                first, issued = issued, issued + c * per_worker
+                return await measure_round(client, c, per_worker, max_tokens, args.prompt_words, lag, first)
+
             for c in args.concurrency:  # warm up: first-call and batch-shape compilation are not measured
-                await measure_round(client, c, 1, min(8, args.max_tokens), args.prompt_words, lag=False)
+                await fresh_round(c, 1, min(8, args.max_tokens), lag=False)
             rounds = []
             for c in args.concurrency:
-                repeats = [await measure_round(client, c, args.per_worker, args.max_tokens, args.prompt_words,
-                                               lag=(c == top)) for _ in range(args.repeats)]
+                repeats = [await fresh_round(c, args.per_worker, args.max_tokens, lag=(c == top))
+                           for _ in range(args.repeats)]
                 rounds.append(best_round(repeats))
                 print(f"  {route.name} c={c}: {rounds[-1].tok_s:.1f} tok/s", file=sys.stderr, flush=True)
             lates = await measure_lates(client, max(3, args.repeats), args.prompt_words)

@@ -55,12 +55,11 @@ class SerialOwner(OwnerThread):
             self._warmup()
 
     def _warmup(self) -> None:
-        """A multi-token prompt through the same path requests take (prefill, then decode), so the first
-        request pays no first-use kernel compile (9.5 s for the first prefill on MLX's CUDA backend)."""
+        """One real token through the same path requests take, so the first request pays no compile cost."""
         from mlx_lm import stream_generate
 
         model, tokenizer = self.loaded.model, self.loaded.tokenizer
-        generator = stream_generate(model, tokenizer, [0] * 4, max_tokens=2)
+        generator = stream_generate(model, tokenizer, [0], max_tokens=1)
         try:
             for _ in generator:
                 pass

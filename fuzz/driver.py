@@ -320,14 +320,16 @@ class _Run:
                 return False
 
     def _no_progress_for(self, last_change: float) -> bool:
-        """Nothing happened for `stall_s` and no thread is inside MLX.
+        """Nothing happened for `stall_s`, and no thread is working inside MLX by the rules.
 
         A single MLX call may legitimately take seconds (a GPU compiling a kernel
         for a shape it has not seen yet: 7.9 s once on an H100); while one runs,
-        something can still run, so only the scenario backstop bounds it.
+        something can still run, so only the scenario backstop bounds it. Once MLX
+        was entered concurrently or off its owner, a thread stuck inside is the
+        bug's symptom and waits no longer than `stall_s`.
         """
         return (self.loop.time() - last_change > self.settings.stall_s
-                and not self.session.sentinel.inside_mlx())
+                and not self.session.sentinel.inside_mlx_cleanly())
 
     def _quiescent(self) -> bool:
         """Nothing can run: the loop has nothing ready, no fault is in flight, every other thread is parked."""

@@ -75,33 +75,23 @@ def test_every_mlx_call_is_on_the_owner_thread(engine_cls):
     assert not [*mlx_only_on_owner(trace), *mlx_never_concurrent(trace), *no_stream_errors(trace)]
 
 
-@pytest.mark.parametrize("engine_cls", [SimpleEngine, BatchedEngine])
-def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(engine_cls, monkeypatch):
-    """A GPU compiles kernels on first use (9.5 s for the first prefill on MLX's CUDA backend):
-    warmup must take a multi-token prompt, and on the batched route a padded pair, before ready."""
-    import mlx_lm
+def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(monkeypatch):
+    """A GPU compiles kernels on first use (9.5 s for the first prefill, 7.8 s for the first padded
+    pair on MLX's CUDA backend): the batched warmup must take a multi-token prompt and a padded pair
+    before ready."""
     from mlx_lm.generate import BatchGenerator
 
-    calls: list[list[int]] = []  # the prompt lengths of each generation call made before ready
-    if engine_cls is BatchedEngine:
-        insert = BatchGenerator.insert
+    calls: list[list[int]] = []  # the prompt lengths of each insert made before ready
+    insert = BatchGenerator.insert
 
-        def recording(self, prompts, *args, **kwargs):
-            calls.append([len(p) for p in prompts])
-            return insert(self, prompts, *args, **kwargs)
-        monkeypatch.setattr(BatchGenerator, "insert", recording)
-    else:
-        stream_generate = mlx_lm.stream_generate
-
-        def recording(model, tokenizer, prompt, *args, **kwargs):
-            calls.append([len(prompt)])
-            return stream_generate(model, tokenizer, prompt, *args, **kwargs)
-        monkeypatch.setattr(mlx_lm, "stream_generate", recording)
+    def recording(self, prompts, *args, **kwargs):
+        calls.append([len(p) for p in prompts])
+        return insert(self, prompts, *args, **kwargs)
+    monkeypatch.setattr(BatchGenerator, "insert", recording)
 
     async def ready_only(engine):
         assert engine.healthy
 
-    run_engine(engine_cls, ready_only)
+    run_engine(BatchedEngine, ready_only)
     assert any(n >= 2 for lengths in calls for n in lengths), f"warmup never prefilled: {calls}"
-    if engine_cls is BatchedEngine:
-        assert any(len(set(lengths)) >= 2 for lengths in calls), f"warmup never padded a batch: {calls}"
+    assert any(len(set(lengths)) >= 2 for lengths in calls), f"warmup never padded a batch: {calls}"

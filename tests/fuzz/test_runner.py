@@ -283,12 +283,13 @@ class _Done(_SilentHandle):
 
 
 class _SlowWorkAdapter(_ForgetfulAdapter):
-    """Each request is one second of work on its own thread, inside MLX or not."""
+    """Each request is one second of work on its own thread, inside MLX or not; with `owner` set,
+    that thread is not the MLX owner."""
 
     name = "slow-work"
 
-    def __init__(self, inside_mlx: bool) -> None:
-        self.inside_mlx = inside_mlx
+    def __init__(self, inside_mlx: bool, owner: str | None) -> None:
+        self.inside_mlx, self.owner = inside_mlx, owner
 
     async def submit(self, spec):
         from tests.fuzz import mlx_work
@@ -306,21 +307,26 @@ class _SlowWorkAdapter(_ForgetfulAdapter):
         return _Done(ended)
 
 
-@pytest.mark.parametrize("inside_mlx", [True, False])
-def test_a_long_mlx_call_is_not_a_stall_but_the_same_wait_elsewhere_is(inside_mlx: bool):
+@pytest.mark.parametrize("inside_mlx, owner, is_stall", [
+    (True, None, False),                # a long MLX call by the rules: work, not a stall
+    (False, None, True),                # the same wait outside MLX: a stall after stall_s
+    (True, "mlx-owner*", True),         # a long MLX call off the owner thread: the bug's symptom
+])
+def test_a_long_mlx_call_is_not_a_stall_unless_mlx_was_entered_against_the_rules(inside_mlx, owner, is_stall):
     from fuzz.driver import DriverSettings, run_scenario
     from fuzz.scenario import RequestSpec
     from fuzz.sentinel import DEFAULT_TARGETS
 
     sentinel = Sentinel(targets=(*DEFAULT_TARGETS, "tests.fuzz.mlx_work:compile_slowly")).install()
     try:
-        trace = run_scenario(lambda: _SlowWorkAdapter(inside_mlx), Scenario((RequestSpec("r0"),), followup=False),
+        trace = run_scenario(lambda: _SlowWorkAdapter(inside_mlx, owner),
+                             Scenario((RequestSpec("r0"),), followup=False),
                              sentinel=sentinel, settings=DriverSettings(stall_s=0.3))
     finally:
         sentinel.uninstall()
     stalled = trace.first("check", "stalled")
-    if inside_mlx:
-        assert stalled is None, "a thread busy inside MLX was taken for a stall"
-        assert [e.name for e in trace.of("mlx")] == ["mlx_work.compile_slowly"]
-    else:
+    assert [e.name for e in trace.of("mlx")] == (["mlx_work.compile_slowly"] if inside_mlx else [])
+    if is_stall:
         assert stalled is not None and stalled.info["rids"] == ["r0"] and stalled.t < 1.0
+    else:
+        assert stalled is None, "a thread busy inside MLX by the rules was taken for a stall"

@@ -70,7 +70,6 @@ class Sentinel:
         self._emit = emit
         self._lock = threading.Lock()
         self._inside: dict[int, Event] = {}
-        self._broken = False  # an entry since `attach` was concurrent or off the owner thread
         self._owner_token: int | None = None
         self._tls = threading.local()
         self._patches: list[tuple[Any, str, Any, bool, Any]] = []
@@ -131,18 +130,8 @@ class Sentinel:
         with self._lock:
             self.trace = trace
             self._inside.clear()
-            self._broken = False
             if self.owner == STICKY and forget_owner:
                 self._owner_token = None
-
-    def inside_mlx_cleanly(self) -> bool:
-        """A thread is inside MLX now and every entry since `attach` kept the rules.
-
-        Then a long call is work (a GPU compiling a kernel it has not met yet); after a
-        concurrent or off-owner entry, a thread stuck inside MLX is that bug's symptom.
-        """
-        with self._lock:
-            return bool(self._inside) and not self._broken
 
     def declare_owner(self) -> None:
         """The calling thread is the only one allowed into MLX from now on."""
@@ -165,7 +154,6 @@ class Sentinel:
                 info["off_owner"] = True
             if others:
                 info["while"] = others[0].seq
-            self._broken = self._broken or off_owner or bool(others)
             refused = self.strict and (off_owner or bool(others))
             if refused:
                 info["refused"] = True

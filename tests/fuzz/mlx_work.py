@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import mlx.core as mx
 
@@ -26,9 +25,3 @@ def steps(count: int):
     for i in range(count):
         mx.eval(mx.full((2,), i))
         yield i
-
-
-def compile_slowly(seconds: float) -> None:
-    """One long MLX call, as a GPU's first kernel compile for a new shape is: busy in C, not parked."""
-    mx.eval(mx.ones(2))
-    time.sleep(seconds)

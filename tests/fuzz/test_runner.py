@@ -8,8 +8,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -265,68 +263,3 @@ def test_a_request_nobody_will_finish_is_reported_at_once_with_stacks():
     assert "fuzz-client-r0" in stalled.info["stacks"] and "--- thread MainThread" in stalled.info["stacks"]
     assert [v.kind for v in judge(trace)][:1] == ["stalled"]
 
-
-class _Done(_SilentHandle):
-    """Ends, completed, once `ended` is resolved."""
-
-    def __init__(self, ended: asyncio.Future) -> None:
-        self.never = ended
-
-    async def __anext__(self):
-        await self.never
-        raise StopAsyncIteration
-
-    def outcome(self):
-        from fuzz.adapters.base import Outcome
-
-        return Outcome("completed", "length")
-
-
-class _SlowWorkAdapter(_ForgetfulAdapter):
-    """Each request is one second of work on its own thread, inside MLX or not; with `owner` set,
-    that thread is not the MLX owner."""
-
-    name = "slow-work"
-
-    def __init__(self, inside_mlx: bool, owner: str | None) -> None:
-        self.inside_mlx, self.owner = inside_mlx, owner
-
-    async def submit(self, spec):
-        from tests.fuzz import mlx_work
-
-        loop = asyncio.get_running_loop()
-        ended = loop.create_future()
-
-        def work() -> None:
-            if self.inside_mlx:
-                mlx_work.compile_slowly(1.0)
-            else:
-                time.sleep(1.0)
-            loop.call_soon_threadsafe(ended.set_result, None)
-        threading.Thread(target=work, name="slow-worker").start()
-        return _Done(ended)
-
-
-@pytest.mark.parametrize("inside_mlx, owner, is_stall", [
-    (True, None, False),                # a long MLX call by the rules: work, not a stall
-    (False, None, True),                # the same wait outside MLX: a stall after stall_s
-    (True, "mlx-owner*", True),         # a long MLX call off the owner thread: the bug's symptom
-])
-def test_a_long_mlx_call_is_not_a_stall_unless_mlx_was_entered_against_the_rules(inside_mlx, owner, is_stall):
-    from fuzz.driver import DriverSettings, run_scenario
-    from fuzz.scenario import RequestSpec
-    from fuzz.sentinel import DEFAULT_TARGETS
-
-    sentinel = Sentinel(targets=(*DEFAULT_TARGETS, "tests.fuzz.mlx_work:compile_slowly")).install()
-    try:
-        trace = run_scenario(lambda: _SlowWorkAdapter(inside_mlx, owner),
-                             Scenario((RequestSpec("r0"),), followup=False),
-                             sentinel=sentinel, settings=DriverSettings(stall_s=0.3))
-    finally:
-        sentinel.uninstall()
-    stalled = trace.first("check", "stalled")
-    assert [e.name for e in trace.of("mlx")] == (["mlx_work.compile_slowly"] if inside_mlx else [])
-    if is_stall:
-        assert stalled is not None and stalled.info["rids"] == ["r0"] and stalled.t < 1.0
-    else:
-        assert stalled is None, "a thread busy inside MLX by the rules was taken for a stall"

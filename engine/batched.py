@@ -80,7 +80,7 @@ class BatchOwner(OwnerThread):
                               prefill_batch_size=min(8, self.max_batch))
 
     def _warmup(self) -> None:
-        """Probes through every path a request takes, so no request pays a GPU's first-use kernel compile.
+        """Probes through the prefill paths requests take, so none pays a GPU's first-use kernel compile.
 
         A lone multi-token prompt (prefill), then two prompts of different
         lengths together (padded prefill, batched decode): on MLX's CUDA backend

@@ -262,4 +262,3 @@ def test_a_request_nobody_will_finish_is_reported_at_once_with_stacks():
     assert stalled.t < 2.0, "the liveness check waited for the backstop instead of seeing nothing can run"
     assert "fuzz-client-r0" in stalled.info["stacks"] and "--- thread MainThread" in stalled.info["stacks"]
     assert [v.kind for v in judge(trace)][:1] == ["stalled"]
-

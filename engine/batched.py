@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from engine.admission import Admission
 from engine.drain import wait_through_cancellation
@@ -13,24 +14,27 @@ from engine.frontend import EngineFrontend
 from engine.messages import Event, Failed, Finished, Pending, Token
 from engine.owner import OwnerThread
 from engine.points import Point, reach
+from engine.prefill import FirstToken, prefill
 from engine.sampling import StopMatcher, logprob_of, make_request_sampler
 from engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
 
 
-# Warmup probes (token 0 is in every vocabulary): a lone prefill, then a padded pair of prefills.
+# Warmup probes (token 0 is in every vocabulary): a lone prompt, then two prompts of different lengths
+# decoding together, the shapes every request takes (prefill at batch 1, merged caches, batched decode).
 WARMUP_PROMPTS = ([[0] * 4], [[0] * 4, [0] * 2])
+WARMUP_TOKENS = 3  # the prefill's token, then two batched decode steps
 
 
 @dataclass
 class Active:
-    """Owner-side state of one request inside the batch."""
+    """Owner-side state of one started request: its first token is out, it may be in the batch."""
 
     pending: Pending
-    uid: int
     detokenizer: Any
     stops: StopMatcher
+    uid: int = -1  # the BatchGenerator's id, once inserted
     produced: int = 0
 
 
@@ -39,9 +43,11 @@ class BatchOwner(OwnerThread):
 
     Each iteration: take new requests and aborts in one critical section (so no
     abort can fall between leaving the inbox and entering the batch), apply the
-    aborts, insert every new request, run exactly one `next()`, dispatch. A
-    request arriving mid-decode is inserted before the next step, so its first
-    token comes within a couple of steps instead of after the batch drains.
+    aborts, start every request the batch has a seat for (prefill here, first
+    token out, primed cache inserted), run exactly one `next()`, dispatch. A
+    request arriving mid-decode has its first token before the next step and
+    decodes with the batch from the one after; requests beyond `max_batch` wait
+    here, unprefilled, in arrival order.
     """
 
     def __init__(self, *args: Any, max_batch: int, **kwargs: Any):
@@ -49,9 +55,11 @@ class BatchOwner(OwnerThread):
         self.max_batch = max_batch
         self._pending: list[Pending] = []   # guarded by self.lock
         self._aborts: set[str] = set()      # guarded by self.lock
+        self._waiting: deque[Pending] = deque()
         self._active: dict[int, Active] = {}
         self._uid_of: dict[str, int] = {}
         self._generator: Any = None
+        self._eos: frozenset[int] = frozenset()
 
     # -- loop side: record only, under the short lock ---------------------------
     def post(self, pending: Pending) -> None:
@@ -67,6 +75,7 @@ class BatchOwner(OwnerThread):
     # -- owner thread --------------------------------------------------------------
     def _start(self) -> None:
         super()._start()
+        self._eos = frozenset(self.loaded.tokenizer.eos_token_ids)
         self._generator = self._build()
         if self.warmup_enabled:
             self._warmup()
@@ -74,24 +83,28 @@ class BatchOwner(OwnerThread):
     def _build(self) -> Any:
         from mlx_lm.generate import BatchGenerator
 
-        eos = sorted(self.loaded.tokenizer.eos_token_ids)
-        return BatchGenerator(self.loaded.model, stop_tokens=[[t] for t in eos],
-                              completion_batch_size=self.max_batch,
-                              prefill_batch_size=min(8, self.max_batch))
+        # prefill_batch_size: how many primed requests join the decode per step; all of them.
+        return BatchGenerator(self.loaded.model, stop_tokens=[[t] for t in sorted(self._eos)],
+                              completion_batch_size=self.max_batch, prefill_batch_size=self.max_batch)
 
     def _warmup(self) -> None:
-        """Probes through the prefill paths requests take, so none pays a GPU's first-use kernel compile.
+        """Probes through the paths requests take, so none pays a GPU's first-use kernel compile.
 
-        A lone multi-token prompt (prefill), then two prompts of different
-        lengths together (padded prefill, batched decode): on MLX's CUDA backend
-        the first of each cost 9.5 s and 7.8 s, a one-token probe covers neither.
+        A lone multi-token prompt, then two of different lengths decoding
+        together: on MLX's CUDA backend the first prefill and the first padded
+        pair cost 9.5 s and 7.8 s; a one-token probe covers neither.
         """
         for prompts in WARMUP_PROMPTS:
             self._probe(prompts)
 
     def _probe(self, prompts: list[list[int]]) -> None:
-        """One token for each prompt; the probes are removed even if a step fails."""
-        uids = self._generator.insert(prompts, max_tokens=[1] * len(prompts))
+        """Each prompt prefilled, then decoded together; the probes are removed even if a step fails."""
+        from mlx_lm.sample_utils import make_sampler
+
+        greedy = make_sampler(temp=0.0)
+        firsts = [self._prefill(prompt, greedy) for prompt in prompts]
+        uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(prompts),
+                                      caches=[f.cache for f in firsts], all_tokens=prompts)
         try:
             left = set(uids)
             for _ in range(16):
@@ -102,13 +115,16 @@ class BatchOwner(OwnerThread):
         finally:
             self._generator.remove(uids)
 
+    def _prefill(self, prompt: Sequence[int], sampler: Any) -> FirstToken:
+        return prefill(self.loaded.model, prompt, sampler, self._generator.stream)
+
     def _iteration(self) -> None:
         self._wait_if_idle()
         new, aborts = self._take_inbox()
         events: list[Event] = []
         try:
-            new = self._apply_aborts(aborts, new, events)
-            self._admit(new, events)
+            self._apply_aborts(aborts, new, events)
+            self._admit(events)
             self._step(events)
         except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
             self._fail_batch(exc, events)
@@ -116,7 +132,7 @@ class BatchOwner(OwnerThread):
 
     def _wait_if_idle(self) -> None:
         """Block while there is nothing to decode and nothing posted; never spin."""
-        if self._active:
+        if self._active or self._waiting:
             return
         with self.lock:
             idle = not self._pending and not self._aborts
@@ -130,42 +146,65 @@ class BatchOwner(OwnerThread):
             aborts, self._aborts = self._aborts, set()
         return new, aborts
 
-    def _apply_aborts(self, aborts: set[str], new: list[Pending], events: list[Event]) -> list[Pending]:
-        """Remove aborted requests from the batch; aborted new ones never enter it. Returns the rest."""
-        kept = []
-        for pending in new:
+    def _apply_aborts(self, aborts: set[str], new: list[Pending], events: list[Event]) -> None:
+        """Remove aborted requests from the batch; aborted waiting ones never start. The rest wait their turn."""
+        waiting = deque()
+        for pending in [*self._waiting, *new]:
             if pending.rid in aborts:
-                self._end(pending, 0, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
+                self._end(pending, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
             else:
-                kept.append(pending)
+                waiting.append(pending)
+        self._waiting = waiting
         for rid in aborts:
             uid = self._uid_of.get(rid)
             if uid is not None:
                 self._generator.remove([uid])
                 self._retire(uid, "abort", events)
-        return kept
 
-    def _admit(self, new: list[Pending], events: list[Event]) -> None:
-        """Insert every new request now, between two steps."""
-        admitted = []
-        for pending in new:
-            try:
-                reach(Point.WORKER_STARTED, pending.rid)
-            except Exception as exc:
-                self._end(pending, 0, Failed(pending.rid, f"insert failed: {type(exc).__name__}: {exc}"), events)
-            else:
-                admitted.append(pending)
-        if not admitted:
+    def _admit(self, events: list[Event]) -> None:
+        """Start waiting requests while the batch has seats; insert the ones still going, all at once."""
+        started: list[tuple[Active, FirstToken, Any]] = []
+        while self._waiting and len(self._active) + len(started) < self.max_batch:
+            begun = self._begin(self._waiting.popleft(), events)
+            if begun is not None:
+                started.append(begun)
+        if not started:
             return
-        uids = self._generator.insert(
-            [list(p.prompt) for p in admitted],
-            max_tokens=[p.params.max_tokens for p in admitted],
-            samplers=[make_request_sampler(p.params) for p in admitted],
-        )
-        tokenizer = self.loaded.tokenizer
-        for pending, uid in zip(admitted, uids):
-            self._active[uid] = Active(pending, uid, tokenizer.detokenizer, StopMatcher(pending.params.stop))
-            self._uid_of[pending.rid] = uid
+        try:
+            uids = self._generator.insert(
+                [[first.token] for _, first, _ in started],
+                max_tokens=[a.pending.params.max_tokens - a.produced for a, _, _ in started],
+                caches=[first.cache for _, first, _ in started],
+                all_tokens=[list(a.pending.prompt) for a, _, _ in started],
+                samplers=[sampler for _, _, sampler in started],
+            )
+        except Exception as exc:  # nothing entered the batch: only these requests fail
+            for active, _, _ in started:
+                self._end(active.pending, Failed(active.pending.rid, _failure("insert failed", exc)), events)
+            return
+        for (active, _, _), uid in zip(started, uids):
+            active.uid = uid
+            self._active[uid] = active
+            self._uid_of[active.pending.rid] = uid
+
+    def _begin(self, pending: Pending, events: list[Event]) -> Optional[tuple[Active, FirstToken, Any]]:
+        """Prefill one request and queue its first token; returns what to insert, or None if it ended here."""
+        rid = pending.rid
+        active = Active(pending, self.loaded.tokenizer.detokenizer, StopMatcher(pending.params.stop))
+        try:
+            reach(Point.WORKER_STARTED, rid)
+            sampler = make_request_sampler(pending.params)
+            first = self._prefill(pending.prompt, sampler)
+            reach(Point.PREFILL_DONE, rid)
+            ends = "stop" if first.token in self._eos else "length" if pending.params.max_tokens <= 1 else None
+            reason = self._take_token(active, first.token, first.logprobs, ends, events)
+        except Exception as exc:  # its own cache and sample: the batch is untouched, only this request fails
+            self._end(pending, Failed(rid, _failure("prefill failed", exc)), events)
+            return None
+        if reason is not None:
+            self._end(pending, Finished(rid, reason, len(pending.prompt), active.produced), events)
+            return None
+        return active, first, sampler
 
     def _step(self, events: list[Event]) -> None:
         """Exactly one `next()`; turn its responses into events."""
@@ -176,33 +215,35 @@ class BatchOwner(OwnerThread):
         _, generated = self._generator.next()
         for response in generated:
             active = self._active.get(response.uid)
-            if active is not None:
-                self._take_token(active, response, events)
+            if active is None:
+                continue
+            reason = self._take_token(active, response.token, response.logprobs, response.finish_reason, events)
+            if reason is not None and response.finish_reason is None:
+                self._generator.remove([active.uid])  # still in the batch: a stop string is ours, not mlx-lm's
+            if reason is not None:
+                self._retire(active.uid, reason, events)
 
-    def _take_token(self, active: Active, response: Any, events: list[Event]) -> None:
-        rid, params = active.pending.rid, active.pending.params
-        if active.produced == 0:
-            reach(Point.PREFILL_DONE, rid)
+    def _take_token(self, active: Active, token: int, logprobs: Any, finish_reason: Optional[str],
+                    events: list[Event]) -> Optional[str]:
+        """Queue the token's event; returns why the request ends here (mlx-lm's reason or a stop string), if it does."""
+        params = active.pending.params
         active.produced += 1
-        active.detokenizer.add_token(response.token)
-        if response.finish_reason is not None:
+        active.detokenizer.add_token(token)
+        if finish_reason is not None:
             active.detokenizer.finalize()
         text, stopped = active.stops.feed(active.detokenizer.last_segment)
-        logprob = logprob_of(response.logprobs, response.token) if params.logprobs else None
-        events.append(Token(rid, response.token, text, logprob))
-        if stopped and response.finish_reason is None:
-            self._generator.remove([active.uid])  # still in the batch: a stop string is ours, not mlx-lm's
-        if stopped or response.finish_reason is not None:
-            self._retire(active.uid, "stop" if stopped else response.finish_reason, events)
+        logprob = logprob_of(logprobs, token) if params.logprobs else None
+        events.append(Token(active.pending.rid, token, text, logprob))
+        return "stop" if stopped else finish_reason
 
     def _retire(self, uid: int, reason: str, events: list[Event]) -> None:
         active = self._active.pop(uid)
         del self._uid_of[active.pending.rid]
         pending = active.pending
-        self._end(pending, active.produced, Finished(pending.rid, reason, len(pending.prompt), active.produced), events)
+        self._end(pending, Finished(pending.rid, reason, len(pending.prompt), active.produced), events)
 
     @staticmethod
-    def _end(pending: Pending, produced: int, terminal: Finished | Failed, events: list[Event]) -> None:
+    def _end(pending: Pending, terminal: Finished | Failed, events: list[Event]) -> None:
         """The request's last MLX work is over: mark it, then queue its terminal event."""
         reach(Point.FINISHED, pending.rid)
         events.append(terminal)
@@ -210,33 +251,38 @@ class BatchOwner(OwnerThread):
     def _fail_batch(self, exc: Exception, events: list[Event]) -> None:
         """A step raised: every request in the batch fails with the cause, and the generator is rebuilt."""
         log.error("batch step failed; failing %d request(s): %s", len(self._active), exc, exc_info=True)
-        message = f"generation step failed: {type(exc).__name__}: {exc}"
+        message = _failure("generation step failed", exc)
         for active in list(self._active.values()):
-            self._end(active.pending, active.produced, Failed(active.pending.rid, message), events)
+            self._end(active.pending, Failed(active.pending.rid, message), events)
         self._active.clear()
         self._uid_of.clear()
         self._generator.close()
         self._generator = self._build()
 
     def _finish(self) -> None:
-        """End every request still held (queued or in the batch), then close the generator."""
+        """End every request still held (queued, waiting or in the batch), then close the generator."""
         events: list[Event] = []
         with self.lock:
             queued, self._pending = self._pending, []
-        for pending in queued:
-            self._end(pending, 0, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
+        for pending in [*self._waiting, *queued]:
+            self._end(pending, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
+        self._waiting.clear()
         for active in list(self._active.values()):
             rid = active.pending.rid
             terminal: Finished | Failed = (
                 Failed(rid, f"engine stopped: {self.crashed}") if self.crashed
                 else Finished(rid, "abort", len(active.pending.prompt), active.produced))
-            self._end(active.pending, active.produced, terminal, events)
+            self._end(active.pending, terminal, events)
         self._active.clear()
         self._uid_of.clear()
         self.emit(events)
         if self._generator is not None:
             self._generator.close()
             self._generator = None  # so its finalizer never runs on whichever thread collects it
+
+
+def _failure(what: str, exc: Exception) -> str:
+    return f"{what}: {type(exc).__name__}: {exc}"
 
 
 class BatchedEngine(EngineFrontend):

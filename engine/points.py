@@ -21,7 +21,7 @@ class Point(enum.Enum):
     SLOT_ACQUIRED = "slot_acquired"    # loop: serialized slot held / batched: queued for the owner
     WORKER_STARTED = "worker_started"  # owner: the request's first MLX work begins
     PREFILL_DONE = "prefill_done"      # owner: prompt processed, first token sampled
-    BEFORE_DECODE = "before_decode"    # owner: about to run decode step k (info: step=k)
+    BEFORE_DECODE = "before_decode"    # owner: about to run decode step k, k tokens out (info: step=k; k >= 1)
     CHUNK_SENT = "chunk_sent"          # loop: chunk k handed to the consumer (info: index=k)
     FINISHED = "finished"              # owner: the request's last MLX work is over
     SLOT_RELEASED = "slot_released"    # loop: the serialized slot / batch seat is free again

@@ -10,9 +10,9 @@ from __future__ import annotations
 from fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 
 
-def _one(kind: str, point: str = "ADMITTED", **request: object) -> Scenario:
+def _one(kind: str, point: str = "ADMITTED", index: int = 0, **request: object) -> Scenario:
     spec = RequestSpec("r0", **{"prompt_len": 1, "max_tokens": 1, "stream": False, **request})
-    return Scenario((spec,), (FaultSpec(kind, At("r0", point)),))
+    return Scenario((spec,), (FaultSpec(kind, At("r0", point, index)),))
 
 
 SEED_SCENARIOS: dict[str, Scenario] = {
@@ -25,8 +25,8 @@ SEED_SCENARIOS: dict[str, Scenario] = {
     # long generations handed to a pool thread
     "worker_on_pool_thread": _one("cancel", "FINISHED", max_tokens=9),
     # shutdown stops the owner and leaves the batch's requests waiting
-    "shutdown_leaves_waiters": _one("shutdown", "BEFORE_DECODE", max_tokens=4),
-    # an abort reaching a request between leaving the inbox and its first token is dropped
+    "shutdown_leaves_waiters": _one("shutdown", "BEFORE_DECODE", 1, max_tokens=4),
+    # an abort reaching a request between leaving the inbox and its first decode step is dropped
     "abort_lost_between_sections": _one("cancel", "WORKER_STARTED", max_tokens=4),
     # a second cancel during the drain releases the slot
     "double_cancel_releases_slot": _one("cancel-twice"),

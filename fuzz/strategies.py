@@ -1,7 +1,11 @@
 """`scenarios()`: the Hypothesis strategy behind every fuzz run.
 
-Drawn as one composite so that shrinking removes whole requests and faults
-and moves points towards the front of `POINTS` (the simplest timing).
+Drawn so that shrinking removes whole requests and faults and moves points
+towards the front of `POINTS` (the simplest timing). Requests and faults are
+Hypothesis lists, whose elements the shrinker deletes without shifting the
+draws after them; faults and arrivals aim at a request by number, clamped to
+the requests there are. (A count drawn up front made every deletion
+reinterpret the draws that followed, so shrinking stalled at three requests.)
 """
 
 from __future__ import annotations
@@ -12,12 +16,35 @@ from fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE
                            RequestSpec, Scenario)
 
 
+def _first_index(point: str) -> int:
+    """Decode step k follows k produced tokens: the first is step 1 (the prefill samples token 0)."""
+    return 1 if point == "BEFORE_DECODE" else 0
+
+
+Aim = tuple[int, str, int]  # request number, point, index: resolved against the drawn requests
+
+
 @st.composite
-def _at(draw: st.DrawFn, rids: list[str], max_tokens: dict[str, int], points: tuple[str, ...]) -> At:
-    rid = draw(st.sampled_from(rids))
+def _aim(draw: st.DrawFn, points: tuple[str, ...], max_requests: int, max_tokens: int) -> Aim:
     point = draw(st.sampled_from(points))
-    index = draw(st.integers(0, max_tokens[rid] - 1)) if point in INDEXED_POINTS else 0
-    return At(rid, point, index)
+    index = draw(st.integers(0, max_tokens - 1)) if point in INDEXED_POINTS else 0
+    return draw(st.integers(0, max_requests - 1)), point, index
+
+
+def _resolve(aim: Aim, candidates: list[RequestSpec]) -> At:
+    """The aimed request (clamped to those there are) and an index its decode can reach."""
+    number, point, index = aim
+    target = candidates[min(number, len(candidates) - 1)]
+    first = _first_index(point)
+    return At(target.rid, point, max(first, min(index, target.max_tokens - 1)))
+
+
+@st.composite
+def _fault(draw: st.DrawFn, kinds: tuple[str, ...], points: tuple[str, ...], max_requests: int,
+           max_tokens: int) -> tuple[str, Aim]:
+    kind = draw(st.sampled_from(kinds))
+    allowed = tuple(p for p in points if p in RAISE_POINTS) if kind == "raise" else points
+    return kind, draw(_aim(allowed, max_requests, max_tokens))
 
 
 @st.composite
@@ -30,31 +57,17 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     "raise" faults are only aimed at points inside the worker's MLX work, where
     they stand for an error inside an MLX call.
     """
-    count = draw(st.integers(1, max_requests))
+    aim = _aim(points, max_requests, max_tokens)
+    shapes = draw(st.lists(st.tuples(
+        st.integers(1, 12), st.integers(1, max_tokens), st.booleans(), st.sampled_from(routes),
+        st.none() | aim if arrivals else st.none()), min_size=1, max_size=max_requests))
     requests: list[RequestSpec] = []
-    budget: dict[str, int] = {}
-    for i in range(count):
-        rid = f"r{i}"
-        earlier = [r.rid for r in requests]
-        arrival = None
-        if arrivals and earlier and draw(st.booleans()):
-            arrival = draw(_at(earlier, budget, points))
-        spec = RequestSpec(
-            rid=rid,
-            prompt_len=draw(st.integers(1, 12)),
-            max_tokens=draw(st.integers(1, max_tokens)),
-            stream=draw(st.booleans()),
-            route=draw(st.sampled_from(routes)),
-            arrival=arrival,
-        )
-        requests.append(spec)
-        budget[rid] = spec.max_tokens
-    rids = [r.rid for r in requests]
-    faults: list[FaultSpec] = []
-    for _ in range(draw(st.integers(min_faults, max_faults))):
-        kind = draw(st.sampled_from(kinds))
-        allowed = tuple(p for p in points if p in RAISE_POINTS) if kind == "raise" else points
-        if not allowed:
-            continue
-        faults.append(FaultSpec(kind, draw(_at(rids, budget, allowed))))
+    for i, (prompt_len, budget, stream, route, arrival) in enumerate(shapes):
+        requests.append(RequestSpec(f"r{i}", prompt_len=prompt_len, max_tokens=budget, stream=stream, route=route,
+                                    arrival=_resolve(arrival, requests) if arrival and requests else None))
+    if not any(p in RAISE_POINTS for p in points):
+        kinds = tuple(k for k in kinds if k != "raise")
+    faults = [FaultSpec(kind, _resolve(target, requests))
+              for kind, target in draw(st.lists(_fault(kinds, points, max_requests, max_tokens),
+                                                min_size=min_faults, max_size=max_faults))]
     return Scenario(tuple(requests), tuple(faults), draw(st.sampled_from(executors)))

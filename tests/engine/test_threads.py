@@ -77,21 +77,29 @@ def test_every_mlx_call_is_on_the_owner_thread(engine_cls):
 
 def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(monkeypatch):
     """A GPU compiles kernels on first use (9.5 s for the first prefill, 7.8 s for the first padded
-    pair on MLX's CUDA backend): the batched warmup must take a multi-token prompt and a padded pair
-    before ready."""
+    pair on MLX's CUDA backend): before ready, the batched warmup must prefill a multi-token prompt
+    and decode two caches of different lengths together."""
     from mlx_lm.generate import BatchGenerator
 
-    calls: list[list[int]] = []  # the prompt lengths of each insert made before ready
-    insert = BatchGenerator.insert
+    from engine import batched
 
-    def recording(self, prompts, *args, **kwargs):
-        calls.append([len(p) for p in prompts])
-        return insert(self, prompts, *args, **kwargs)
-    monkeypatch.setattr(BatchGenerator, "insert", recording)
+    prefilled: list[int] = []        # prompt length of each prefill made before ready
+    inserted: list[list[int]] = []   # cache lengths of each insert made before ready
+    prefill, insert = batched.prefill, BatchGenerator.insert
+
+    def recording_prefill(model, prompt, *args):
+        prefilled.append(len(prompt))
+        return prefill(model, prompt, *args)
+
+    def recording_insert(self, prompts, *args, all_tokens=None, **kwargs):
+        inserted.append([len(t) for t in all_tokens or prompts])
+        return insert(self, prompts, *args, all_tokens=all_tokens, **kwargs)
+    monkeypatch.setattr(batched, "prefill", recording_prefill)
+    monkeypatch.setattr(BatchGenerator, "insert", recording_insert)
 
     async def ready_only(engine):
         assert engine.healthy
 
     run_engine(BatchedEngine, ready_only)
-    assert any(n >= 2 for lengths in calls for n in lengths), f"warmup never prefilled: {calls}"
-    assert any(len(set(lengths)) >= 2 for lengths in calls), f"warmup never padded a batch: {calls}"
+    assert any(n >= 2 for n in prefilled), f"warmup never prefilled: {prefilled}"
+    assert any(len(set(lengths)) >= 2 for lengths in inserted), f"warmup never decoded a padded batch: {inserted}"

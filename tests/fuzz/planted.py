@@ -80,10 +80,10 @@ PLANTS: dict[str, Plant] = {p.name: p for p in (
         ("batched.py", "            if pending.rid in aborts:\n",
          "            if False:  # aborts only look at requests already decoding (wrong)\n"),
         ("batched.py", "            if uid is not None:\n                self._generator.remove([uid])\n",
-         "            if uid is not None and self._active[uid].produced > 0:  # still prefilling: dropped\n"
+         "            if uid is not None and self._active[uid].produced > 1:  # not decoding yet: dropped\n"
          "                self._generator.remove([uid])\n")),
         frozenset({"abort-ignored", "abort-completed"}),
-        "an abort reaching a request between leaving the inbox and its first token is dropped"),
+        "an abort reaching a request between leaving the inbox and its first decode step is dropped"),
     Plant("double_cancel_releases_slot", "simple", (
         ("drain.py", "    cancelled = False\n    while not done.done():\n        try:\n"
                      "            await asyncio.shield(done)\n        except asyncio.CancelledError:\n"

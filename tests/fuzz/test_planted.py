@@ -26,7 +26,7 @@ def test_fuzzer_finds_shrinks_and_replays_planted_bug(name: str, plants_root: Pa
     spec = PLANTS[name]
     factory = reference_engine(spec.engine, package=plant(name, plants_root))
     result = run_fuzz(factory, profile="ci", examples=150, budget=90, explicit=(), replays=2,
-                      report_dir=tmp_path, shrink_s=30, debug_run=False)
+                      report_dir=tmp_path, shrink_s=60, debug_run=False)
     assert result.failure is not None, f"missed alarm: {name} ({spec.why}) survived {result.examples} examples"
     failure = result.failure
     assert failure.violations[0].kind in spec.finds, failure.headline

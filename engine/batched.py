@@ -125,6 +125,8 @@ class BatchOwner(OwnerThread):
         try:
             self._apply_aborts(aborts, new, events)
             self._admit(events)
+            self.emit(events)  # first tokens go out now, not one step later
+            events = []
             self._step(events)
         except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
             self._fail_batch(exc, events)

@@ -61,6 +61,23 @@ def test_late_arrival_gets_first_token_within_one_step(points):
     run_engine(BatchedEngine, body)
 
 
+def test_first_token_reaches_the_stream_before_the_next_step(points):
+    """The prefill's token is handed to the loop before the owner decodes again, not one step later."""
+
+    async def body(engine):
+        hold = points.hold(Point.BEFORE_DECODE, "a", step=1)
+        stream = await engine.submit(request(engine, "a", max_tokens=5))
+        assert await wait_until(hold.reached.is_set)
+        await asyncio.sleep(0.05)  # the loop is free to deliver whatever the owner has emitted
+        early = stream.tokens_nowait()
+        hold.release.set()
+        rest = await consume(stream)
+        assert len(early) == 1, "the first token waited for the next decode step"
+        assert len(early) + len(rest) == 5
+
+    run_engine(BatchedEngine, body)
+
+
 def test_abort_before_insertion_is_not_lost(points):
     """An abort recorded while the owner is between taking the request and inserting it still wins."""
 

@@ -125,7 +125,7 @@ class BatchOwner(OwnerThread):
         try:
             self._apply_aborts(aborts, new, events)
             self._admit(events)
-            self.emit(events)  # first tokens go out now, not one step later
+            self.emit(events)  # aborts and failed starts go out now, not one step later
             events = []
             self._step(events)
         except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
@@ -167,7 +167,9 @@ class BatchOwner(OwnerThread):
         """Start waiting requests while the batch has seats; insert the ones still going, all at once."""
         started: list[tuple[Active, FirstToken, Any]] = []
         while self._waiting and len(self._active) + len(started) < self.max_batch:
-            begun = self._begin(self._waiting.popleft(), events)
+            own: list[Event] = []
+            begun = self._begin(self._waiting.popleft(), own)
+            self.emit(own)  # each first token as soon as it exists, not after the whole burst's prefills
             if begun is not None:
                 started.append(begun)
         if not started:

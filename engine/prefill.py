@@ -27,17 +27,25 @@ class FirstToken:
 
 
 def prefill(model: Any, prompt: Sequence[int], sampler: Callable[[Any], Any], stream: Any) -> FirstToken:
-    """Forward `prompt` through a fresh cache on `stream` and sample one token with `sampler`."""
+    """Forward `prompt` through a fresh cache on `stream` and sample one token with `sampler`.
+
+    Two forward passes, as mlx-lm's own prefill does: the prompt but its last
+    token (in chunks of PREFILL_STEP), then the last token, whose logits alone
+    are computed.
+    """
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
     with mx.stream(stream):
         cache = make_prompt_cache(model)
         tokens = mx.array(list(prompt))[None]
-        while tokens.shape[1] > PREFILL_STEP:
-            model(tokens[:, :PREFILL_STEP], cache=cache)
+        # All but the last token fill the cache only: their logits (prompt x vocabulary, 1.2 GB for
+        # 2,000 tokens of a 150k vocabulary) are never evaluated, so never computed.
+        while tokens.shape[1] > 1:
+            n = min(PREFILL_STEP, tokens.shape[1] - 1)
+            model(tokens[:, :n], cache=cache)
             mx.eval([c.state for c in cache])
-            tokens = tokens[:, PREFILL_STEP:]
+            tokens = tokens[:, n:]
         logits = model(tokens, cache=cache)[:, -1, :]
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         token = sampler(logprobs)

@@ -78,6 +78,29 @@ def test_first_token_reaches_the_stream_before_the_next_step(points):
     run_engine(BatchedEngine, body)
 
 
+def test_a_burst_hands_out_each_first_token_when_its_prefill_ends(points):
+    """Requests started in one iteration: the first one's token does not wait for the others' prefills."""
+
+    async def body(engine):
+        busy_hold = points.hold(Point.BEFORE_DECODE, "busy", step=1)
+        busy = await engine.submit(request(engine, "busy", max_tokens=4))
+        reader = asyncio.create_task(consume(busy))
+        assert await wait_until(busy_hold.reached.is_set)
+        hold = points.hold(Point.WORKER_STARTED, "b")
+        a = await engine.submit(request(engine, "a", max_tokens=3))
+        b = await engine.submit(request(engine, "b", max_tokens=3))
+        busy_hold.release.set()  # the owner's next iteration takes a and b together
+        assert await wait_until(hold.reached.is_set)
+        await asyncio.sleep(0.05)
+        early = a.tokens_nowait()
+        hold.release.set()
+        assert len(early) == 1, "a's first token waited for b's prefill"
+        assert len(early) + len(await consume(a)) == 3 and len(await consume(b)) == 3
+        await reader
+
+    run_engine(BatchedEngine, body)
+
+
 def test_abort_before_insertion_is_not_lost(points):
     """An abort recorded while the owner is between taking the request and inserting it still wins."""
 

@@ -202,6 +202,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @dataclass
+class Repeat:
+    """One repeat of a round, as measured."""
+
+    tokens: int
+    wall: float
+    ttfts_ms: list[float]
+    health_ms: list[float]
+
+
+@dataclass
 class Round:
     concurrency: int
     tok_s: float
@@ -227,7 +237,7 @@ async def poll_health(http: Any, url: str, stop: asyncio.Event) -> list[float]:
 
 
 async def measure_round(client: Client, concurrency: int, per_worker: int, max_tokens: int,
-                        prompt_words: int, lag: bool, first: int) -> Round:
+                        prompt_words: int, lag: bool, first: int) -> Repeat:
     """`concurrency` workers each send `per_worker` requests back to back; tok/s over the whole round.
 
     Prompts are numbered from `first`, and callers never reuse a number: a server with a prompt
@@ -248,10 +258,8 @@ async def measure_round(client: Client, concurrency: int, per_worker: int, max_t
         stop.set()
         latencies = await poller if poller is not None else []
     samples = [s for per in results for s in per]
-    tokens = sum(s.completion_tokens for s in samples)
-    ttfts = [s.ttft * 1000 for s in samples if s.ttft is not None]
-    return Round(concurrency, tokens / wall, percentile(ttfts, 0.5), percentile(ttfts, 0.9), tokens, wall,
-                 percentile([x * 1000 for x in latencies], 0.99) if lag else None, len(latencies))
+    return Repeat(sum(s.completion_tokens for s in samples), wall,
+                  [s.ttft * 1000 for s in samples if s.ttft is not None], [x * 1000 for x in latencies])
 
 
 class EndedEarly(Exception):
@@ -326,10 +334,18 @@ class RouteResult:
         return next((r for r in self.rounds if r.concurrency == concurrency), None)
 
 
-def best_round(repeats: list[Round]) -> Round:
-    """The median-throughput repeat, so one noisy repeat on a shared machine does not decide."""
-    ordered = sorted(repeats, key=lambda r: r.tok_s)
-    return ordered[(len(ordered) - 1) // 2]
+def pooled(concurrency: int, repeats: list[Repeat], lag: bool) -> Round:
+    """Every repeat of a round together: tokens over summed wall time, percentiles over every request.
+
+    Repeat k sends the same numbered prompts to every server, so pooled rounds compare the same
+    work. With random weights some prompts decode to EOS after a token or two; a median repeat
+    picked by tok/s compared different work (one server's repeat of 65 tokens against another's 128).
+    """
+    tokens, wall = sum(r.tokens for r in repeats), sum(r.wall for r in repeats)
+    ttfts = [t for r in repeats for t in r.ttfts_ms]
+    health = [h for r in repeats for h in r.health_ms]
+    return Round(concurrency, tokens / wall, percentile(ttfts, 0.5), percentile(ttfts, 0.9), tokens, wall,
+                 percentile(health, 0.99) if lag else None, len(health))
 
 
 async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -> RouteResult:
@@ -346,7 +362,7 @@ async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -
             top = max(args.concurrency)
             issued = 0
 
-            async def fresh_round(c: int, per_worker: int, max_tokens: int, lag: bool) -> Round:
+            async def fresh_round(c: int, per_worker: int, max_tokens: int, lag: bool) -> Repeat:
                 nonlocal issued
                 first, issued = issued, issued + c * per_worker
                 return await measure_round(client, c, per_worker, max_tokens, args.prompt_words, lag, first)
@@ -357,7 +373,7 @@ async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -
             for c in args.concurrency:
                 repeats = [await fresh_round(c, args.per_worker, args.max_tokens, lag=(c == top))
                            for _ in range(args.repeats)]
-                rounds.append(best_round(repeats))
+                rounds.append(pooled(c, repeats, lag=(c == top)))
                 print(f"  {route.name} c={c}: {rounds[-1].tok_s:.1f} tok/s", file=sys.stderr, flush=True)
             lates = await measure_lates(client, max(3, args.repeats), args.prompt_words)
             late = sorted(lates, key=lambda x: x.steps)[(len(lates) - 1) // 2]
@@ -403,7 +419,7 @@ def targets(results: dict[str, RouteResult], concurrency: list[int]) -> list[Tar
 
 def render(results: dict[str, RouteResult], checks: list[Target], meta: dict[str, Any]) -> str:
     lines = [f"model: {meta['model']} ({meta['preset'] or 'custom'}), max_tokens {meta['max_tokens']}, "
-             f"{meta['per_worker']} request(s) per client per round, median of {meta['repeats']} repeat(s)",
+             f"{meta['per_worker']} request(s) per client per round, {meta['repeats']} repeat(s) pooled",
              f"machine: {meta['machine']}", "",
              "| server | c | tok/s | TTFT p50 ms | TTFT p90 ms | tokens | wall s |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -447,7 +463,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--model", metavar="PATH", help="a local mlx-lm folder (overrides --preset)")
     p.add_argument("--max-tokens", type=int, default=64, help="completion tokens asked per request (default 64)")
     p.add_argument("--concurrency", default="1,2,4,8", help="comma-separated client counts (default 1,2,4,8)")
-    p.add_argument("--repeats", type=int, default=1, help="rounds per concurrency; the median is kept (default 1)")
+    p.add_argument("--repeats", type=int, default=1, help="rounds per concurrency, pooled: tokens over summed wall time (default 1)")
     p.add_argument("--per-worker", type=int, default=2, help="requests each client sends per round (default 2)")
     p.add_argument("--prompt-words", type=int, default=24, help="words per prompt (default 24)")
     p.add_argument("--routes", default="simple,batched", help="reference routes to measure (default simple,batched)")
@@ -478,6 +494,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     names = args.routes + ([] if args.no_peer else ["mlx_lm.server"])
     max_batch = args.max_batch or max(8, max(args.concurrency))
     meta = {"model": args.model, "preset": args.preset, "max_tokens": args.max_tokens, "repeats": args.repeats,
+            "repeats_are": "pooled",
             "per_worker": args.per_worker, "concurrency": args.concurrency, "max_batch": max_batch,
             "machine": machine()}
     results: dict[str, RouteResult] = {}

@@ -140,8 +140,9 @@ def bench_section(files: dict[str, Path]) -> list[str]:
     lines += [f"`python benchmarks/bench_engine.py --preset {meta.get('preset') or 'custom'}"
               f"{'' if peer else ' --no-peer'} --concurrency {concurrency} --repeats {meta.get('repeats', 1)} "
               f"--max-tokens {meta['max_tokens']}` (random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): "
-              f"{meta['per_worker']} streamed request(s) per client per round, median of "
-              f"{meta.get('repeats', 1)} round(s), max batch {meta['max_batch']}; {meta['machine']}.", ""]
+              f"{meta['per_worker']} streamed request(s) per client per round, "
+              f"{meta.get('repeats', 1)} round(s) {'pooled' if meta.get('repeats_are') == 'pooled' else 'median kept'}"
+              f", max batch {meta['max_batch']}; {meta['machine']}.", ""]
     by_c: dict[int, dict[str, dict[str, Any]]] = {}
     for name, result in results.items():
         for rnd in result["rounds"]:

@@ -12,6 +12,14 @@ from engine.points import Point
 from .conftest import consume, request, run_engine, wait_until
 
 
+async def occupy_owner(engine, points, step: int, max_tokens: int):
+    """Stop the owner before a "busy" request's decode step `step`: what is posted meanwhile lands in one inbox."""
+    hold = points.hold(Point.BEFORE_DECODE, "busy", step=step)
+    reader = asyncio.create_task(consume(await engine.submit(request(engine, "busy", max_tokens=max_tokens))))
+    assert await wait_until(hold.reached.is_set)
+    return hold, reader
+
+
 def test_batched_output_matches_serialized_output():
     """Greedy decoding is deterministic: both routes must produce the same tokens for the same prompt."""
     outputs = {}
@@ -82,10 +90,7 @@ def test_a_burst_hands_out_each_first_token_when_its_prefill_ends(points):
     """Requests started in one iteration: the first one's token does not wait for the others' prefills."""
 
     async def body(engine):
-        busy_hold = points.hold(Point.BEFORE_DECODE, "busy", step=1)
-        busy = await engine.submit(request(engine, "busy", max_tokens=4))
-        reader = asyncio.create_task(consume(busy))
-        assert await wait_until(busy_hold.reached.is_set)
+        busy_hold, reader = await occupy_owner(engine, points, step=1, max_tokens=4)
         hold = points.hold(Point.WORKER_STARTED, "b")
         a = await engine.submit(request(engine, "a", max_tokens=3))
         b = await engine.submit(request(engine, "b", max_tokens=3))
@@ -122,10 +127,7 @@ def test_abort_posted_with_its_request_never_enters_the_batch(points):
     """Request and abort land in the inbox together (the owner is held elsewhere): one snapshot sees both."""
 
     async def body(engine):
-        hold = points.hold(Point.BEFORE_DECODE, "busy", step=2)
-        busy = await engine.submit(request(engine, "busy", max_tokens=40))
-        reader = asyncio.create_task(consume(busy))
-        assert await wait_until(hold.reached.is_set)
+        hold, reader = await occupy_owner(engine, points, step=2, max_tokens=40)
         stream = await engine.submit(request(engine, "a", max_tokens=200))
         assert stream.abort()
         hold.release.set()

@@ -183,6 +183,7 @@ class BatchOwner(OwnerThread):
                 samplers=[sampler for _, _, sampler in started],
             )
         except Exception as exc:  # nothing entered the batch: only these requests fail
+            log.error("insert failed; failing %d request(s): %s", len(started), exc, exc_info=True)
             for active, _, _ in started:
                 self._end(active.pending, Failed(active.pending.rid, _failure("insert failed", exc)), events)
             return
@@ -203,6 +204,7 @@ class BatchOwner(OwnerThread):
             ends = "stop" if first.token in self._eos else "length" if pending.params.max_tokens <= 1 else None
             reason = self._take_token(active, first.token, first.logprobs, ends, events)
         except Exception as exc:  # its own cache and sample: the batch is untouched, only this request fails
+            log.error("request %s failed to start: %s", rid, exc, exc_info=True)
             self._end(pending, Failed(rid, _failure("prefill failed", exc)), events)
             return None
         if reason is not None:

@@ -181,6 +181,23 @@ def test_failing_step_fails_its_requests_and_engine_recovers(points):
     run_engine(BatchedEngine, body)
 
 
+def test_failing_prefill_fails_only_its_request_and_is_logged(points, caplog):
+    """A new request's prefill runs on its own cache: its failure leaves the running batch alone."""
+
+    async def body(engine):
+        points.fail(Point.PREFILL_DONE, "b")
+        hold, reader = await occupy_owner(engine, points, step=2, max_tokens=12)
+        failing = await engine.submit(request(engine, "b", max_tokens=8))
+        hold.release.set()
+        await consume(failing)
+        assert isinstance(failing.result, Failed) and "prefill failed" in failing.result.message
+        assert len(await reader) == 12, "the running request did not finish its tokens"
+        assert engine.status()["active"] == 0
+
+    run_engine(BatchedEngine, body)
+    assert any("request b failed to start" in r.getMessage() for r in caplog.records), "the failure was not logged"
+
+
 def test_capacity_beyond_batch_and_queue_is_refused(points):
     async def body(engine):
         streams = [await engine.submit(request(engine, f"r{i}", max_tokens=400)) for i in range(3)]

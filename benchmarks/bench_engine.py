@@ -334,7 +334,7 @@ class RouteResult:
         return next((r for r in self.rounds if r.concurrency == concurrency), None)
 
 
-def pooled(concurrency: int, repeats: list[Repeat], lag: bool) -> Round:
+def pooled(concurrency: int, repeats: list[Repeat]) -> Round:
     """Every repeat of a round together: tokens over summed wall time, percentiles over every request.
 
     Repeat k sends the same numbered prompts to every server, so pooled rounds compare the same
@@ -345,7 +345,7 @@ def pooled(concurrency: int, repeats: list[Repeat], lag: bool) -> Round:
     ttfts = [t for r in repeats for t in r.ttfts_ms]
     health = [h for r in repeats for h in r.health_ms]
     return Round(concurrency, tokens / wall, percentile(ttfts, 0.5), percentile(ttfts, 0.9), tokens, wall,
-                 percentile(health, 0.99) if lag else None, len(health))
+                 percentile(health, 0.99) if health else None, len(health))
 
 
 async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -> RouteResult:
@@ -373,7 +373,7 @@ async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -
             for c in args.concurrency:
                 repeats = [await fresh_round(c, args.per_worker, args.max_tokens, lag=(c == top))
                            for _ in range(args.repeats)]
-                rounds.append(pooled(c, repeats, lag=(c == top)))
+                rounds.append(pooled(c, repeats))
                 print(f"  {route.name} c={c}: {rounds[-1].tok_s:.1f} tok/s", file=sys.stderr, flush=True)
             lates = await measure_lates(client, max(3, args.repeats), args.prompt_words)
             late = sorted(lates, key=lambda x: x.steps)[(len(lates) - 1) // 2]

@@ -224,9 +224,9 @@ class BatchOwner(OwnerThread):
             if active is None:
                 continue
             reason = self._take_token(active, response.token, response.logprobs, response.finish_reason, events)
-            if reason is not None and response.finish_reason is None:
-                self._generator.remove([active.uid])  # still in the batch: a stop string is ours, not mlx-lm's
             if reason is not None:
+                if response.finish_reason is None:
+                    self._generator.remove([active.uid])  # still in the batch: a stop string is ours, not mlx-lm's
                 self._retire(active.uid, reason, events)
 
     def _take_token(self, active: Active, token: int, logprobs: Any, finish_reason: Optional[str],

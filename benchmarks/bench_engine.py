@@ -1,8 +1,10 @@
 """Benchmark (not a test): the reference engine's routes against `mlx_lm.server`, side by side in one run.
 
-Each server runs as a subprocess on a free 127.0.0.1 port, one at a time (never
-two servers measuring at once), and gets the same prompts, the same
-`max_tokens` and streaming `/v1/completions` requests. Measured per server:
+Each server runs as a subprocess on a free 127.0.0.1 port; all are up at once
+and measured one at a time (never two measuring at once), their repeats
+interleaved so that machine drift lands on all of them alike. Each gets the same
+prompts, the same `max_tokens` and streaming `/v1/completions` requests.
+Measured per server:
 
 - aggregate completion tok/s at each concurrency (completion tokens counted from
   the stream's `usage`, never assumed, divided by the wall clock of the round);
@@ -348,38 +350,58 @@ def pooled(concurrency: int, repeats: list[Repeat]) -> Round:
                  percentile(health, 0.99) if health else None, len(health))
 
 
-async def measure_route(route: Route, args: argparse.Namespace, log_path: str) -> RouteResult:
+async def measure_all(chosen: list[Route], args: argparse.Namespace) -> dict[str, RouteResult]:
+    """Every server up at once, measured one at a time, interleaved: repeat k of a round runs on each
+    server in turn (the order rotating with k) before repeat k + 1 starts.
+
+    A GPU's clocks and its neighbours drift over minutes; measured server after server, one
+    server's rounds met a different machine than the next's (the peer's c=4 tok/s moved by half
+    between two runs of the same code). Interleaved, the drift lands on every server alike.
+    """
     import httpx
 
-    server = ServerProcess(route, log_path)
+    servers = [ServerProcess(r, os.path.join(args.log_dir, f"bench-{r.name}.log")) for r in chosen]
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S) as http:
         try:
-            server.start()
-            await server.wait_ready(http)
-            model = (await http.get(f"{server.url}/v1/models")).json()["data"][0]["id"] if route.names_model else None
-            client = Client(http, server.url, model)
+            for server in servers:
+                server.start()
+            clients = {}
+            for server in servers:
+                await server.wait_ready(http)
+                route = server.route
+                model = (await http.get(f"{server.url}/v1/models")).json()["data"][0]["id"] if route.names_model else None
+                clients[route.name] = Client(http, server.url, model)
+            names = list(clients)
             top = max(args.concurrency)
             issued = 0
 
-            async def fresh_round(c: int, per_worker: int, max_tokens: int, lag: bool) -> Repeat:
+            async def each(c: int, per_worker: int, max_tokens: int, turn: int, lag: bool) -> dict[str, Repeat]:
+                """One repeat on every server, the same numbered prompts on each."""
                 nonlocal issued
                 first, issued = issued, issued + c * per_worker
-                return await measure_round(client, c, per_worker, max_tokens, args.prompt_words, lag, first)
+                order = names[turn % len(names):] + names[:turn % len(names)]
+                return {name: await measure_round(clients[name], c, per_worker, max_tokens, args.prompt_words,
+                                                  lag, first) for name in order}
 
             for c in args.concurrency:  # warm up: first-call and batch-shape compilation are not measured
-                await fresh_round(c, 1, min(8, args.max_tokens), lag=False)
-            rounds = []
+                await each(c, 1, min(8, args.max_tokens), 0, lag=False)
+            rounds: dict[str, list[Round]] = {name: [] for name in names}
             for c in args.concurrency:
-                repeats = [await fresh_round(c, args.per_worker, args.max_tokens, lag=(c == top))
-                           for _ in range(args.repeats)]
-                rounds.append(pooled(c, repeats))
-                print(f"  {route.name} c={c}: {rounds[-1].tok_s:.1f} tok/s", file=sys.stderr, flush=True)
-            lates = await measure_lates(client, max(3, args.repeats), args.prompt_words)
-            late = sorted(lates, key=lambda x: x.steps)[(len(lates) - 1) // 2]
-            return RouteResult(route.name, rounds, late, [x.ttft_ms for x in lates])
+                repeats = [await each(c, args.per_worker, args.max_tokens, k, lag=c == top) for k in range(args.repeats)]
+                for name in names:
+                    rounds[name].append(pooled(c, [r[name] for r in repeats]))
+                print("  c=" + str(c) + ": " + ", ".join(f"{name} {rounds[name][-1].tok_s:.1f} tok/s" for name in names),
+                      file=sys.stderr, flush=True)
+            results = {}
+            for name in names:
+                lates = await measure_lates(clients[name], max(3, args.repeats), args.prompt_words)
+                late = sorted(lates, key=lambda x: x.steps)[(len(lates) - 1) // 2]
+                results[name] = RouteResult(name, rounds[name], late, [x.ttft_ms for x in lates])
+            return results
         finally:
-            server.stop()
+            for server in servers:
+                server.stop()
 
 
 # -- targets and the table -------------------------------------------------------------------------
@@ -494,14 +516,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     names = args.routes + ([] if args.no_peer else ["mlx_lm.server"])
     max_batch = args.max_batch or max(8, max(args.concurrency))
     meta = {"model": args.model, "preset": args.preset, "max_tokens": args.max_tokens, "repeats": args.repeats,
-            "repeats_are": "pooled",
+            "repeats_are": "pooled", "servers_are": "interleaved",
             "per_worker": args.per_worker, "concurrency": args.concurrency, "max_batch": max_batch,
             "machine": machine()}
-    results: dict[str, RouteResult] = {}
-    for route in routes(names, args.model, max_batch, max(args.concurrency)):  # one server at a time
-        print(f"measuring {route.name} ...", file=sys.stderr, flush=True)
-        log_path = os.path.join(args.log_dir, f"bench-{route.name}.log")
-        results[route.name] = asyncio.run(measure_route(route, args, log_path))
+    results = asyncio.run(measure_all(routes(names, args.model, max_batch, max(args.concurrency)), args))
     checks = targets(results, args.concurrency)
     print(render(results, checks, meta))
     if args.json:

@@ -22,6 +22,7 @@ class EngineConfig:
     retry_after_s: float = 1.0          # Retry-After sent with every busy answer
     startup_timeout_s: float = 600.0    # load + construct + warmup on the owner thread
     warmup: bool = True
+    pad_prefill: bool | None = None     # batched: prefill at power-of-two lengths; None = where MLX runs on CUDA
 
 
 class Engine(Protocol):

@@ -14,7 +14,7 @@ from engine.frontend import EngineFrontend
 from engine.messages import Event, Failed, Finished, Pending, Token
 from engine.owner import OwnerThread
 from engine.points import Point, reach
-from engine.prefill import FirstToken, prefill
+from engine.prefill import FirstToken, buckets, pads_prefill, prefill
 from engine.sampling import StopMatcher, logprob_of, make_request_sampler
 from engine.stream import RequestStream
 
@@ -50,9 +50,10 @@ class BatchOwner(OwnerThread):
     here, unprefilled, in arrival order.
     """
 
-    def __init__(self, *args: Any, max_batch: int, **kwargs: Any):
+    def __init__(self, *args: Any, max_batch: int, pad_prefill: bool | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.max_batch = max_batch
+        self.pad_prefill = pad_prefill  # None: decided on the owner thread, from the device MLX runs on
         self._pending: list[Pending] = []   # guarded by self.lock
         self._aborts: set[str] = set()      # guarded by self.lock
         self._waiting: deque[Pending] = deque()
@@ -76,6 +77,8 @@ class BatchOwner(OwnerThread):
     def _start(self) -> None:
         super()._start()
         self._eos = frozenset(self.loaded.tokenizer.eos_token_ids)
+        if self.pad_prefill is None:
+            self.pad_prefill = pads_prefill()
         self._generator = self._build()
         if self.warmup_enabled:
             self._warmup()
@@ -92,16 +95,20 @@ class BatchOwner(OwnerThread):
 
         A lone multi-token prompt, then two of different lengths decoding
         together: on MLX's CUDA backend the first prefill and the first padded
-        pair cost 9.5 s and 7.8 s; a one-token probe covers neither.
+        pair cost 9.5 s and 7.8 s; a one-token probe covers neither. With
+        padded prefill, every bucket's shape too, so no prompt length is new.
         """
-        for prompts in WARMUP_PROMPTS:
-            self._probe(prompts)
-
-    def _probe(self, prompts: list[list[int]]) -> None:
-        """Each prompt prefilled, then decoded together; the probes are removed even if a step fails."""
         from mlx_lm.sample_utils import make_sampler
 
         greedy = make_sampler(temp=0.0)
+        for prompts in WARMUP_PROMPTS:
+            self._probe(prompts, greedy)
+        if self.pad_prefill:
+            for length in buckets():
+                self._prefill([0] * (length + 1), greedy)  # a first chunk of exactly `length` tokens
+
+    def _probe(self, prompts: list[list[int]], greedy: Any) -> None:
+        """Each prompt prefilled, then decoded together; the probes are removed even if a step fails."""
         firsts = [self._prefill(prompt, greedy) for prompt in prompts]
         uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(prompts),
                                       caches=[f.cache for f in firsts], all_tokens=prompts)
@@ -116,7 +123,7 @@ class BatchOwner(OwnerThread):
             self._generator.remove(uids)
 
     def _prefill(self, prompt: Sequence[int], sampler: Any) -> FirstToken:
-        return prefill(self.loaded.model, prompt, sampler, self._generator.stream)
+        return prefill(self.loaded.model, prompt, sampler, self._generator.stream, pad=bool(self.pad_prefill))
 
     def _iteration(self) -> None:
         self._wait_if_idle()
@@ -310,7 +317,7 @@ class BatchedEngine(EngineFrontend):
 
     def _make_owner(self, loop: asyncio.AbstractEventLoop) -> BatchOwner:
         return BatchOwner(self.name, self.config.model, loop, self._deliver, self.config.warmup,
-                          max_batch=self.config.max_batch)
+                          max_batch=self.config.max_batch, pad_prefill=self.config.pad_prefill)
 
     async def submit(self, pending: Pending) -> RequestStream:
         self._check_submittable(pending)

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wait mode: longest wait before the same 503 (default: 250)")
     parser.add_argument("--max-batch", type=int, default=8, metavar="N",
                         help="batched: sequences decoded together (default: 8)")
+    parser.add_argument("--pad-prefill", choices=["auto", "on", "off"], default="auto",
+                        help="batched: prefill at power-of-two lengths, so a new prompt length builds no new GPU "
+                             "kernels mid-stream (default: auto, on where MLX runs on CUDA)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: 8000)")
     parser.add_argument("--shutdown-grace", type=float, default=5.0, metavar="S",
@@ -52,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     config = EngineConfig(model=args.model, admission=args.admission, max_queue=args.max_queue,
-                          max_wait_ms=args.max_wait_ms, max_batch=args.max_batch)
+                          max_wait_ms=args.max_wait_ms, max_batch=args.max_batch,
+                          pad_prefill={"auto": None, "on": True, "off": False}[args.pad_prefill])
     if args.engine == "batched":
         from engine.batched import BatchedEngine as engine_class
     else:

@@ -142,6 +142,7 @@ def bench_section(files: dict[str, Path]) -> list[str]:
               f"--max-tokens {meta['max_tokens']}` (random-weight llama, {meta['model'].rsplit('/', 1)[-1]}): "
               f"{meta['per_worker']} streamed request(s) per client per round, "
               f"{meta.get('repeats', 1)} round(s) {'pooled' if meta.get('repeats_are') == 'pooled' else 'median kept'}"
+              f"{', servers interleaved' if meta.get('servers_are') == 'interleaved' else ''}"
               f", max batch {meta['max_batch']}; {meta['machine']}.", ""]
     by_c: dict[int, dict[str, dict[str, Any]]] = {}
     for name, result in results.items():

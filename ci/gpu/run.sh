@@ -12,7 +12,7 @@
 # Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); PLANTED_SHARDS
 # (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540); BENCH_PRESET
 # (default 0.5b), BENCH_PEER (1: also python -m mlx_lm.server, side by side; 0: skip it),
-# BENCH_CONCURRENCY (default 1,2,4,8), BENCH_REPEATS (rounds per concurrency, median kept; default 3),
+# BENCH_CONCURRENCY (default 1,2,4,8), BENCH_REPEATS (rounds per concurrency, pooled; default 3),
 # BENCH_MAX_TOKENS (default 128), BENCH_TIMEOUT (s, default 540).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2

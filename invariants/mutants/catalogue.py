@@ -203,16 +203,11 @@ CATALOGUE: tuple[Mutant, ...] = (
         routes=("batched",),
         edits=(
             Edit(BATCHED, """
-                def _start(self) -> None:
-                    super()._start()
-                    self._eos = frozenset(self.loaded.tokenizer.eos_token_ids)
                     self._generator = self._build()
                     if self.warmup_enabled:
                         self._warmup()
             """, """
-                def _start(self) -> None:
-                    super()._start()  # the engine builds the generator once the model is loaded
-                    self._eos = frozenset(self.loaded.tokenizer.eos_token_ids)
+                    # the engine builds the generator once the model is loaded
             """),
             Edit(BATCHED, """
                 name = "batched"

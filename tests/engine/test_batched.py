@@ -234,3 +234,27 @@ def test_batched_startup_failure_is_reported(tmp_path):
         assert not engine.healthy
 
     asyncio.run(main())
+
+
+def test_padded_prefill_decodes_what_the_serialized_route_decodes(monkeypatch):
+    """The batched route with padded prefill (on by default on CUDA) must not change a token: prompts
+    of one chunk and of several (PREFILL_STEP 64 here), decoding together, against the serialized route."""
+    from engine import prefill as prefill_module
+
+    monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
+    texts = ["hi", "hello world " * 5, "the quick brown fox " * 20]
+    outputs: dict[str, list[list[int]]] = {}
+
+    async def one(engine, rid, text):
+        return [t.token for t in await consume(await engine.submit(request(engine, rid, 12, text)))]
+
+    async def serial(engine):
+        outputs["simple"] = [await one(engine, str(i), text) for i, text in enumerate(texts)]
+
+    async def batched(engine):
+        outputs["batched"] = list(await asyncio.gather(*(one(engine, str(i), t) for i, t in enumerate(texts))))
+
+    run_engine(SimpleEngine, serial)
+    run_engine(BatchedEngine, batched, pad_prefill=True)
+    assert outputs["batched"] == outputs["simple"]
+    assert all(len(tokens) == 12 for tokens in outputs["simple"]), "a prompt ended early: pick longer-lived texts"

@@ -75,26 +75,33 @@ def test_every_mlx_call_is_on_the_owner_thread(engine_cls):
     assert not [*mlx_only_on_owner(trace), *mlx_never_concurrent(trace), *no_stream_errors(trace)]
 
 
+def record_prefills(monkeypatch) -> list[int]:
+    """The prompt length of every prefill the batched route makes from now on."""
+    from engine import batched
+
+    prefilled: list[int] = []
+    prefill = batched.prefill
+
+    def recording_prefill(model, prompt, *args, **kwargs):
+        prefilled.append(len(prompt))
+        return prefill(model, prompt, *args, **kwargs)
+    monkeypatch.setattr(batched, "prefill", recording_prefill)
+    return prefilled
+
+
 def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(monkeypatch):
     """A GPU compiles kernels on first use (9.5 s for the first prefill, 7.8 s for the first padded
     pair on MLX's CUDA backend): before ready, the batched warmup must prefill a multi-token prompt
     and decode two caches of different lengths together."""
     from mlx_lm.generate import BatchGenerator
 
-    from engine import batched
-
-    prefilled: list[int] = []        # prompt length of each prefill made before ready
+    prefilled = record_prefills(monkeypatch)
     inserted: list[list[int]] = []   # cache lengths of each insert made before ready
-    prefill, insert = batched.prefill, BatchGenerator.insert
-
-    def recording_prefill(model, prompt, *args):
-        prefilled.append(len(prompt))
-        return prefill(model, prompt, *args)
+    insert = BatchGenerator.insert
 
     def recording_insert(self, prompts, *args, all_tokens=None, **kwargs):
         inserted.append([len(t) for t in all_tokens or prompts])
         return insert(self, prompts, *args, all_tokens=all_tokens, **kwargs)
-    monkeypatch.setattr(batched, "prefill", recording_prefill)
     monkeypatch.setattr(BatchGenerator, "insert", recording_insert)
 
     async def ready_only(engine):
@@ -103,3 +110,19 @@ def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(monkeyp
     run_engine(BatchedEngine, ready_only)
     assert any(n >= 2 for n in prefilled), f"warmup never prefilled: {prefilled}"
     assert any(len(set(lengths)) >= 2 for lengths in inserted), f"warmup never decoded a padded batch: {inserted}"
+
+
+def test_padded_warmup_prefills_every_bucket_before_ready(monkeypatch):
+    """With padded prefill, a request's chunk takes one of `buckets()` lengths: warmup must have run
+    each one, or the first request of that length pays the GPU's build of its kernels mid-stream."""
+    from engine import prefill as prefill_module
+
+    monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
+    prefilled = record_prefills(monkeypatch)
+
+    async def ready_only(engine):
+        assert engine.healthy
+
+    run_engine(BatchedEngine, ready_only, pad_prefill=True)
+    chunks = {n - 1 for n in prefilled}
+    assert set(prefill_module.buckets()) <= chunks, f"warmup prefilled {sorted(prefilled)}"

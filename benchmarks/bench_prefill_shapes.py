@@ -13,9 +13,9 @@ process (MLX reads MLX_CUDA_USE_CUDNN_SDPA once):
 
 Each measures prefill on lengths never seen before, then the same lengths again,
 a PREFILL_STEP-token prompt, and `BatchGenerator` decode of BATCH sequences
-through DECODE_TOKENS tokens (its slowest steps are the decode-side builds at
-each 256-position KV-buffer boundary, untouched by padding). On a CPU or Apple
-Silicon nothing is built per shape; the rows differ only by padding's extra work.
+through DECODE_TOKENS tokens, whose slowest steps show what decode itself still
+stalls on (padding does not touch decode). On a CPU or Apple Silicon nothing is
+built per shape; the rows differ only by padding's extra work.
 
     .venv/bin/python benchmarks/bench_prefill_shapes.py             # tiny model, CPU
     python benchmarks/bench_prefill_shapes.py --preset 0.5b         # on an NVIDIA GPU

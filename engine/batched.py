@@ -331,6 +331,11 @@ class BatchedEngine(EngineFrontend):
     def _abort(self, rid: str) -> None:
         self._owner.abort(rid)
 
+    def status(self) -> dict[str, Any]:
+        """Adds how prompts are prefilled, `padded` or `exact`, as the owner decided at startup."""
+        pad = self._owner.pad_prefill if self._owner is not None else self.config.pad_prefill
+        return super().status() | {"prefill": {None: "auto", True: "padded", False: "exact"}[pad]}
+
     async def _close(self, stream: RequestStream) -> None:
         """Hold the seat until the owner has sent the terminal event, i.e. removed the request."""
         self._phase[stream.rid] = "draining"

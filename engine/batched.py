@@ -14,7 +14,7 @@ from engine.frontend import EngineFrontend
 from engine.messages import Event, Failed, Finished, Pending, Token
 from engine.owner import OwnerThread
 from engine.points import Point, reach
-from engine.prefill import FirstToken, buckets, pads_prefill, prefill
+from engine.prefill import FirstToken, pads_prefill, prefill, warmup_lengths
 from engine.sampling import StopMatcher, logprob_of, make_request_sampler
 from engine.stream import RequestStream
 
@@ -104,8 +104,8 @@ class BatchOwner(OwnerThread):
         for prompts in WARMUP_PROMPTS:
             self._probe(prompts, greedy)
         if self.pad_prefill:
-            for length in buckets():
-                self._prefill([0] * (length + 1), greedy)  # a first chunk of exactly `length` tokens
+            for length in warmup_lengths():
+                self._prefill([0] * length, greedy)
 
     def _probe(self, prompts: list[list[int]], greedy: Any) -> None:
         """Each prompt prefilled, then decoded together; the probes are removed even if a step fails."""

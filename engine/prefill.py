@@ -15,6 +15,12 @@ at its end to a power of two, then trimmed off the cache, reuses a handful of
 shapes that warmup has already built. Causal attention keeps the padding out of
 the real positions. Metal and the CPU build no per-shape kernels; there padding
 would only add work, so they run exact lengths.
+
+Why a short padded prompt takes one pass: on a GPU a short forward pass costs
+its kernel launches, not its arithmetic, so the second pass (the last token
+alone) is a third of a short prompt's prefill. Up to SINGLE_PASS_MAX tokens the
+whole padded prompt goes through at once and the logits of its last real
+position are kept; beyond, the logits of every position would cost real memory.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 PREFILL_STEP = 2048  # prompt tokens per forward pass, mlx-lm's default: bounds peak memory on long prompts
 SMALLEST_BUCKET = 16
+SINGLE_PASS_MAX = 256  # padded prompts up to this many tokens: one pass, logits of every position computed
 
 
 def bucket(n: int) -> int:
@@ -32,8 +39,15 @@ def bucket(n: int) -> int:
 
 
 def buckets() -> list[int]:
-    """Every length `bucket` returns for a chunk of at most PREFILL_STEP tokens: what warmup runs."""
+    """Every length `bucket` returns for a chunk of at most PREFILL_STEP tokens."""
     return [b for b in (SMALLEST_BUCKET << k for k in range(PREFILL_STEP.bit_length())) if b <= PREFILL_STEP]
+
+
+def warmup_lengths() -> list[int]:
+    """Prompt lengths whose padded prefills run every shape a prompt of up to PREFILL_STEP + 1
+    tokens can take from a fresh cache: each one-pass bucket, then each first-chunk bucket."""
+    return ([b for b in buckets() if b <= SINGLE_PASS_MAX]
+            + [b + 1 for b in buckets() if b >= SINGLE_PASS_MAX])
 
 
 def pads_prefill() -> bool:
@@ -58,29 +72,42 @@ def prefill(model: Any, prompt: Sequence[int], sampler: Callable[[Any], Any], st
 
     Two forward passes, as mlx-lm's own prefill does: the prompt but its last
     token (in chunks of PREFILL_STEP), then the last token, whose logits alone
-    are computed. With `pad` (and a cache that can be trimmed), each chunk is
-    padded to `bucket(n)` tokens and the padding trimmed off the cache after it.
+    are computed. With `pad` (and a cache that can be trimmed), each pass is
+    padded to `bucket(n)` tokens and the padding trimmed off the cache after
+    it, and a prompt that pads to at most SINGLE_PASS_MAX takes one pass.
     """
     import mlx.core as mx
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
     with mx.stream(stream):
         cache = make_prompt_cache(model)
         pad = pad and can_trim_prompt_cache(cache)
         tokens = mx.array(list(prompt))[None]
-        # All but the last token fill the cache only: their logits (prompt x vocabulary, 1.2 GB for
-        # 2,000 tokens of a 150k vocabulary) are never evaluated, so never computed.
-        while tokens.shape[1] > 1:
-            n = min(PREFILL_STEP, tokens.shape[1] - 1)
-            chunk = tokens[:, :n]
-            if pad and bucket(n) > n:  # repeats of the chunk's last token: any id does, causality hides them
-                chunk = mx.concatenate([chunk, mx.repeat(chunk[:, -1:], bucket(n) - n, axis=1)], axis=1)
-            model(chunk, cache=cache)
-            trim_prompt_cache(cache, chunk.shape[1] - n)
-            mx.eval([c.state for c in cache])
-            tokens = tokens[:, n:]
-        logits = model(tokens, cache=cache)[:, -1, :]
+        if pad and bucket(tokens.shape[1]) <= SINGLE_PASS_MAX:
+            logits = _forward(model, tokens, cache, pad)[:, tokens.shape[1] - 1, :]
+        else:
+            # All but the last token fill the cache only: their logits (prompt x vocabulary, 1.2 GB
+            # for 2,000 tokens of a 150k vocabulary) are never evaluated, so never computed.
+            while tokens.shape[1] > 1:
+                n = min(PREFILL_STEP, tokens.shape[1] - 1)
+                _forward(model, tokens[:, :n], cache, pad)
+                mx.eval([c.state for c in cache])
+                tokens = tokens[:, n:]
+            logits = model(tokens, cache=cache)[:, -1, :]
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         token = sampler(logprobs)
         mx.eval(token, logprobs, [c.state for c in cache])
     return FirstToken(cache, int(token.item()), logprobs[0])
+
+
+def _forward(model: Any, tokens: Any, cache: list[Any], pad: bool) -> Any:
+    """`model(tokens)` into `cache`; with `pad`, at `bucket(n)` tokens, the padding trimmed off after."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    n = tokens.shape[1]
+    if pad and bucket(n) > n:  # repeats of the last token: any id does, causality hides them
+        tokens = mx.concatenate([tokens, mx.repeat(tokens[:, -1:], bucket(n) - n, axis=1)], axis=1)
+    logits = model(tokens, cache=cache)
+    trim_prompt_cache(cache, tokens.shape[1] - n)
+    return logits

@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from engine import prefill as prefill_module
-from engine.prefill import bucket, buckets, prefill
+from engine.prefill import prefill, warmup_lengths
 
-LENGTHS = (1, 2, 3, 17, 40, 64, 65, 100, 150)  # with PREFILL_STEP 64: one chunk, a full chunk, several chunks
+# With PREFILL_STEP 64 and SINGLE_PASS_MAX 32: one padded pass up to 32 tokens, then one chunk, then several.
+LENGTHS = (1, 2, 3, 17, 31, 32, 33, 40, 64, 65, 66, 100, 150)
+
+
+@pytest.fixture
+def small_steps(monkeypatch):
+    monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
+    monkeypatch.setattr(prefill_module, "SINGLE_PASS_MAX", 32)
 
 
 @pytest.fixture
@@ -21,20 +28,51 @@ def model_and_stream():
     return model, mx.new_stream(mx.default_device())
 
 
-def test_every_chunk_length_pads_to_a_bucket_warmup_runs(monkeypatch):
-    monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
-    assert buckets() == [16, 32, 64]
-    assert {bucket(n) for n in range(1, 65)} == set(buckets())
+class RecordingModel:
+    """The real model, recording (tokens in, cache offset before, last pass of its prefill) per call."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls: list[tuple[int, int]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, tokens, cache):
+        self.calls.append((tokens.shape[1], cache[0].offset))
+        return self.model(tokens, cache=cache)
+
+    def shapes(self, prompt_length, run) -> set[tuple[int, int, bool]]:
+        """The multi-token passes one prefill of `prompt_length` tokens makes (one-token passes run
+        the same kernels at every cache length, as decode does)."""
+        self.calls = []
+        run(prompt_length)
+        return {(n, offset, i == len(self.calls) - 1) for i, (n, offset) in enumerate(self.calls) if n > 1}
+
+
+def test_warmup_runs_every_shape_a_padded_prompt_takes(small_steps, model_and_stream):
+    """Any prompt of up to PREFILL_STEP + 1 tokens must find each of its passes already run by
+    warmup, or it pays the GPU's build of that shape mid-stream."""
+    from mlx_lm.sample_utils import make_sampler
+
+    model, stream = model_and_stream
+    recording = RecordingModel(model)
+
+    def run(n):
+        prefill(recording, [5 + k % 400 for k in range(n)], make_sampler(temp=0.0), stream, pad=True)
+
+    warmed = set().union(*(recording.shapes(n, run) for n in warmup_lengths()))
+    for n in range(1, prefill_module.PREFILL_STEP + 2):
+        assert recording.shapes(n, run) <= warmed, f"a {n}-token prompt runs a shape warmup never ran"
 
 
 @pytest.mark.parametrize("n", LENGTHS)
-def test_padded_prefill_leaves_what_an_exact_one_leaves(monkeypatch, model_and_stream, n):
-    """Padding at the end of a chunk, trimmed after it, must not reach the real positions: the
+def test_padded_prefill_leaves_what_an_exact_one_leaves(small_steps, model_and_stream, n):
+    """Padding at the end of a pass, trimmed after it, must not reach the real positions: the
     first token, its logprobs and every cached key and value match the exact prefill's."""
     import mlx.core as mx
     from mlx_lm.sample_utils import make_sampler
 
-    monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
     model, stream = model_and_stream
     prompt = [5 + (k * 7) % 400 for k in range(n)]
     exact = prefill(model, prompt, make_sampler(temp=0.0), stream)

@@ -113,8 +113,8 @@ def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(monkeyp
 
 
 def test_padded_warmup_prefills_every_bucket_before_ready(monkeypatch):
-    """With padded prefill, a request's chunk takes one of `buckets()` lengths: warmup must have run
-    each one, or the first request of that length pays the GPU's build of its kernels mid-stream."""
+    """With padded prefill, a request's passes take the shapes `warmup_lengths()` runs
+    (tests/engine/test_prefill.py); warmup must run them all before ready."""
     from engine import prefill as prefill_module
 
     monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
@@ -124,5 +124,4 @@ def test_padded_warmup_prefills_every_bucket_before_ready(monkeypatch):
         assert engine.healthy
 
     run_engine(BatchedEngine, ready_only, pad_prefill=True)
-    chunks = {n - 1 for n in prefilled}
-    assert set(prefill_module.buckets()) <= chunks, f"warmup prefilled {sorted(prefilled)}"
+    assert set(prefill_module.warmup_lengths()) <= set(prefilled), f"warmup prefilled {sorted(prefilled)}"

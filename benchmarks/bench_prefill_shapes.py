@@ -52,7 +52,7 @@ def measure(model_path: str, pad: bool) -> dict:
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
-    from engine.prefill import PREFILL_STEP, buckets, prefill
+    from engine.prefill import PREFILL_STEP, prefill, warmup_lengths
 
     model, _ = load(model_path)
     greedy = make_sampler(temp=0.0)
@@ -66,7 +66,7 @@ def measure(model_path: str, pad: bool) -> dict:
         prefill(model, prompt(n, salt), greedy, stream, pad=pad)
         return (time.perf_counter() - start) * 1000
 
-    for n in [4] + ([b + 1 for b in buckets()] if pad else []):  # the batched route's warmup for this config
+    for n in [4] + (warmup_lengths() if pad else []):  # the batched route's warmup prefills for this config
         timed_prefill(n, 0)
     new = [timed_prefill(n, 1) for n in NEW_LENGTHS]
     seen = [timed_prefill(n, 2) for n in NEW_LENGTHS]

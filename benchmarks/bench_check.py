@@ -121,7 +121,7 @@ def bench_invariants(tree: Path, jobs: int, work: Path) -> tuple[float, float]:
     shutil.rmtree(cache, ignore_errors=True)
     config = work / "pyproject.toml"
     config.write_text(f'[tool.invariants]\ncache-dir = "{cache}"\n')
-    cmd = [sys.executable, "-m", "invariants", "check", "-q", "--exit-zero", "--jobs", str(jobs),
+    cmd = [sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--jobs", str(jobs),
            "--config", str(config), str(tree)]
     return timed(cmd, work), timed(cmd, work)
 

@@ -51,7 +51,7 @@ MAX_POLLS = 100_000         # bound on the /health poller, whatever the round's 
 
 # `invariants serve` dispatches to engine.command; calling it directly keeps the benchmark
 # independent of the CLI's other subcommands.
-SERVE = ("import argparse, sys; from engine import command; p = argparse.ArgumentParser(); "
+SERVE = ("import argparse, sys; from mlx_invariants.commands import serve as command; p = argparse.ArgumentParser(); "
          "command.add_arguments(p); sys.exit(command.run(p.parse_args()))")
 
 _WORDS = ("the model streams tokens while the owner thread decodes every request in the batch and the "
@@ -509,7 +509,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.model is None:
-        from engine.model import tiny_model_path
+        from mlx_invariants.engine.model import tiny_model_path
         args.model = str(tiny_model_path(args.preset))
     else:
         args.preset = None

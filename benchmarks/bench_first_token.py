@@ -40,8 +40,8 @@ def main() -> int:
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
-    from engine.model import tiny_model_path
-    from engine.prefill import prefill
+    from mlx_invariants.engine.model import tiny_model_path
+    from mlx_invariants.engine.prefill import prefill
 
     model, tokenizer = load(args.model or str(tiny_model_path(args.preset)))
     generator = BatchGenerator(model, stop_tokens=[[t] for t in tokenizer.eos_token_ids])

@@ -33,8 +33,8 @@ def _child(task: dict[str, Any]) -> dict[str, Any]:
     import mlx.core  # noqa: F401  # imports are not the fuzzer's time
     import mlx_lm.generate  # noqa: F401
 
-    from fuzz.adapters.reference import reference_engine
-    from fuzz.runner import run_fuzz
+    from mlx_invariants.fuzz.adapters.reference import reference_engine
+    from mlx_invariants.fuzz.runner import run_fuzz
     from tests.fuzz.planted import PLANTS, plant
 
     if task["kind"] == "throughput":

@@ -52,7 +52,7 @@ def measure(model_path: str, pad: bool) -> dict:
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
-    from engine.prefill import PREFILL_STEP, prefill, warmup_lengths
+    from mlx_invariants.engine.prefill import PREFILL_STEP, prefill, warmup_lengths
 
     model, _ = load(model_path)
     greedy = make_sampler(temp=0.0)
@@ -95,7 +95,7 @@ def main() -> int:
     parser.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)  # a child: measure, print JSON
     args = parser.parse_args()
 
-    from engine.model import tiny_model_path
+    from mlx_invariants.engine.model import tiny_model_path
 
     model_path = args.model or str(tiny_model_path(args.preset))
     if args.one:

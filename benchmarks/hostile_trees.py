@@ -112,7 +112,7 @@ def check(case: Case, folder: Path) -> Outcome:
     case.build(folder)
     begun = time.monotonic()
     try:
-        run = subprocess.run([sys.executable, "-m", "invariants", "check", str(folder)], cwd=folder.parent,
+        run = subprocess.run([sys.executable, "-m", "mlx_invariants", "check", str(folder)], cwd=folder.parent,
                              capture_output=True, text=True, errors="replace", timeout=case.timeout_s)
     except subprocess.TimeoutExpired:
         return Outcome(case, False, f"hung: no answer within {case.timeout_s:g}s", seconds=case.timeout_s)

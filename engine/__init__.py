@@ -3,14 +3,14 @@
 Importing this package loads no MLX; the owner thread imports it when it starts.
 """
 
-from engine.base import Engine, EngineConfig
-from engine.batched import BatchedEngine
-from engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown, StartupError
-from engine.messages import Failed, Finished, Pending, SamplingParams, Token
-from engine.model import tiny_model_path
-from engine.points import Point
-from engine.serial import SimpleEngine
-from engine.stream import RequestStream
+from mlx_invariants.engine.base import Engine, EngineConfig
+from mlx_invariants.engine.batched import BatchedEngine
+from mlx_invariants.engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown, StartupError
+from mlx_invariants.engine.messages import Failed, Finished, Pending, SamplingParams, Token
+from mlx_invariants.engine.model import tiny_model_path
+from mlx_invariants.engine.points import Point
+from mlx_invariants.engine.serial import SimpleEngine
+from mlx_invariants.engine.stream import RequestStream
 
 ENGINES = {"simple": SimpleEngine, "batched": BatchedEngine}
 

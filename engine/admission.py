@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from engine.base import AdmissionMode
-from engine.errors import Busy, ShuttingDown
+from mlx_invariants.engine.base import AdmissionMode
+from mlx_invariants.engine.errors import Busy, ShuttingDown
 
 
 class Admission:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from engine.messages import Pending
-from engine.stream import RequestStream
+from mlx_invariants.engine.messages import Pending
+from mlx_invariants.engine.stream import RequestStream
 
 AdmissionMode = Literal["fail-fast", "wait"]
 

@@ -8,15 +8,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from engine.admission import Admission
-from engine.drain import wait_through_cancellation
-from engine.frontend import EngineFrontend
-from engine.messages import Event, Failed, Finished, Pending, Token
-from engine.owner import OwnerThread
-from engine.points import Point, reach
-from engine.prefill import FirstToken, pads_prefill, prefill, warmup_lengths
-from engine.sampling import StopMatcher, logprob_of, make_request_sampler
-from engine.stream import RequestStream
+from mlx_invariants.engine.admission import Admission
+from mlx_invariants.engine.drain import wait_through_cancellation
+from mlx_invariants.engine.frontend import EngineFrontend
+from mlx_invariants.engine.messages import Event, Failed, Finished, Pending, Token
+from mlx_invariants.engine.owner import OwnerThread
+from mlx_invariants.engine.points import Point, reach
+from mlx_invariants.engine.prefill import FirstToken, pads_prefill, prefill, warmup_lengths
+from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler
+from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,13 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from engine.admission import Admission
-from engine.base import EngineConfig
-from engine.errors import InvalidRequest, ShuttingDown, StartupError
-from engine.messages import Event, Pending, Terminal
-from engine.model import LoadedModel
-from engine.owner import OwnerThread
-from engine.stream import RequestStream
+from mlx_invariants.engine.admission import Admission
+from mlx_invariants.engine.base import EngineConfig
+from mlx_invariants.engine.errors import InvalidRequest, ShuttingDown, StartupError
+from mlx_invariants.engine.messages import Event, Pending, Terminal
+from mlx_invariants.engine.model import LoadedModel
+from mlx_invariants.engine.owner import OwnerThread
+from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import logging
 import threading
 from typing import Callable, Optional
 
-from engine.errors import StartupError
-from engine.messages import Event
-from engine.model import LoadedModel, load
+from mlx_invariants.engine.errors import StartupError
+from mlx_invariants.engine.messages import Event
+from mlx_invariants.engine.model import LoadedModel, load
 
 log = logging.getLogger(__name__)
 

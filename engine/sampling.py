@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.messages import SamplingParams
+from mlx_invariants.engine.messages import SamplingParams
 
 
 def make_request_sampler(params: SamplingParams) -> Callable[[Any], Any]:

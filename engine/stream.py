@@ -12,8 +12,8 @@ import logging
 from collections import deque
 from typing import Awaitable, Callable, Optional
 
-from engine.messages import Event, Failed, Finished, Terminal, Token
-from engine.points import Point, reach
+from mlx_invariants.engine.messages import Event, Failed, Finished, Terminal, Token
+from mlx_invariants.engine.points import Point, reach
 
 log = logging.getLogger(__name__)
 

@@ -10,16 +10,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Sentinel": "fuzz.sentinel", "SentinelError": "fuzz.sentinel", "DEFAULT_TARGETS": "fuzz.sentinel",
-    "Trace": "fuzz.trace", "Event": "fuzz.trace",
-    "ORACLES": "fuzz.oracles", "Violation": "fuzz.oracles", "judge": "fuzz.oracles",
-    "Scenario": "fuzz.scenario", "RequestSpec": "fuzz.scenario", "FaultSpec": "fuzz.scenario", "At": "fuzz.scenario",
-    "scenarios": "fuzz.strategies",
-    "run_scenario": "fuzz.driver", "DriverSettings": "fuzz.driver", "EngineSession": "fuzz.session",
-    "run_fuzz": "fuzz.runner", "run_exhaustive": "fuzz.runner", "FuzzResult": "fuzz.runner",
-    "replay": "fuzz.replay", "Failure": "fuzz.report", "write_report": "fuzz.report",
-    "reference_engine": "fuzz.adapters.reference", "resolve_engine": "fuzz.engines",
-    "OwnedLock": "fuzz.locks", "watch_locks": "fuzz.locks",
+    "Sentinel": "mlx_invariants.fuzz.sentinel", "SentinelError": "mlx_invariants.fuzz.sentinel", "DEFAULT_TARGETS": "mlx_invariants.fuzz.sentinel",
+    "Trace": "mlx_invariants.fuzz.trace", "Event": "mlx_invariants.fuzz.trace",
+    "ORACLES": "mlx_invariants.fuzz.oracles", "Violation": "mlx_invariants.fuzz.oracles", "judge": "mlx_invariants.fuzz.oracles",
+    "Scenario": "mlx_invariants.fuzz.scenario", "RequestSpec": "mlx_invariants.fuzz.scenario", "FaultSpec": "mlx_invariants.fuzz.scenario", "At": "mlx_invariants.fuzz.scenario",
+    "scenarios": "mlx_invariants.fuzz.strategies",
+    "run_scenario": "mlx_invariants.fuzz.driver", "DriverSettings": "mlx_invariants.fuzz.driver", "EngineSession": "mlx_invariants.fuzz.session",
+    "run_fuzz": "mlx_invariants.fuzz.runner", "run_exhaustive": "mlx_invariants.fuzz.runner", "FuzzResult": "mlx_invariants.fuzz.runner",
+    "replay": "mlx_invariants.fuzz.replay", "Failure": "mlx_invariants.fuzz.report", "write_report": "mlx_invariants.fuzz.report",
+    "reference_engine": "mlx_invariants.fuzz.adapters.reference", "resolve_engine": "mlx_invariants.fuzz.engines",
+    "OwnedLock": "mlx_invariants.fuzz.locks", "watch_locks": "mlx_invariants.fuzz.locks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from mlx_invariants.errors import UsageError
+
 DEFAULT_REPORT_DIR = "fuzz-reports"
 
 
@@ -49,25 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="the model name sent in HTTP requests (default: default_model, as mlx_lm.server expects)")
 
 
-class UsageError(Exception):
-    """A bad combination of options: exit 2 with this message."""
-
-
 def run(args: argparse.Namespace) -> int:
-    from invariants.extras import require
+    from mlx_invariants.extras import require
 
     require("fuzz", "hypothesis", "mlx.core")
-    try:
-        return _run(args)
-    except UsageError as exc:
-        print(f"invariants fuzz: {exc}", file=sys.stderr)
-        return 2
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fuzz.adapters.http import ServerError
-    from fuzz.engines import EngineSpecError
-    from fuzz.replay import ReplayError
+    from mlx_invariants.fuzz.adapters.http import ServerError
+    from mlx_invariants.fuzz.engines import EngineSpecError
+    from mlx_invariants.fuzz.replay import ReplayError
 
     _validate(args)
     try:
@@ -121,12 +115,12 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def build_factory(options: dict[str, Any]) -> Any:
     """The adapter factory the options name (HTTP adapters start their server lazily, once)."""
     if options.get("url") or options.get("server_cmd"):
-        from fuzz.adapters.http import http_engine
+        from mlx_invariants.fuzz.adapters.http import http_engine
 
         factory = http_engine(url=options.get("url"), server_cmd=options.get("server_cmd"),
                               owner=options.get("owner"), model=options.get("model") or "default_model")
     else:
-        from fuzz.engines import resolve_engine
+        from mlx_invariants.fuzz.engines import resolve_engine
 
         factory = resolve_engine(options["engine"])
     factory.engine_args = options["engine_args"]
@@ -134,8 +128,8 @@ def build_factory(options: dict[str, Any]) -> Any:
 
 
 def _in_process(factory: Any, args: argparse.Namespace) -> int:
-    from fuzz.driver import DriverSettings
-    from fuzz.runner import run_fuzz
+    from mlx_invariants.fuzz.driver import DriverSettings
+    from mlx_invariants.fuzz.runner import run_fuzz
 
     line = _ProgressLine()
     result = run_fuzz(factory, profile=args.profile, budget=args.budget, examples=args.examples, seed=args.seed,
@@ -148,8 +142,8 @@ def _in_process(factory: Any, args: argparse.Namespace) -> int:
 
 
 def _exhaustive(factory: Any, args: argparse.Namespace) -> int:
-    from fuzz.driver import DriverSettings
-    from fuzz.runner import run_exhaustive
+    from mlx_invariants.fuzz.driver import DriverSettings
+    from mlx_invariants.fuzz.runner import run_exhaustive
 
     line = _ProgressLine()
     result = run_exhaustive(factory, report_dir=args.report, replays=args.replays, progress=line.update,
@@ -160,7 +154,7 @@ def _exhaustive(factory: Any, args: argparse.Namespace) -> int:
 
 
 def _children(options: dict[str, Any], args: argparse.Namespace) -> int:
-    from fuzz.jobs import run_jobs
+    from mlx_invariants.fuzz.jobs import run_jobs
 
     line = _ProgressLine()
 
@@ -181,9 +175,9 @@ def _children(options: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from fuzz.driver import DriverSettings
-    from fuzz.replay import load_scenario, replay
-    from fuzz.report import render, write_report
+    from mlx_invariants.fuzz.driver import DriverSettings
+    from mlx_invariants.fuzz.replay import load_scenario, replay
+    from mlx_invariants.fuzz.report import render, write_report
 
     _, recorded = load_scenario(args.replay)
     if not (args.engine or args.url or args.server_cmd) and recorded and not recorded.startswith("--engine "):

@@ -7,7 +7,7 @@ to prevent from coming back.
 
 from __future__ import annotations
 
-from fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 
 
 def _one(kind: str, point: str = "ADMITTED", index: int = 0, **request: object) -> Scenario:

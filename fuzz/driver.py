@@ -26,16 +26,16 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Optional
 
-from fuzz.adapters.base import Adapter, Handle, Refused
-from fuzz.executors import THREAD_PREFIX, CountingExecutor
-from fuzz.faults import Injector, wait_loop_idle
-from fuzz.oracles import judge
-from fuzz.scenario import FaultSpec, RequestSpec, Scenario
-from fuzz.sentinel import Sentinel
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.adapters.base import Adapter, Handle, Refused
+from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
+from mlx_invariants.fuzz.faults import Injector, wait_loop_idle
+from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.scenario import FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.trace import Trace
 
 if TYPE_CHECKING:
-    from fuzz.session import EngineSession
+    from mlx_invariants.fuzz.session import EngineSession
 
 TICK_S = 0.1
 SETTLE_POLL_S = 0.001
@@ -71,7 +71,7 @@ def run_scenario(adapter_factory: Callable[[], Adapter], scenario: Scenario, *,
                  sentinel: Optional[Sentinel] = None, expected_followup: Optional[list[Any]] = None,
                  settings: DriverSettings = DriverSettings()) -> Trace:
     """Run `scenario` on a fresh adapter and shut it down; pass an installed `sentinel` to reuse it."""
-    from fuzz.session import EngineSession
+    from mlx_invariants.fuzz.session import EngineSession
 
     own_sentinel = sentinel is None
     if sentinel is None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from fuzz.adapters.base import Adapter
-from fuzz.adapters.reference import ReferenceAdapter, reference_engine
+from mlx_invariants.fuzz.adapters.base import Adapter
+from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 
 AdapterFactory = Callable[[], Adapter]
 

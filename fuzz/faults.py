@@ -17,8 +17,8 @@ import asyncio
 import threading
 from typing import Any, Awaitable, Callable, Optional
 
-from fuzz.scenario import INDEXED_POINTS, FaultSpec
-from fuzz.trace import Trace, capture_stack
+from mlx_invariants.fuzz.scenario import INDEXED_POINTS, FaultSpec
+from mlx_invariants.fuzz.trace import Trace, capture_stack
 
 # Delivers a fault at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
 Action = Callable[[FaultSpec], Optional[Awaitable[None]]]

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from fuzz.oracles import Violation
-from fuzz.report import Failure, device_info, write_report
-from fuzz.scenario import Scenario
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.oracles import Violation
+from mlx_invariants.fuzz.report import Failure, device_info, write_report
+from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.trace import Trace
 
 
 @dataclass
@@ -54,7 +54,7 @@ def run_jobs(options: dict[str, Any], jobs: int, workroot: Path,
     for i in range(jobs):
         seed = None if base_seed is None else base_seed + i * 1000
         child_options = {**options, "seed": seed, "workdir": str(workroot / f"job{i}")}
-        process = subprocess.Popen([sys.executable, "-m", "fuzz.jobs", json.dumps(child_options)],
+        process = subprocess.Popen([sys.executable, "-m", "mlx_invariants.fuzz.jobs", json.dumps(child_options)],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         children[i] = process
         selector.register(process.stdout, selectors.EVENT_READ, i)
@@ -118,9 +118,9 @@ def _crash_report(options: dict[str, Any], workdir: Path, why: str) -> Optional[
 
 
 def _child(options: dict[str, Any]) -> int:
-    from fuzz.command import build_factory
-    from fuzz.driver import DriverSettings
-    from fuzz.runner import run_fuzz
+    from mlx_invariants.fuzz.command import build_factory
+    from mlx_invariants.fuzz.driver import DriverSettings
+    from mlx_invariants.fuzz.runner import run_fuzz
 
     factory = build_factory(options)
     last = [0.0]

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from typing import Iterator, Optional
 
-from fuzz.trace import Trace, capture_stack
+from mlx_invariants.fuzz.trace import Trace, capture_stack
 
 
 class LockReentered(RuntimeError):

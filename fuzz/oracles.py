@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.trace import Trace
 
 # After an acknowledged abort the owner may finish the step it is in and one more.
 ABORT_SLACK_STEPS = 2

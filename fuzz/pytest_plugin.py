@@ -18,7 +18,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import hypothesis  # noqa: F401
     except ImportError:
         return
-    from fuzz.profiles import register_hypothesis_profiles
+    from mlx_invariants.fuzz.profiles import register_hypothesis_profiles
 
     register_hypothesis_profiles()
 
@@ -30,8 +30,8 @@ def mlx_sentinel() -> Iterator[Any]:
     The test fails if, by its end, two threads were inside MLX at once, MLX
     was entered off the owner, or MLX raised "There is no Stream".
     """
-    from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
-    from fuzz.sentinel import Sentinel
+    from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+    from mlx_invariants.fuzz.sentinel import Sentinel
 
     sentinel = Sentinel().install()
     try:

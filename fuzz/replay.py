@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from fuzz.driver import DriverSettings, run_scenario
-from fuzz.engines import AdapterFactory, engine_label, resolve_engine
-from fuzz.oracles import Violation, judge
-from fuzz.report import Failure, device_info
-from fuzz.scenario import Scenario
-from fuzz.sentinel import Sentinel
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.driver import DriverSettings, run_scenario
+from mlx_invariants.fuzz.engines import AdapterFactory, engine_label, resolve_engine
+from mlx_invariants.fuzz.oracles import Violation, judge
+from mlx_invariants.fuzz.report import Failure, device_info
+from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.trace import Trace
 
 
 class ReplayError(ValueError):

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from fuzz.oracles import Violation
-from fuzz.scenario import Scenario
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.oracles import Violation
+from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.trace import Trace
 
 
 @dataclass

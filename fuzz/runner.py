@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from fuzz.driver import DriverSettings
-from fuzz.engines import AdapterFactory, engine_label, resolve_engine
-from fuzz.oracles import Violation, judge
-from fuzz.profiles import PROFILES, Profile, hypothesis_settings
-from fuzz.report import Failure, device_info, write_report
-from fuzz.scenario import FAULT_KINDS, POINTS, At, FaultSpec, RequestSpec, Scenario
-from fuzz.sentinel import Sentinel
-from fuzz.session import EngineSession
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.driver import DriverSettings
+from mlx_invariants.fuzz.engines import AdapterFactory, engine_label, resolve_engine
+from mlx_invariants.fuzz.oracles import Violation, judge
+from mlx_invariants.fuzz.profiles import PROFILES, Profile, hypothesis_settings
+from mlx_invariants.fuzz.report import Failure, device_info, write_report
+from mlx_invariants.fuzz.scenario import FAULT_KINDS, POINTS, At, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.session import EngineSession
+from mlx_invariants.fuzz.trace import Trace
 
 # The asyncio debug-mode run: two requests, one cancelled mid-decode.
 DEBUG_SCENARIO = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4, False)),
@@ -98,7 +98,7 @@ def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", bud
     `reuse` (default: the profile's) keeps one engine across clean scenarios;
     False starts a fresh engine for every scenario.
     """
-    from fuzz.corpus import SEED_SCENARIOS
+    from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
 
     explicit = list(SEED_SCENARIOS.values()) if explicit is None else list(explicit)
     prof = PROFILES[profile] if isinstance(profile, str) else profile
@@ -238,7 +238,7 @@ class _Fuzz:
         from hypothesis import seed as fixed_seed
         from hypothesis.errors import Flaky
 
-        from fuzz.strategies import scenarios
+        from mlx_invariants.fuzz.strategies import scenarios
 
         if strategy is None:
             strategy = scenarios(kinds=getattr(self.factory, "kinds", FAULT_KINDS),
@@ -351,7 +351,7 @@ class _Fuzz:
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS,
                          points: Iterable[str] = POINTS) -> list[Scenario]:
     """Every single-fault scenario for one and for two requests, at every point (and index)."""
-    from fuzz.scenario import INDEXED_POINTS, RAISE_POINTS
+    from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS
 
     out: list[Scenario] = []
     for count in (1, 2):

@@ -26,7 +26,7 @@ import types
 from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator
 
-from fuzz.trace import Event, Trace, capture_stack, thread_token
+from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
 
 DEFAULT_TARGETS: tuple[str, ...] = (
     "mlx.core:eval",

@@ -22,13 +22,13 @@ import asyncio
 import threading
 from typing import Any, Callable, Optional
 
-from fuzz.adapters.base import Adapter
-from fuzz.driver import DriverSettings, _close_loop, _logs_into, _Run
-from fuzz.executors import make_executor
-from fuzz.locks import LockWatch, watch_locks
-from fuzz.scenario import Scenario
-from fuzz.sentinel import Sentinel
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.adapters.base import Adapter
+from mlx_invariants.fuzz.driver import DriverSettings, _close_loop, _logs_into, _Run
+from mlx_invariants.fuzz.executors import make_executor
+from mlx_invariants.fuzz.locks import LockWatch, watch_locks
+from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.trace import Trace
 
 
 class EngineSession:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES, At, FaultSpec,
+from mlx_invariants.fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES, At, FaultSpec,
                            RequestSpec, Scenario)
 
 

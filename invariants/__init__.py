@@ -1,36 +1,17 @@
-"""mlx-invariants' static checker: libcst tripwires for MLX serving concurrency bugs.
+"""mlx-invariants: a regression and invariant harness for MLX serving engines.
 
-The public names are re-exported here lazily, so `import invariants` (done by the
-console script for every subcommand) stays free of libcst.
+Everything installs under this one name, so nothing here can shadow a user's
+`engine` or `fuzz` package. The subpackages are layers; each imports only
+those below it (docs/layers.md):
+
+    cli, commands     the `invariants` console script            (top)
+    mutants           the regression catalogue
+    fuzz              the cancellation fuzzer and MLX sentinel
+    engine, checker   the reference engine; the static checker   (bottom)
+    errors            what every layer may raise at the user
+
+Importing this package loads nothing else: the pre-commit hook and the
+injected sentinel both import it.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
 __version__ = "0.1.0"
-
-_EXPORTS = {
-    "Rule": "invariants.rule",
-    "Valid": "invariants.rule",
-    "Invalid": "invariants.rule",
-    "Finding": "invariants.rule",
-    "RULES": "invariants.rules",
-    "check_paths": "invariants.runner",
-    "check_source": "invariants.runner",
-    "Settings": "invariants.config",
-    "InvariantsError": "invariants.errors",
-    "ConfigError": "invariants.errors",
-    "UsageError": "invariants.errors",
-}
-
-__all__ = [*_EXPORTS, "__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'invariants' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)

@@ -1,5 +1,5 @@
 import sys
 
-from invariants.cli import main
+from mlx_invariants.cli import main
 
 sys.exit(main())

@@ -13,14 +13,16 @@ import argparse
 import importlib
 import sys
 
+from mlx_invariants.errors import UsageError
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("invariants.commands.check", "run the static tripwires on Python files"),
-    "rules": ("invariants.commands.rules", "list the static rules"),
-    "explain": ("invariants.commands.explain", "print a rule's documentation and examples"),
-    "serve": ("engine.command", "run the reference OpenAI-compatible MLX engine"),
-    "fuzz": ("fuzz.command", "cancellation-fuzz an engine with the MLX access sentinel"),
-    "mutants": ("invariants.mutants.command", "apply the regression catalogue and show what kills each mutant"),
+    "check": ("mlx_invariants.commands.check", "run the static tripwires on Python files"),
+    "rules": ("mlx_invariants.commands.rules", "list the static rules"),
+    "explain": ("mlx_invariants.commands.explain", "print a rule's documentation and examples"),
+    "serve": ("mlx_invariants.commands.serve", "run the reference OpenAI-compatible MLX engine"),
+    "fuzz": ("mlx_invariants.fuzz.command", "cancellation-fuzz an engine with the MLX access sentinel"),
+    "mutants": ("mlx_invariants.commands.mutants", "apply the regression catalogue and show what kills each mutant"),
 }
 
 
@@ -48,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     try:
         return int(args._run(args) or 0)
+    except UsageError as exc:
+        print(f"invariants {args.command}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

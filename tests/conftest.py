@@ -13,7 +13,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
-    from engine.model import tiny_model_path
+    from mlx_invariants.engine.model import tiny_model_path
 
     return str(tiny_model_path())
 
@@ -44,8 +44,8 @@ class ServerThread:
     """
 
     def __init__(self, engine_name: str = "simple", **config: Any):
-        from engine import ENGINES, EngineConfig
-        from engine.http.server import Server
+        from mlx_invariants.engine import ENGINES, EngineConfig
+        from mlx_invariants.engine.http.server import Server
 
         self.engine = ENGINES[engine_name](EngineConfig(**config))
         self.server = Server(self.engine, "127.0.0.1", 0, shutdown_grace_s=2.0, announce=lambda line: None)

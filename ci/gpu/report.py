@@ -76,9 +76,9 @@ def fuzz_runs(text: str) -> list[dict[str, Any]]:
 
 def fuzz_section(files: dict[str, Path]) -> list[str]:
     lines = ["## Fuzz runner, both reference routes", ""]
-    if "fuzz.log" not in files:
+    if "mlx_invariants.fuzz.log" not in files:
         return lines + ["Not run.", ""]
-    text = files["fuzz.log"].read_text()
+    text = files["mlx_invariants.fuzz.log"].read_text()
     device = next((line for line in text.splitlines() if line.startswith("device:")), "")
     lines += ["`bash ci/fuzz_runner.sh simple batched` (`invariants fuzz --engine ROUTE --profile runner "
               "--budget N --jobs J`), " + device.replace("device:", "device verdict:").strip(), "",

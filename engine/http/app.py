@@ -22,15 +22,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.base import Engine
-from engine.errors import EngineError, InvalidRequest
-from engine.http import openapi, schemas
-from engine.http.errors import ApiError, error_body, from_engine_error
-from engine.http.payloads import ChatShape, Shape, TextShape
-from engine.http.relay import OnceRelay, StreamRelay, wait_finished
-from engine.http.telemetry import CountingMiddleware, Counters, LoopLag
-from engine.messages import Pending, SamplingParams
-from engine.stream import RequestStream
+from mlx_invariants.engine.base import Engine
+from mlx_invariants.engine.errors import EngineError, InvalidRequest
+from mlx_invariants.engine.http import openapi, schemas
+from mlx_invariants.engine.http.errors import ApiError, error_body, from_engine_error
+from mlx_invariants.engine.http.payloads import ChatShape, Shape, TextShape
+from mlx_invariants.engine.http.relay import OnceRelay, StreamRelay, wait_finished
+from mlx_invariants.engine.http.telemetry import CountingMiddleware, Counters, LoopLag
+from mlx_invariants.engine.messages import Pending, SamplingParams
+from mlx_invariants.engine.stream import RequestStream
 
 BODY_TIMEOUT_S = 30.0  # a client trickling its body holds no engine slot, but must not hold a task forever
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown
+from mlx_invariants.engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown
 
 # status -> OpenAI error "type"; a Busy answer overrides it with "server_busy".
 TYPES = {

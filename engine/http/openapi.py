@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.http import schemas
+from mlx_invariants.engine.http import schemas
 
 _ERROR = {
     "type": "object",

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.messages import Finished, Token
+from mlx_invariants.engine.messages import Finished, Token
 
 
 def usage(result: Finished) -> dict[str, int]:

@@ -27,12 +27,12 @@ from typing import Any, Awaitable
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from engine.http import sse
-from engine.http.errors import error_body
-from engine.http.payloads import Shape
-from engine.http.telemetry import Counters
-from engine.messages import Failed, Finished, Token
-from engine.stream import RequestStream
+from mlx_invariants.engine.http import sse
+from mlx_invariants.engine.http.errors import error_body
+from mlx_invariants.engine.http.payloads import Shape
+from mlx_invariants.engine.http.telemetry import Counters
+from mlx_invariants.engine.messages import Failed, Finished, Token
+from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
 

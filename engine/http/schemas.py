@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Union
 
-from engine.http.errors import ApiError
+from mlx_invariants.engine.http.errors import ApiError
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_LIMIT = 1_000_000     # beyond the context window anyway; keeps ints small

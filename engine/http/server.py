@@ -27,10 +27,10 @@ from typing import Callable, Iterator, Optional
 
 import uvicorn
 
-from engine.base import Engine
-from engine.errors import StartupError
-from engine.http.app import build_app
-from engine.http.telemetry import Counters, LoopLag
+from mlx_invariants.engine.base import Engine
+from mlx_invariants.engine.errors import StartupError
+from mlx_invariants.engine.http.app import build_app
+from mlx_invariants.engine.http.telemetry import Counters, LoopLag
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
-from fuzz.scenario import RequestSpec
+from mlx_invariants.fuzz.scenario import RequestSpec
 
 PointHook = Callable[[Any, str, dict], None]
 

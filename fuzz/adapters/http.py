@@ -1,8 +1,8 @@
 """Adapter for any OpenAI-compatible server on a loopback address, optionally launched by us.
 
 With `server_cmd` the server is started once per fuzz run on a free
-127.0.0.1 port with the MLX sentinel injected (`fuzz/inject/sitecustomize.py`
-on PYTHONPATH); its spans are merged into each scenario's trace, so a race
+127.0.0.1 port with the MLX sentinel injected (`fuzz/inject/sitecustomize.py`,
+see `fuzz/injection.py`); its spans are merged into each scenario's trace, so a race
 inside a server nobody here wrote is still seen. A server cannot be restarted
 per scenario, so "shutdown" and "raise" faults are not aimed at it: the client
 side cancels and disconnects mid-request and mid-stream, at the points a
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
-from fuzz.scenario import RequestSpec
-from fuzz.sentinel import read_records
-from fuzz.trace import Trace
+from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
+from mlx_invariants.fuzz.scenario import RequestSpec
+from mlx_invariants.fuzz.injection import sentinel_env
+from mlx_invariants.fuzz.sentinel import read_records
+from mlx_invariants.fuzz.trace import Trace
 
-INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
 HTTP_KINDS = ("cancel", "disconnect")
 HTTP_POINTS = ("ADMITTED", "CHUNK_SENT")
 
@@ -68,10 +68,7 @@ class ServerProcess:
         if self.process is not None and self.process.poll() is None:
             return self.url
         port = _free_port()
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), package_root, env.get("PYTHONPATH")]))
-        env["MLX_INVARIANTS_SENTINEL"] = json.dumps({"out": str(self.records), "owner": self.owner})
+        env = sentinel_env(self.records, self.owner)
         argv = shlex.split(self.command.replace("{port}", str(port)))
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -12,8 +12,8 @@ import asyncio
 import importlib
 from typing import Any, Callable, Optional
 
-from fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
-from fuzz.scenario import RequestSpec
+from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
+from mlx_invariants.fuzz.scenario import RequestSpec
 
 
 class StreamHandle:

@@ -1,7 +1,10 @@
 """Installs the MLX sentinel in a process started with this folder on PYTHONPATH.
 
 The fuzz runner sets MLX_INVARIANTS_SENTINEL to a JSON object: {"out": file,
-"owner": glob or "sticky" or null, "strict": bool, "targets": [...] or null}.
+"owner": glob or "sticky" or null, "strict": bool, "targets": [...] or null,
+"packages": [[name, [folder, ...]], ...]} (`fuzz/injection.py` writes it).
+The packages are loaded from those folders, parents first, so the child needs
+no other entry on its path to import the sentinel.
 Every finished MLX span and every "no Stream" error is appended to `out` as
 one JSON line, so the runner sees violations inside a server nobody here
 wrote. A sitecustomize further down sys.path still runs afterwards.
@@ -18,8 +21,8 @@ def _install() -> None:
         return
     config = json.loads(raw)
     try:
-        from fuzz.sentinel import DEFAULT_TARGETS, Sentinel, file_emitter
-        from fuzz.trace import Trace
+        from mlx_invariants.fuzz.sentinel import DEFAULT_TARGETS, Sentinel, file_emitter
+        from mlx_invariants.fuzz.trace import Trace
     except ImportError as exc:
         with open(config["out"], "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"injection_error": f"cannot import the fuzz package: {exc}"}) + "\n")
@@ -29,6 +32,23 @@ def _install() -> None:
                         emit=file_emitter(config["out"]))
     sentinel.install()
     sys.modules[__name__].sentinel = sentinel
+
+
+def _load_packages(packages: list) -> None:
+    """Import each named package from its folders, so its submodules resolve there."""
+    import importlib.util
+
+    for name, folders in packages:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, os.path.join(folders[0], "__init__.py"),
+                                                      submodule_search_locations=folders)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
 
 
 def _chain() -> None:

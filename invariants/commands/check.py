@@ -31,13 +31,13 @@ def _ids(text: str | None) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from invariants import config, output
-    from invariants.errors import InvariantsError
-    from invariants.runner import check_paths
+    from mlx_invariants.checker import config, output
+    from mlx_invariants.checker.runner import check_paths
+    from mlx_invariants.errors import UsageError
 
     try:
         if args.jobs < 0:
-            raise InvariantsError(f"--jobs must be 0 (one per core) or more, got {args.jobs}")
+            raise UsageError(f"--jobs must be 0 (one per core) or more, got {args.jobs}")
         overrides = {k: v for k, v in (("select", _ids(args.select)), ("ignore", _ids(args.ignore))) if v is not None}
         config_path = Path(args.config) if args.config else None
         settings = config.load_fast(config_path, Path.cwd(), overrides, remember=not args.no_cache)
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         )
         rules = []
         if args.format == "sarif":
-            from invariants.rules import RULES
+            from mlx_invariants.checker.rules import RULES
 
             rules = [r for r in RULES if r.id in settings.enabled_ids]
         text = output.render(result.findings, args.format, rules)
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
             sys.stdout.flush()
-    except InvariantsError as exc:
+    except UsageError as exc:
         print(f"invariants: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

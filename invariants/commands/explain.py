@@ -25,8 +25,8 @@ def _placeholders(message: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invariants.output import BUILTIN
-    from invariants.rules import RULES
+    from mlx_invariants.checker.output import BUILTIN
+    from mlx_invariants.checker.rules import RULES
 
     wanted = args.rule.strip()
     if wanted.upper() in BUILTIN:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def explain(rule) -> str:
-    from invariants.config import SHARED_DEFAULTS
+    from mlx_invariants.checker.config import SHARED_DEFAULTS
 
     parts = [f"{rule.id} {rule.name()}", ""]
     parts += ["What", _indent(textwrap.fill(_placeholders(rule.message), 88)), ""]

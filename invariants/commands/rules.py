@@ -12,8 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invariants.output import BUILTIN
-    from invariants.rules import RULES
+    from mlx_invariants.checker.output import BUILTIN
+    from mlx_invariants.checker.rules import RULES
 
     rows = [(rule_id, name, summary) for rule_id, (name, summary) in BUILTIN.items()]
     rows += [(rule.id, rule.name(), rule.summary()) for rule in RULES]

@@ -8,7 +8,7 @@ mutant; the run reports what actually did.
 
 from __future__ import annotations
 
-from invariants.mutants.mutant import Edit, Mutant
+from mlx_invariants.mutants.mutant import Edit, Mutant
 
 SERIAL = "engine/serial.py"
 BATCHED = "engine/batched.py"
@@ -491,7 +491,7 @@ CATALOGUE: tuple[Mutant, ...] = (
 
 def select(selectors: list[str] | None) -> list[Mutant]:
     """The mutants named by `--only` (all of them when none is given), in catalogue order."""
-    from invariants.mutants.errors import UnknownMutant
+    from mlx_invariants.mutants.errors import UnknownMutant
 
     if not selectors:
         return list(CATALOGUE)

@@ -16,7 +16,7 @@ MARK = "MUTANT-FUZZ-RESULT "
 
 def main(argv: list[str]) -> int:
     route, report_dir = argv
-    from fuzz.runner import run_fuzz
+    from mlx_invariants.fuzz.runner import run_fuzz
 
     result = run_fuzz(route, profile="ci", report_dir=report_dir, replays=0)
     failure = result.failure

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from invariants.mutants.fuzzing import MARK
-from invariants.mutants.workspace import Workspace
+from mlx_invariants.mutants.fuzzing import MARK
+from mlx_invariants.mutants.workspace import Workspace
 
 LAYERS = ("static", "tests", "fuzz")
 TAIL = 2000
@@ -49,7 +49,7 @@ class Settings:
 
 def available(layer: str) -> Optional[str]:
     """None when `layer` can run here, else the reason it cannot."""
-    needs = {"static": "invariants.commands.check", "tests": "pytest", "fuzz": "fuzz.runner"}[layer]
+    needs = {"static": "mlx_invariants.commands.check", "tests": "pytest", "fuzz": "mlx_invariants.fuzz.runner"}[layer]
     try:
         found = importlib.util.find_spec(needs) is not None
     except ModuleNotFoundError:
@@ -70,7 +70,7 @@ def _run(argv: Sequence[str], ws: Workspace, timeout: float) -> tuple[Optional[i
 
 def static(ws: Workspace, settings: Settings, timeout: float) -> Outcome:
     """`invariants check` on the copy's engine/: any finding kills (the baseline has none)."""
-    rc, output, seconds = _run(["-m", "invariants", "check", str(ws.engine_dir)], ws, timeout)
+    rc, output, seconds = _run(["-m", "mlx_invariants", "check", str(ws.engine_dir)], ws, timeout)
     rules = sorted(set(re.findall(r"^\S.*:\d+:\d+: (INV\d{3}) ", output, re.M)))
     if rc == 1 and rules:
         return Outcome("static", "killed", " ".join(rules), seconds)
@@ -100,7 +100,7 @@ def _failed_test(output: str) -> Optional[str]:
 
 def fuzz(ws: Workspace, settings: Settings, timeout: float, route: str) -> Outcome:
     """The fuzzer's ci profile on one reference route of the copy: a violation kills."""
-    argv = ["-m", "invariants.mutants.fuzzing", route, str(ws.root / "fuzz-report" / route)]
+    argv = ["-m", "mlx_invariants.mutants.fuzzing", route, str(ws.root / "fuzz-report" / route)]
     rc, output, seconds = _run(argv, ws, min(timeout, settings.fuzz_timeout_s))
     found = [json.loads(line[len(MARK):]) for line in output.splitlines() if line.startswith(MARK)]
     if rc == 1 and found and found[0]["kind"]:

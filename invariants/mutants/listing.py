@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Sequence
 
-from invariants.mutants.mutant import Mutant
+from mlx_invariants.mutants.mutant import Mutant
 
 
 def describe(mutants: Sequence[Mutant]) -> str:

@@ -11,7 +11,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from invariants.mutants.errors import NoLongerApplies
+from mlx_invariants.mutants.errors import NoLongerApplies
 
 INDENTS = range(0, 33, 4)
 

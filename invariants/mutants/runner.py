@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from invariants.mutants import layers
-from invariants.mutants.layers import Outcome, Settings
-from invariants.mutants.mutant import Mutant
-from invariants.mutants.workspace import Workspace
+from mlx_invariants.mutants import layers
+from mlx_invariants.mutants.layers import Outcome, Settings
+from mlx_invariants.mutants.mutant import Mutant
+from mlx_invariants.mutants.workspace import Workspace
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from invariants.mutants.runner import Report, Result
+from mlx_invariants.mutants.runner import Report, Result
 
 HEADER = ("mutant", "killed by", "time to kill", "survived")
 

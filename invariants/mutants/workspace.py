@@ -1,10 +1,13 @@
 """A temporary copy of the engine and its tests, with one mutant applied.
 
-The checks run in subprocesses whose PYTHONPATH starts with the copy, so
-`import engine` finds the mutant while `invariants` and `fuzz` stay the
-repository's own. The engine tests are copied beside it because pytest puts
-the rootdir of the `tests` package first on `sys.path`: run from the copy,
-that rootdir is the copy.
+The copy keeps the repository's layout (`engine/`, `tests/engine/`), so a
+mutant's edits name the files as the repository does. The checks run in
+subprocesses whose PYTHONPATH starts with `site/`, a `mlx_invariants` package
+laid out as the wheel installs it: this harness's own package and fuzzer (the
+ones running now), with `engine` linked to the copy. `import mlx_invariants.engine` then
+finds the mutant. The engine tests are copied because pytest puts the rootdir
+of the `tests` package first on `sys.path`: run from the copy, that rootdir is
+the copy.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from invariants.mutants.mutant import Mutant
+import mlx_invariants
+import mlx_invariants.fuzz
+from mlx_invariants.mutants.mutant import Mutant
 
 # What a copy holds: the engine, the engine tests and what they import, and the pytest settings.
 COPIED = ("engine", "tests/__init__.py", "tests/conftest.py", "tests/engine", "pyproject.toml")
@@ -58,6 +63,19 @@ class Workspace:
                 shutil.copy2(source, target)
             elif name == "engine":
                 raise FileNotFoundError(f"{source} does not exist; run `invariants mutants` from the repository")
+        self._lay_out_package()
+
+    def _lay_out_package(self) -> None:
+        """`site/mlx_invariants` as installed: this harness's folders, the engine the mutated copy."""
+        package = self.root / "site" / "mlx_invariants"
+        own = Path(mlx_invariants.__path__[0])
+
+        def ignored(folder: str, names: list[str]) -> set[str]:  # an installed wheel nests engine/ and fuzz/
+            nested = {"engine", "fuzz"} if Path(folder) == own else set()
+            return set(IGNORED(folder, names)) | (nested & set(names))
+        shutil.copytree(own, package, ignore=ignored)
+        shutil.copytree(mlx_invariants.fuzz.__path__[0], package / "fuzz", ignore=IGNORED)
+        (package / "engine").symlink_to(self.engine_dir, target_is_directory=True)
 
     @property
     def engine_dir(self) -> Path:
@@ -66,6 +84,6 @@ class Workspace:
     def env(self) -> dict[str, str]:
         """The environment of every check: the copy first on the import path, no bytecode left behind."""
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root / "site"), env.get("PYTHONPATH", "")) if p)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env

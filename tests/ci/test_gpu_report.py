@@ -52,7 +52,7 @@ def test_report_has_fuzz_counts_planted_outcomes_and_the_batched_ratio(tmp_path:
     first.mkdir()
     second.mkdir()
     (first / "run.txt").write_text("name, driver_version\nNVIDIA H100 80GB HBM3, 580.1\nstage fuzz: exit 1 in 150s\n")
-    (first / "fuzz.log").write_text(FUZZ_LOG)
+    (first / "mlx_invariants.fuzz.log").write_text(FUZZ_LOG)
     (first / "bench.json").write_text(json.dumps(_bench()))
     (second / "planted.xml").write_text(PLANTED_XML)
     text = _report().render([first, second], "abc1234")

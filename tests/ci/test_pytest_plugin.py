@@ -11,7 +11,7 @@ from pathlib import Path
 
 def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:
     points = {point.name: point.value for point in importlib.metadata.entry_points(group="pytest11")}
-    assert points.get("mlx_invariants") == "fuzz.pytest_plugin"
+    assert points.get("mlx_invariants") == "mlx_invariants.fuzz.pytest_plugin"
 
 
 def test_another_project_gets_the_fixture_and_profiles(tmp_path: Path) -> None:

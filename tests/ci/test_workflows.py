@@ -123,7 +123,7 @@ def test_code_scanning_uploads_sarif_from_a_base_install() -> None:
 
 
 def test_the_checker_cli_offers_the_sarif_format_the_workflow_uses() -> None:
-    done = subprocess.run([sys.executable, "-m", "invariants", "check", "--help"],
+    done = subprocess.run([sys.executable, "-m", "mlx_invariants", "check", "--help"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "--format" in done.stdout and "sarif" in done.stdout

@@ -10,8 +10,8 @@ from typing import Any, Awaitable, Callable, Optional
 
 import pytest
 
-from engine import EngineConfig, Pending, SamplingParams
-from engine.points import Point, set_hook
+from mlx_invariants.engine import EngineConfig, Pending, SamplingParams
+from mlx_invariants.engine.points import Point, set_hook
 
 
 @dataclass

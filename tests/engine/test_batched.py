@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from engine import BatchedEngine, Busy, Failed, SimpleEngine, StartupError
-from engine.points import Point
+from mlx_invariants.engine import BatchedEngine, Busy, Failed, SimpleEngine, StartupError
+from mlx_invariants.engine.points import Point
 
 from .conftest import consume, request, run_engine, wait_until
 
@@ -228,7 +228,7 @@ def test_shutdown_ends_every_open_stream(points):
 
 def test_batched_startup_failure_is_reported(tmp_path):
     async def main():
-        engine = BatchedEngine(__import__("engine").EngineConfig(model=str(tmp_path)))
+        engine = BatchedEngine(__import__("mlx_invariants.engine", fromlist=["EngineConfig"]).EngineConfig(model=str(tmp_path)))
         with pytest.raises(StartupError):
             await engine.start()
         assert not engine.healthy
@@ -239,7 +239,7 @@ def test_batched_startup_failure_is_reported(tmp_path):
 def test_padded_prefill_decodes_what_the_serialized_route_decodes(monkeypatch):
     """The batched route with padded prefill (on by default on CUDA) must not change a token: prompts
     of one chunk and of several (PREFILL_STEP 64 here), decoding together, against the serialized route."""
-    from engine import prefill as prefill_module
+    from mlx_invariants.engine import prefill as prefill_module
 
     monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
     texts = ["hi", "hello world " * 5, "the quick brown fox " * 20]

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from engine.points import Point
+from mlx_invariants.engine.points import Point
 
 from ..conftest import wait_for
 
@@ -265,11 +265,11 @@ def test_a_stalled_reader_does_not_hold_the_slot(tiny_model):
     """The ASGI `send` blocks forever after the first chunk, as it does when a client's TCP window is full."""
     import asyncio
 
-    from engine import SimpleEngine
-    from engine.base import EngineConfig
-    from engine.http.payloads import ChatShape
-    from engine.http.relay import StreamRelay
-    from engine.http.telemetry import Counters
+    from mlx_invariants.engine import SimpleEngine
+    from mlx_invariants.engine.base import EngineConfig
+    from mlx_invariants.engine.http.payloads import ChatShape
+    from mlx_invariants.engine.http.relay import StreamRelay
+    from mlx_invariants.engine.http.telemetry import Counters
 
     from .conftest import request, wait_until
 

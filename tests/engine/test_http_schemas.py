@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.http import openapi, schemas
-from engine.http.errors import ApiError
+from mlx_invariants.engine.http import openapi, schemas
+from mlx_invariants.engine.http.errors import ApiError
 
 VALID_CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 VALID_COMPLETION = {"model": "m", "prompt": "hi"}

@@ -15,7 +15,7 @@ import pytest
 
 from ..conftest import wait_for
 
-SERVE = [sys.executable, "-m", "invariants", "serve", "--port", "0"]
+SERVE = [sys.executable, "-m", "mlx_invariants", "serve", "--port", "0"]
 
 
 class ServeProcess:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import prefill as prefill_module
-from engine.prefill import prefill, warmup_lengths
+from mlx_invariants.engine import prefill as prefill_module
+from mlx_invariants.engine.prefill import prefill, warmup_lengths
 
 # With PREFILL_STEP 64 and SINGLE_PASS_MAX 32: one padded pass up to 32 tokens, then one chunk, then several.
 LENGTHS = (1, 2, 3, 17, 31, 32, 33, 40, 64, 65, 66, 100, 150)
@@ -22,7 +22,7 @@ def model_and_stream():
     import mlx.core as mx
     from mlx_lm import load
 
-    from engine.model import tiny_model_path
+    from mlx_invariants.engine.model import tiny_model_path
 
     model, _ = load(str(tiny_model_path("tiny")))
     return model, mx.new_stream(mx.default_device())

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from engine import Busy, Failed, Finished, ShuttingDown, SimpleEngine, StartupError
-from engine.points import Point
+from mlx_invariants.engine import Busy, Failed, Finished, ShuttingDown, SimpleEngine, StartupError
+from mlx_invariants.engine.points import Point
 
 from .conftest import consume, request, run_engine, wait_until
 
@@ -180,7 +180,7 @@ def test_startup_failure_is_reported_and_never_healthy(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
 
     async def main():
-        engine = SimpleEngine(__import__("engine").EngineConfig(model=str(tmp_path)))
+        engine = SimpleEngine(__import__("mlx_invariants.engine", fromlist=["EngineConfig"]).EngineConfig(model=str(tmp_path)))
         with pytest.raises(StartupError):
             await engine.start()
         assert not engine.healthy

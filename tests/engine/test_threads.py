@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from engine import BatchedEngine, SimpleEngine
-from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
-from fuzz.sentinel import Sentinel
+from mlx_invariants.engine import BatchedEngine, SimpleEngine
+from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+from mlx_invariants.fuzz.sentinel import Sentinel
 
 from .conftest import consume, request, run_engine
 
@@ -77,7 +77,7 @@ def test_every_mlx_call_is_on_the_owner_thread(engine_cls):
 
 def record_prefills(monkeypatch) -> list[int]:
     """The prompt length of every prefill the batched route makes from now on."""
-    from engine import batched
+    from mlx_invariants.engine import batched
 
     prefilled: list[int] = []
     prefill = batched.prefill
@@ -115,7 +115,7 @@ def test_warmup_prefills_before_ready_so_no_request_pays_a_first_compile(monkeyp
 def test_padded_warmup_prefills_every_bucket_before_ready(monkeypatch):
     """With padded prefill, a request's passes take the shapes `warmup_lengths()` runs
     (tests/engine/test_prefill.py); warmup must run them all before ready."""
-    from engine import prefill as prefill_module
+    from mlx_invariants.engine import prefill as prefill_module
 
     monkeypatch.setattr(prefill_module, "PREFILL_STEP", 64)
     prefilled = record_prefills(monkeypatch)

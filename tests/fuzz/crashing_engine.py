@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from fuzz.adapters.reference import reference_engine
+from mlx_invariants.fuzz.adapters.reference import reference_engine
 
 
 def make():

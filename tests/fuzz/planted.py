@@ -93,7 +93,7 @@ PLANTS: dict[str, Plant] = {p.name: p for p in (
         "a second cancel, arriving while the first is draining the worker, releases the slot"),
 )}
 
-_IMPORT = re.compile(r"^(\s*)(from|import) engine(\.|\b)", re.M)
+_IMPORT = re.compile(r"^(\s*)(from|import) mlx_invariants\.engine(\.|\b)", re.M)
 
 
 def plant(name: str, root: Path) -> str:
@@ -106,8 +106,6 @@ def plant(name: str, root: Path) -> str:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     for source in ENGINE_DIR.glob("*.py"):
-        if source.name == "command.py":
-            continue
         text = _IMPORT.sub(lambda m: f"{m.group(1)}{m.group(2)} {package}{m.group(3)}", source.read_text())
         (target / source.name).write_text(text)
     for file, old, new in spec.edits:

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from fuzz.adapters.http import ServerError, check_loopback, http_engine
-from fuzz.driver import run_scenario
-from fuzz.oracles import judge
-from fuzz.runner import run_fuzz
-from fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.adapters.http import ServerError, check_loopback, http_engine
+from mlx_invariants.fuzz.driver import run_scenario
+from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 
 STREAMS = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4, True)),
                    (FaultSpec("disconnect", At("r0", "CHUNK_SENT", 1)),))
@@ -19,7 +19,7 @@ STREAMS = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4, True)
 
 @pytest.fixture(scope="module")
 def mlx_lm_server():
-    from engine.model import tiny_model_path
+    from mlx_invariants.engine.model import tiny_model_path
 
     factory = http_engine(server_cmd=f"{sys.executable} -m mlx_lm.server --model {tiny_model_path()} "
                                      "--host 127.0.0.1 --port {port}")

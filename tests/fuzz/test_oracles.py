@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.oracles import ORACLES, judge
-from fuzz import oracles
-from fuzz.trace import Event, Trace
+from mlx_invariants.fuzz.oracles import ORACLES, judge
+from mlx_invariants.fuzz import oracles
+from mlx_invariants.fuzz.trace import Event, Trace
 
 
 def trace_of(*events: dict, meta: dict | None = None) -> Trace:

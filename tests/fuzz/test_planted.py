@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.adapters.reference import reference_engine
-from fuzz.corpus import SEED_SCENARIOS
-from fuzz.driver import run_scenario
-from fuzz.oracles import judge
-from fuzz.replay import replay
-from fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.adapters.reference import reference_engine
+from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
+from mlx_invariants.fuzz.driver import run_scenario
+from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.replay import replay
+from mlx_invariants.fuzz.runner import run_fuzz
 from tests.fuzz.planted import PLANTS, plant
 
 

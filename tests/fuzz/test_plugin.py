@@ -38,7 +38,7 @@ def test_fixture_fails_a_test_that_enters_mlx_off_its_owner(tmp_path):
 def test_profiles_are_registered_for_hypothesis(tmp_path):
     run = run_pytest(tmp_path, """
         from hypothesis import given, settings
-        from fuzz.strategies import scenarios
+        from mlx_invariants.fuzz.strategies import scenarios
 
         @given(scenarios())
         def test_scenarios_round_trip(scenario):

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fuzz import command
-from fuzz.jobs import run_jobs
-from fuzz.locks import LockReentered, OwnedLock, watch_locks
-from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
-from fuzz.profiles import PROFILES
-from fuzz.runner import exhaustive_scenarios, run_exhaustive
-from fuzz.scenario import FAULT_KINDS, Scenario
-from fuzz.sentinel import Sentinel
-from fuzz.trace import Trace
+from mlx_invariants.fuzz import command
+from mlx_invariants.fuzz.jobs import run_jobs
+from mlx_invariants.fuzz.locks import LockReentered, OwnedLock, watch_locks
+from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+from mlx_invariants.fuzz.profiles import PROFILES
+from mlx_invariants.fuzz.runner import exhaustive_scenarios, run_exhaustive
+from mlx_invariants.fuzz.scenario import FAULT_KINDS, Scenario
+from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.trace import Trace
 from tests.fuzz.planted import plant
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_clean_run_exits_0_and_violation_exits_1_with_a_replayable_report(tmp_pa
 
 
 def test_a_child_that_dies_leaves_the_scenario_it_was_running(tmp_path):
-    run = subprocess.run([sys.executable, "-c", "import sys; from invariants.cli import main; sys.exit(main())",
+    run = subprocess.run([sys.executable, "-c", "import sys; from mlx_invariants.cli import main; sys.exit(main())",
                           "fuzz", "--engine", "tests.fuzz.crashing_engine:make", "--jobs", "1", "--examples", "5",
                           "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     if "No module named 'invariants.commands" in run.stderr:
@@ -107,7 +107,7 @@ def test_exhaustive_mode_enumerates_every_single_fault_scenario(tmp_path):
     for scenario in every:
         scenario.validate()
     package = plant("double_cancel_releases_slot", tmp_path / "plants")
-    from fuzz.adapters.reference import reference_engine
+    from mlx_invariants.fuzz.adapters.reference import reference_engine
     result = run_exhaustive(reference_engine("simple", package=package), max_tokens=2, replays=1)
     assert result.failure is not None and result.failure.violations[0].kind == "slot-freed-early"
     assert result.failure.scenario.faults[0].kind == "cancel-twice"
@@ -141,7 +141,7 @@ class EngineLifecycle(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        import engine
+        import mlx_invariants.engine
 
         self.engine_module = engine
         self.loop = asyncio.new_event_loop()
@@ -252,9 +252,9 @@ class _ForgetfulAdapter:
 
 
 def test_a_request_nobody_will_finish_is_reported_at_once_with_stacks():
-    from fuzz.driver import run_scenario
-    from fuzz.oracles import judge
-    from fuzz.scenario import RequestSpec
+    from mlx_invariants.fuzz.driver import run_scenario
+    from mlx_invariants.fuzz.oracles import judge
+    from mlx_invariants.fuzz.scenario import RequestSpec
 
     trace = run_scenario(_ForgetfulAdapter, Scenario((RequestSpec("r0"),), followup=False))
     stalled = trace.first("check", "stalled")

@@ -8,9 +8,9 @@ import threading
 import mlx.core as mx
 import pytest
 
-from fuzz.oracles import judge, mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
-from fuzz.sentinel import DEFAULT_TARGETS, Sentinel, SentinelError
-from fuzz.trace import thread_token
+from mlx_invariants.fuzz.oracles import judge, mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+from mlx_invariants.fuzz.sentinel import DEFAULT_TARGETS, Sentinel, SentinelError
+from mlx_invariants.fuzz.trace import thread_token
 from tests.fuzz import mlx_work
 
 TARGETS = DEFAULT_TARGETS + ("tests.fuzz.mlx_work:hold", "tests.fuzz.mlx_work:nested",

@@ -7,14 +7,14 @@ import argparse
 
 import pytest
 
-from fuzz import command
-from fuzz.adapters.reference import ReferenceAdapter, StreamHandle, reference_engine
-from fuzz.oracles import judge
-from fuzz.runner import run_fuzz
-from fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
-from fuzz.sentinel import Sentinel
-from fuzz.session import EngineSession
-from fuzz.strategies import scenarios
+from mlx_invariants.fuzz import command
+from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, StreamHandle, reference_engine
+from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.session import EngineSession
+from mlx_invariants.fuzz.strategies import scenarios
 
 CLEAN = Scenario((RequestSpec("r0", 3, 3, True),))
 SHUTDOWN = Scenario((RequestSpec("r0", 3, 4, True),), (FaultSpec("shutdown", At("r0", "BEFORE_DECODE", 1)),))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants.cli import main
+from mlx_invariants.cli import main
 
 # Bug-shaped code for test_fixtures.py, never tests themselves.
 collect_ignore = ["fixtures"]

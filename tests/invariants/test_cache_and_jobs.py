@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from invariants import config, runner
-from invariants.rules import RULES
-from invariants.runner import check_paths
+from mlx_invariants.checker import config, runner
+from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.runner import check_paths
 from tests.invariants.conftest import BAD_LOCK, Project
 
 

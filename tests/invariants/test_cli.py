@@ -26,21 +26,21 @@ def test_clean_tree_exits_0_and_findings_exit_1_with_path_line_col(project: Proj
 
 
 def test_default_path_is_the_current_folder(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
     assert project.run("check").rules() == ["INV105"]
 
 
 def test_json_is_a_list_of_path_line_col_rule_message(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
     run = project.run("check", "--format", "json", ".")
     assert run.code == 1
     [item] = run.json()
     assert set(item) == {"path", "line", "col", "rule", "message"}
-    assert (item["path"], item["line"], item["col"], item["rule"]) == ("engine.py", 11, 20, "INV105")
+    assert (item["path"], item["line"], item["col"], item["rule"]) == ("mlx_invariants.engine.py", 11, 20, "INV105")
 
 
 def test_sarif_is_2_1_0_with_rule_metadata_and_locations(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
     log = json.loads(project.run("check", "--format", "sarif").out)
     assert log["version"] == "2.1.0"
     run = log["runs"][0]
@@ -49,7 +49,7 @@ def test_sarif_is_2_1_0_with_rule_metadata_and_locations(project: Project) -> No
     [result] = run["results"]
     assert result["ruleId"] == "INV105" and rule_ids[result["ruleIndex"]] == "INV105"
     location = result["locations"][0]["physicalLocation"]
-    assert location["artifactLocation"]["uri"] == "engine.py"
+    assert location["artifactLocation"]["uri"] == "mlx_invariants.engine.py"
     assert location["region"] == {"startLine": 11, "startColumn": 20}
 
 
@@ -60,14 +60,14 @@ def test_github_format_is_workflow_annotations_with_escaping(project: Project) -
 
 
 def test_output_file_gets_the_findings(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
     run = project.run("check", "--format", "json", "-o", "out.json")
     assert run.code == 1 and run.out == ""
     assert json.loads((project.root / "out.json").read_text())[0]["rule"] == "INV105"
 
 
 def test_select_and_ignore_on_the_command_line(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
     assert project.run("check", "--select", "INV101").code == 0
     assert project.run("check", "--ignore", "INV105").code == 0
     assert project.run("check", "--select", "INV10").rules() == ["INV105"]
@@ -142,7 +142,7 @@ def test_config_errors_exit_2_and_name_the_key(project: Project) -> None:
 
 
 def test_explicit_config_file(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
     project.write("other.toml", "[tool.invariants]\nignore = ['INV105']\n")
     assert project.run("check", "--config", "other.toml").code == 0
     run = project.run("check", "--config", "nope.toml")
@@ -166,8 +166,8 @@ def test_rules_lists_every_rule_and_explain_prints_the_docs(project: Project) ->
 
 
 def test_console_script_runs_as_a_subprocess(project: Project) -> None:
-    project.write("engine.py", BAD_LOCK)
-    done = subprocess.run([sys.executable, "-m", "invariants", "check", "--format", "json", "."],
+    project.write("mlx_invariants.engine.py", BAD_LOCK)
+    done = subprocess.run([sys.executable, "-m", "mlx_invariants", "check", "--format", "json", "."],
                           cwd=project.root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert [f["rule"] for f in json.loads(done.stdout)] == ["INV105"]

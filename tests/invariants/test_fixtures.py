@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from invariants import config
-from invariants.rule import Example
-from invariants.rules import RULES
-from invariants.runner import check_paths
+from mlx_invariants.checker import config
+from mlx_invariants.checker.rule import Example
+from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.runner import check_paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = sorted(FIXTURES.glob("*.py"))

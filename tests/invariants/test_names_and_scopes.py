@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from invariants import config
-from invariants.rules import RULES
-from invariants.runner import check_source
+from mlx_invariants.checker import config
+from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.runner import check_source
 
 
 def _rules(code: str) -> list[tuple[int, str]]:

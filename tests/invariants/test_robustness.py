@@ -122,7 +122,7 @@ def test_a_chmod_000_file_is_reported(project: Project) -> None:  # pragma: no c
 def test_broken_files_as_a_subprocess_exit_1_and_print_no_traceback(tmp_path: Path) -> None:
     (tmp_path / "syntax.py").write_text("def f(:\n")
     (tmp_path / "deep.py").write_text("x = " + "(" * 5000 + ")" * 5000 + "\n")
-    done = subprocess.run([sys.executable, "-m", "invariants", "check", "--no-cache", "."], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "mlx_invariants", "check", "--no-cache", "."], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
@@ -133,7 +133,7 @@ def test_broken_files_as_a_subprocess_exit_1_and_print_no_traceback(tmp_path: Pa
 def test_a_checker_bug_on_one_file_is_an_inv000_line_and_the_run_goes_on(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from invariants.rules.inv105_lock_released_before_worker import LockReleasedBeforeWorker
+    from mlx_invariants.checker.rules.inv105_lock_released_before_worker import LockReleasedBeforeWorker
 
     def broken(self, node):
         raise ValueError("boom")

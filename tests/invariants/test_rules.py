@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from invariants import config
-from invariants.rule import Example, Rule
-from invariants.rules import RULES
-from invariants.runner import check_source
+from mlx_invariants.checker import config
+from mlx_invariants.checker.rule import Example, Rule
+from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.runner import check_source
 
 CASES = [
     pytest.param(rule, example, id=f"{rule.id}-{kind}{index}")

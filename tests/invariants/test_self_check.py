@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants.cli import main
+from mlx_invariants.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

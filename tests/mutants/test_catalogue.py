@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from invariants.mutants import CATALOGUE, Edit, Mutant, NoLongerApplies, UnknownMutant, select
-from invariants.mutants.workspace import Workspace
+from mlx_invariants.mutants import CATALOGUE, Edit, Mutant, NoLongerApplies, UnknownMutant, select
+from mlx_invariants.mutants.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,16 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from invariants.mutants import Edit, Mutant, select
-from invariants.mutants.layers import Settings
-from invariants.mutants.runner import Runner
-from invariants.mutants.table import render, summary
+from mlx_invariants.mutants import Edit, Mutant, select
+from mlx_invariants.mutants.layers import Settings
+from mlx_invariants.mutants.runner import Runner
+from mlx_invariants.mutants.table import render, summary
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_cli_runs_one_mutant_and_reports_its_killer():
-    done = subprocess.run([sys.executable, "-m", "invariants", "mutants", "--only", "M07", "--layers", "static,tests"],
+    done = subprocess.run([sys.executable, "-m", "mlx_invariants", "mutants", "--only", "M07", "--layers", "static,tests"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("M07-stop-flag-ignored"))
@@ -26,7 +26,7 @@ def test_cli_runs_one_mutant_and_reports_its_killer():
 
 
 def test_cli_refuses_an_unknown_mutant():
-    done = subprocess.run([sys.executable, "-m", "invariants", "mutants", "--only", "M42"],
+    done = subprocess.run([sys.executable, "-m", "mlx_invariants", "mutants", "--only", "M42"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "no mutant 'M42'" in done.stderr and "Traceback" not in done.stderr

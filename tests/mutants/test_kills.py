@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from invariants.mutants import CATALOGUE
-from invariants.mutants.runner import Runner
-from invariants.mutants.table import render, summary
+from mlx_invariants.mutants import CATALOGUE
+from mlx_invariants.mutants.runner import Runner
+from mlx_invariants.mutants.table import render, summary
 
 REPO = Path(__file__).resolve().parents[2]
 

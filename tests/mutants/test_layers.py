@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from invariants.mutants import layers
-from invariants.mutants.fuzzing import MARK
-from invariants.mutants.layers import Settings
-from invariants.mutants.workspace import Workspace
+from mlx_invariants.mutants import layers
+from mlx_invariants.mutants.fuzzing import MARK
+from mlx_invariants.mutants.layers import Settings
+from mlx_invariants.mutants.workspace import Workspace
 
 
 @pytest.fixture

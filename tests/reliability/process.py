@@ -21,10 +21,11 @@ from typing import Any, Optional
 
 import httpx
 
+from mlx_invariants.fuzz.injection import sentinel_env
+
 from ..conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-INJECT_DIR = REPO / "fuzz" / "inject"
 STARTUP_TIMEOUT_S = 120.0
 
 
@@ -38,11 +39,10 @@ class ServerProcess:
             planted = [arg for fault in faults for arg in ("--fault", json.dumps(fault))]
             command = [sys.executable, "-m", "tests.reliability.serve", *planted, "--", *serve]
         else:
-            command = [sys.executable, "-m", "invariants", "serve", *serve]
+            command = [sys.executable, "-m", "mlx_invariants", "serve", *serve]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if sentinel is not None:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), str(REPO), env.get("PYTHONPATH")]))
-            env["MLX_INVARIANTS_SENTINEL"] = json.dumps({"out": str(sentinel), "owner": "mlx-owner*"})
+            env = sentinel_env(sentinel, "mlx-owner*", env)
         self.command = command
         self.stdout: list[str] = []
         self.stderr: list[str] = []
@@ -123,9 +123,9 @@ class ServerProcess:
 
     def sentinel_violations(self) -> list[str]:
         """What the MLX oracles say about every entry the child's sentinel recorded."""
-        from fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
-        from fuzz.sentinel import read_records
-        from fuzz.trace import Trace
+        from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
+        from mlx_invariants.fuzz.sentinel import read_records
+        from mlx_invariants.fuzz.trace import Trace
 
         assert self.sentinel is not None, "this server runs without the sentinel"
         events, _ = read_records(str(self.sentinel))
@@ -142,6 +142,6 @@ class ServerProcess:
             return [f"injection: {line.strip()}" for line in handle if '"injection_error"' in line]
 
     def mlx_entries(self) -> int:
-        from fuzz.sentinel import read_records
+        from mlx_invariants.fuzz.sentinel import read_records
 
         return len(read_records(str(self.sentinel))[0]) if self.sentinel else 0

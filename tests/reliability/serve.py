@@ -74,7 +74,7 @@ def parse_fault(text: str) -> Fault:
 
 
 def install_point_faults(faults: list[Fault]) -> None:
-    from engine.points import set_hook
+    from mlx_invariants.engine.points import set_hook
 
     def hook(point: Any, rid: str, info: dict[str, Any]) -> None:
         for fault in faults:
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         if fault.call:
             install_call_fault(fault)
 
-    from invariants.cli import main as invariants
+    from mlx_invariants.cli import main as invariants
 
     return invariants(["serve", *theirs])
 

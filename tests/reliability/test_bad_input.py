@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.http.app import BODY_TIMEOUT_S
-from engine.http.schemas import MAX_BODY_BYTES
+from mlx_invariants.engine.http.app import BODY_TIMEOUT_S
+from mlx_invariants.engine.http.schemas import MAX_BODY_BYTES
 
 from . import schema_strategies as schemas
 from .answers import Tally, judge

@@ -114,7 +114,7 @@ def test_request_faults_fail_only_that_request(engine, tmp_path, report):
 
 def test_engine_failure_is_in_the_openapi_document():
     """The 500 an engine failure answers with (docs/http.md) is listed for the generation routes."""
-    from engine.http import openapi
+    from mlx_invariants.engine.http import openapi
 
     for path in ("/v1/chat/completions", "/v1/completions"):
         assert "500" in openapi.document()["paths"][path]["post"]["responses"], path

@@ -16,7 +16,7 @@ import tokenize
 from io import BytesIO
 from typing import TYPE_CHECKING
 
-from invariants.errors import SourceError
+from mlx_invariants.checker.errors import SourceError
 
 if TYPE_CHECKING:
     import libcst as cst

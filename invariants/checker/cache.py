@@ -15,16 +15,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import invariants
+import mlx_invariants
 
-_PACKAGE_DIR = Path(invariants.__file__).parent
+_CHECKER_DIR = Path(__file__).resolve().parent
 
 
 def tool_fingerprint() -> str:
     """Changes whenever the checker's own code changes, released or not."""
-    parts = [invariants.__version__]
-    for folder, dirs, files in os.walk(_PACKAGE_DIR):
-        dirs[:] = [d for d in dirs if d != "mutants"]  # the mutation tool is not part of the checker
+    parts = [mlx_invariants.__version__]
+    for folder, _dirs, files in os.walk(_CHECKER_DIR):
         for name in sorted(files):
             if name.endswith(".py"):
                 info = os.stat(os.path.join(folder, name))

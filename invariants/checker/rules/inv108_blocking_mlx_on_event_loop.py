@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants import mlx_api
-from invariants.facts import CallSite
-from invariants.names import dotted
-from invariants.rule import Invalid, Rule, Valid
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
 class BlockingMlxOnEventLoop(Rule):

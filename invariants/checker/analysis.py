@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from invariants import source, suppress
-from invariants.config import Settings
-from invariants.errors import SourceError
-from invariants.rule import Rule
-from invariants.rules import RULES
-from invariants.walker import COMPOUND, RawFinding, check_module
+from mlx_invariants.checker import source, suppress
+from mlx_invariants.checker.config import Settings
+from mlx_invariants.checker.errors import SourceError
+from mlx_invariants.checker.rule import Rule
+from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.walker import COMPOUND, RawFinding, check_module
 
 UNREADABLE = "INV000"
 _RULES_BY_ID = {r.id: r for r in RULES}

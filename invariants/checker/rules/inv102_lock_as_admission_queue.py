@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants.blocks import Blocks
-from invariants.config import matches_name
-from invariants.locks import LOCKS, acquired_lock, is_lock, is_timeout_scope
-from invariants.names import dotted
-from invariants.offload import keyword, positional
-from invariants.rule import Invalid, Rule, Valid
-from invariants.walker import descendants
+from mlx_invariants.checker.blocks import Blocks
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.locks import LOCKS, acquired_lock, is_lock, is_timeout_scope
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import keyword, positional
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import descendants
 
 
 class LockAsAdmissionQueue(Rule):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 if TYPE_CHECKING:
-    from invariants.walker import FileContext
+    from mlx_invariants.checker.walker import FileContext
 
 
 @dataclass

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.facts import number
-from invariants.names import dotted, terminal
-from invariants.offload import handoff, keyword, positional
-from invariants.rule import Invalid, Rule, Valid
-from invariants.walker import OWN_BODY_STOP, descendants
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.facts import number
+from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.offload import handoff, keyword, positional
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 _INSPECTIONS = frozenset({"done", "result", "exception", "cancelled", "is_set"})
 EVENTS = frozenset({

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import invariants
-from invariants.rule import Finding, Rule  # Rule for typing only; rule.py imports no libcst
+import mlx_invariants
+from mlx_invariants.checker.rule import Finding, Rule  # Rule for typing only; rule.py imports no libcst
 
 FORMATS = ("text", "json", "sarif", "github")
 BUILTIN = {
@@ -87,7 +87,7 @@ def sarif(findings: Sequence[Finding], rules: Sequence[type[Rule]]) -> dict:
                 "tool": {
                     "driver": {
                         "name": "invariants",
-                        "version": invariants.__version__,
+                        "version": mlx_invariants.__version__,
                         "informationUri": "https://github.com/mlx-invariants/mlx-invariants",
                         "rules": descriptors,
                     }

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from invariants.errors import ConfigError, UsageError
+from mlx_invariants.checker.errors import ConfigError
+from mlx_invariants.errors import UsageError
 
 if TYPE_CHECKING:
-    from invariants.rule import Rule
+    from mlx_invariants.checker.rule import Rule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -190,7 +191,7 @@ def load_fast(
     Validating needs the rules, and the rules need libcst: a re-run of an unchanged
     tree must not pay for that import.
     """
-    from invariants.cache import load_settings, save_settings
+    from mlx_invariants.checker.cache import load_settings, save_settings
 
     table, root, source = read(config_path, cwd)
     key = _key(table, root, source, overrides)
@@ -201,7 +202,7 @@ def load_fast(
     saved = load_settings(folder, key) if folder is not None and remember else None
     if saved is not None:
         return Settings.from_json(saved)
-    from invariants.rules import RULES
+    from mlx_invariants.checker.rules import RULES
 
     settings = from_table(table, root, source, RULES, overrides)
     if remember:
@@ -266,7 +267,7 @@ def from_table(
 
 def _key(table: dict[str, Any], root: Path, source: str, overrides: dict[str, list[str]] | None) -> str:
     """The checker's own version and code, and this exact configuration."""
-    from invariants.cache import tool_fingerprint
+    from mlx_invariants.checker.cache import tool_fingerprint
 
     blob = json.dumps([table, overrides or {}, str(root), source], sort_keys=True, default=str)
     return f"{tool_fingerprint()}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"

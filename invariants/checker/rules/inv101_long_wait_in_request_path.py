@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.facts import number
-from invariants.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
-from invariants.names import dotted
-from invariants.offload import keyword, positional
-from invariants.rule import Invalid, Rule, Valid
-from invariants.walker import OWN_BODY_STOP, descendants
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.facts import number
+from mlx_invariants.checker.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import keyword, positional
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 
 class LongWaitInRequestPath(Rule):

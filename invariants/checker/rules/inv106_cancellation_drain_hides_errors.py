@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.names import dotted, terminal
-from invariants.rule import Invalid, Rule, Valid
-from invariants.rules.inv105_lock_released_before_worker import CANCELLED
-from invariants.walker import OWN_BODY_STOP, children, descendants
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.rules.inv105_lock_released_before_worker import CANCELLED
+from mlx_invariants.checker.walker import OWN_BODY_STOP, children, descendants
 
 _BROAD = frozenset({"Exception", "BaseException", "builtins.Exception", "builtins.BaseException"})
 _SUPPRESS = frozenset({"contextlib.suppress"})

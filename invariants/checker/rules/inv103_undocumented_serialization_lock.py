@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.locks import MUTEXES
-from invariants.names import dotted
-from invariants.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.locks import MUTEXES
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
 class UndocumentedSerializationLock(Rule):

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.names import dotted
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.names import dotted
 
 if TYPE_CHECKING:
-    from invariants.walker import FileContext
+    from mlx_invariants.checker.walker import FileContext
 
 MUTEXES = frozenset({
     "asyncio.Lock", "asyncio.locks.Lock", "threading.Lock", "threading.RLock", "anyio.Lock",

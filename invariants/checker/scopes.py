@@ -12,7 +12,7 @@ from enum import Enum
 
 import libcst as cst
 
-from invariants.names import ImportTable
+from mlx_invariants.checker.names import ImportTable
 
 
 class Kind(Enum):

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 import pathspec
 
-from invariants.config import Settings
-from invariants.errors import UsageError
+from mlx_invariants.checker.config import Settings
+from mlx_invariants.errors import UsageError
 
 
 @dataclass(frozen=True)

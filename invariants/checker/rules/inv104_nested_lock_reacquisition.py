@@ -4,10 +4,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from invariants.locks import SEMAPHORES, acquired_lock, is_lock
-from invariants.names import dotted
-from invariants.rule import Invalid, Rule, Valid
-from invariants.scopes import Kind
+from mlx_invariants.checker.locks import SEMAPHORES, acquired_lock, is_lock
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.scopes import Kind
 
 
 @dataclass

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invariants.extras import require
+    from mlx_invariants.extras import require
 
     require("engine", "mlx.core", "mlx_lm", "starlette", "uvicorn")
 
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from engine.base import EngineConfig
-    from engine.http.server import Server, run_until_stopped
+    from mlx_invariants.engine.base import EngineConfig
+    from mlx_invariants.engine.http.server import Server, run_until_stopped
 
     for name, minimum in (("--max-queue", 0), ("--max-wait-ms", 0), ("--max-batch", 1), ("--port", 0)):
         if getattr(args, name[2:].replace("-", "_")) < minimum:
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
                           max_wait_ms=args.max_wait_ms, max_batch=args.max_batch,
                           pad_prefill={"auto": None, "on": True, "off": False}[args.pad_prefill])
     if args.engine == "batched":
-        from engine.batched import BatchedEngine as engine_class
+        from mlx_invariants.engine.batched import BatchedEngine as engine_class
     else:
-        from engine.serial import SimpleEngine as engine_class
+        from mlx_invariants.engine.serial import SimpleEngine as engine_class
 
     def announce(line: str) -> None:
         print(line, flush=True)

@@ -13,12 +13,12 @@ from typing import Any, NamedTuple
 
 import libcst as cst
 
-from invariants import mlx_api
-from invariants.facts import CallSite, Facts, FunctionFacts, number
-from invariants.names import dotted, imported_names, resolve, terminal
-from invariants.offload import HANDOFF_NAMES, handoff
-from invariants.rule import Rule
-from invariants.scopes import Kind, ScopeStack
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.facts import CallSite, Facts, FunctionFacts, number
+from mlx_invariants.checker.names import dotted, imported_names, resolve, terminal
+from mlx_invariants.checker.offload import HANDOFF_NAMES, handoff
+from mlx_invariants.checker.rule import Rule
+from mlx_invariants.checker.scopes import Kind, ScopeStack
 
 COMPOUND = frozenset({
     cst.If, cst.Try, cst.TryStar, cst.FunctionDef, cst.ClassDef, cst.With, cst.For, cst.While, cst.Match,

@@ -34,12 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invariants.mutants.catalogue import select
-    from invariants.mutants.errors import MutantsError
-    from invariants.mutants.layers import LAYERS, Settings
-    from invariants.mutants.listing import describe
-    from invariants.mutants.runner import Runner
-    from invariants.mutants.table import render, summary
+    from mlx_invariants.mutants.catalogue import select
+    from mlx_invariants.mutants.errors import MutantsError
+    from mlx_invariants.mutants.layers import LAYERS, Settings
+    from mlx_invariants.mutants.listing import describe
+    from mlx_invariants.mutants.runner import Runner
+    from mlx_invariants.mutants.table import render, summary
 
     try:
         mutants = select(args.only)

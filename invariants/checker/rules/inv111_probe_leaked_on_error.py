@@ -4,11 +4,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from invariants import mlx_api
-from invariants.config import matches_name
-from invariants.names import dotted
-from invariants.rule import Invalid, Rule, Valid
-from invariants.walker import descendants
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import descendants
 
 
 @dataclass

@@ -13,12 +13,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants import source
-from invariants.cache import Cache, content_hash
-from invariants.config import Settings, selected
-from invariants.errors import SourceError
-from invariants.files import SourceFile, discover
-from invariants.rule import Finding
+from mlx_invariants.checker import source
+from mlx_invariants.checker.cache import Cache, content_hash
+from mlx_invariants.checker.config import Settings, selected
+from mlx_invariants.checker.errors import SourceError
+from mlx_invariants.checker.files import SourceFile, discover
+from mlx_invariants.checker.rule import Finding
 
 UNREADABLE = "INV000"
 UNUSED = "INV001"
@@ -88,7 +88,7 @@ def check_paths(
 def _analyze_all(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
     if not texts:
         return []
-    from invariants import analysis  # libcst and the rules: only when something must be parsed
+    from mlx_invariants.checker import analysis  # libcst and the rules: only when something must be parsed
 
     rules = analysis.rules_for(settings)
     ids = [r.id for r, _ in rules]
@@ -157,7 +157,7 @@ def _file_findings(file: SourceFile, report: Report, settings: Settings, report_
 
 def check_source(text: str, settings: Settings, path: str = "<string>") -> list[Finding]:
     """Findings of one snippet, as `invariants check` would report them (used by the tests and examples)."""
-    from invariants import analysis
+    from mlx_invariants.checker import analysis
 
     report = analysis.in_deep_stack(analysis.analyze_text, text, analysis.rules_for(settings), settings.shared)
     file = SourceFile(path, path, path)

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.names import dotted
-from invariants.rule import Invalid, Rule, Valid
-from invariants.walker import OWN_BODY_STOP, descendants
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 EVENTS = frozenset({"threading.Event", "asyncio.Event", "multiprocessing.Event", "anyio.Event"})
 

@@ -4,11 +4,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from invariants import mlx_api
-from invariants.facts import CallSite
-from invariants.names import dotted
-from invariants.offload import Handoff, handoff, is_owner_executor, unwrap_callable
-from invariants.rule import Invalid, Rule, Valid
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, unwrap_callable
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
 @dataclass

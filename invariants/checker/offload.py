@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.names import dotted, terminal
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.names import dotted, terminal
 
 if TYPE_CHECKING:
-    from invariants.walker import FileContext
+    from mlx_invariants.checker.walker import FileContext
 
 TO_THREAD = frozenset({
     "asyncio.to_thread", "asyncio.threads.to_thread", "anyio.to_thread.run_sync", "trio.to_thread.run_sync",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import libcst as cst
 
-    from invariants.walker import FileContext
+    from mlx_invariants.checker.walker import FileContext
 
 
 @dataclass(frozen=True, order=True)

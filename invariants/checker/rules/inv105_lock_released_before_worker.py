@@ -4,13 +4,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from invariants.blocks import Blocks, WithItem
-from invariants.config import matches_name
-from invariants.locks import is_lock
-from invariants.names import dotted, terminal
-from invariants.offload import Handoff, handoff, is_owner_executor, keyword, positional
-from invariants.rule import Invalid, Rule, Valid
-from invariants.walker import descendants
+from mlx_invariants.checker.blocks import Blocks, WithItem
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.locks import is_lock
+from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, keyword, positional
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import descendants
 
 CANCELLED = frozenset({
     "asyncio.CancelledError", "asyncio.exceptions.CancelledError", "concurrent.futures.CancelledError",

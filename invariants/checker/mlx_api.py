@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from invariants.config import matches_name
-from invariants.names import dotted
+from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.names import dotted
 
 if TYPE_CHECKING:
-    from invariants.facts import CallSite
-    from invariants.walker import FileContext
+    from mlx_invariants.checker.facts import CallSite
+    from mlx_invariants.checker.walker import FileContext
 
 _PACKAGES = ("mlx_lm", "mlx_vlm")
 # Calls that run a whole generation before returning.

@@ -1,0 +1,32 @@
+"""The static rules, in id order. Each module holds one rule and its examples."""
+
+from __future__ import annotations
+
+from mlx_invariants.checker.rule import Rule
+from mlx_invariants.checker.rules.inv101_long_wait_in_request_path import LongWaitInRequestPath
+from mlx_invariants.checker.rules.inv102_lock_as_admission_queue import LockAsAdmissionQueue
+from mlx_invariants.checker.rules.inv103_undocumented_serialization_lock import UndocumentedSerializationLock
+from mlx_invariants.checker.rules.inv104_nested_lock_reacquisition import NestedLockReacquisition
+from mlx_invariants.checker.rules.inv105_lock_released_before_worker import LockReleasedBeforeWorker
+from mlx_invariants.checker.rules.inv106_cancellation_drain_hides_errors import CancellationDrainHidesErrors
+from mlx_invariants.checker.rules.inv107_mlx_off_owner_thread import MlxOffOwnerThread
+from mlx_invariants.checker.rules.inv108_blocking_mlx_on_event_loop import BlockingMlxOnEventLoop
+from mlx_invariants.checker.rules.inv109_ignored_readiness import IgnoredReadiness
+from mlx_invariants.checker.rules.inv110_ready_signalled_on_failure import ReadySignalledOnFailure
+from mlx_invariants.checker.rules.inv111_probe_leaked_on_error import ProbeLeakedOnError
+
+RULES: list[type[Rule]] = [
+    LongWaitInRequestPath,
+    LockAsAdmissionQueue,
+    UndocumentedSerializationLock,
+    NestedLockReacquisition,
+    LockReleasedBeforeWorker,
+    CancellationDrainHidesErrors,
+    MlxOffOwnerThread,
+    BlockingMlxOnEventLoop,
+    IgnoredReadiness,
+    ReadySignalledOnFailure,
+    ProbeLeakedOnError,
+]
+
+__all__ = ["RULES", *(r.__name__ for r in RULES)]

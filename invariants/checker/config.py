@@ -65,15 +65,6 @@ TOP_LEVEL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def matches_name(text: str | None, patterns: list[str]) -> bool:
-    """True when `text` or its last dotted part matches one of the globs."""
-    if not text:
-        return False
-    low = text.lower()
-    last = low.rsplit(".", 1)[-1]
-    return any(fnmatch.fnmatchcase(low, p.lower()) or fnmatch.fnmatchcase(last, p.lower()) for p in patterns)
-
-
 def matches_path(relpath: str, patterns: list[str]) -> bool:
     """Glob match of a '/'-separated path relative to the project root; `**` spans folders."""
     return any(_glob(relpath, p) for p in patterns)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted
 
 if TYPE_CHECKING:

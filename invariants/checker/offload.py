@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 
 if TYPE_CHECKING:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mlx_invariants.checker.config import matches_name
 from mlx_invariants.checker.facts import number
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import keyword, positional

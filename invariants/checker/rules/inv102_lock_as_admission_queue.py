@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mlx_invariants.checker.blocks import Blocks
-from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import LOCKS, acquired_lock, is_lock, is_timeout_scope
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import keyword, positional

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mlx_invariants.checker.blocks import Blocks, WithItem
-from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import is_lock
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, keyword, positional

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.rules.inv105_lock_released_before_worker import CANCELLED

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mlx_invariants.checker.config import matches_name
 from mlx_invariants.checker.facts import number
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import handoff, keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
-from mlx_invariants.checker.config import matches_name
+from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import descendants

@@ -21,6 +21,7 @@ def _install() -> None:
         return
     config = json.loads(raw)
     try:
+        _load_packages(config.get("packages") or [])
         from mlx_invariants.fuzz.sentinel import DEFAULT_TARGETS, Sentinel, file_emitter
         from mlx_invariants.fuzz.trace import Trace
     except ImportError as exc:

@@ -1,14 +1,17 @@
-"""pre-commit: the consumer hook runs from this repo as a hook source and installs without MLX.
+"""pre-commit, end to end: README.md's snippet runs the consumer hook; this repo's own hook works.
 
-The hook source is a throwaway git repo holding this working tree's files (tracked and
-untracked-not-ignored), so the test sees what would be committed; pre-commit clones it by
-local path, so only PyPI is reached (for the hook env's libcst and pathspec).
+The consumer's `.pre-commit-config.yaml` is README.md's snippet, taken from the file, with only
+its two documented placeholders filled in, so the test fails when the README drifts. The hook
+source is a throwaway git repo holding this working tree's files (tracked and
+untracked-not-ignored), committed, so the test sees what would be committed; pre-commit clones
+it through a file:// URL, so only PyPI is reached (for the hook env's libcst and pathspec).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,24 +21,18 @@ from typing import Any
 import pytest
 import yaml
 
+from mlx_invariants.checker.rules import RULES
+
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_ID = "invariants-check"
+# What README.md tells the reader to replace, verbatim.
+REPO_PLACEHOLDER = "<path or URL of your mlx-invariants clone>"
+REV_PLACEHOLDER = "<full commit sha or tag that exists there>"
 
-# The STYLE example of INV105 and its fix: the fix differs only by shield + drain.
-BAD = '''\
-import asyncio
-
-
-class Engine:
-    def __init__(self):
-        # Serializes MLX (Metal command buffer) access; not an admission gate.
-        self._mlx_lock = asyncio.Lock()
-
-    async def generate(self, step):
-        async with self._mlx_lock:
-            return await asyncio.to_thread(step)
-'''
+INV105 = next(rule for rule in RULES if rule.id == "INV105")
+BAD = INV105.invalid()[0]
+FIXED = INV105.valid()[0]  # the same code with the fix applied (shield + drain)
 CLEAN = '''\
 def add(a, b):
     return a + b
@@ -53,6 +50,24 @@ def _pre_commit(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProces
     env.pop("VIRTUAL_ENV", None)
     return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
+
+
+def _snippet(doc: Path) -> str:
+    """The one ```yaml block of `doc` that uses the hook."""
+    blocks = re.findall(r"^```yaml\n(.*?)^```$", doc.read_text(), flags=re.MULTILINE | re.DOTALL)
+    using = [block for block in blocks if f"id: {HOOK_ID}" in block]
+    assert len(using) == 1, f"{doc.name}: expected one yaml block with the {HOOK_ID} hook, found {len(using)}"
+    return using[0]
+
+
+def _filled(snippet: str, repo: str, rev: str) -> str:
+    """The snippet with its two documented placeholders replaced, and nothing else touched."""
+    for placeholder in (REPO_PLACEHOLDER, REV_PLACEHOLDER):
+        assert snippet.count(placeholder) == 1, f"README.md's pre-commit snippet lost {placeholder!r}:\n{snippet}"
+    filled = snippet.replace(REPO_PLACEHOLDER, repo).replace(REV_PLACEHOLDER, rev)
+    left = re.findall(r"<[^<>\n]*>", filled)
+    assert not left, f"README.md's pre-commit snippet has placeholders it does not explain: {left}"
+    return filled
 
 
 def _hook_source(tmp: Path) -> tuple[Path, str]:
@@ -78,16 +93,16 @@ def _hook_manifest() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def consumer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A consumer repo using the hook, with one bad and one clean file; the hook run once, env kept."""
-    _hook_manifest()
+    """A consumer repo configured by README.md's snippet, with INV105's bad example and a clean
+    file; the hook run once, its env kept for the next run."""
+    snippet = _snippet(ROOT / "README.md")
     tmp = tmp_path_factory.mktemp("pre-commit")
     source, rev = _hook_source(tmp)
     repo = tmp / "consumer"
     repo.mkdir()
-    (repo / "bad.py").write_text(BAD)
+    (repo / ".pre-commit-config.yaml").write_text(_filled(snippet, source.as_uri(), rev))
+    (repo / "bad.py").write_text(BAD.source)
     (repo / "clean.py").write_text(CLEAN)
-    config = {"repos": [{"repo": str(source), "rev": rev, "hooks": [{"id": HOOK_ID}]}]}
-    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
     _git("init", "-q", cwd=repo)
     _git("add", "-A", cwd=repo)
     home = tmp / "pre-commit-home"
@@ -106,17 +121,23 @@ def test_consumer_manifest_defines_the_invariants_check_hook() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_hook_reports_the_bad_file_and_passes_the_clean_one(consumer: dict[str, Any]) -> None:
+def test_docs_ci_shows_the_snippet_the_readme_runs() -> None:
+    assert _snippet(ROOT / "docs" / "ci.md") == _snippet(ROOT / "README.md"), \
+        "docs/ci.md and README.md show different pre-commit snippets; only README.md's is run here"
+
+
+def test_readme_snippet_hook_reports_the_bad_file_and_passes_the_clean_one(consumer: dict[str, Any]) -> None:
     done = consumer["run"]
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
-    assert "INV105" in output and "bad.py" in output, output
+    for line, rule in BAD.expected():
+        assert f"bad.py:{line}:" in output and rule in output, output
     assert "clean.py" not in output, output
 
 
-def test_hook_passes_once_the_bad_file_is_fixed(consumer: dict[str, Any]) -> None:
+def test_readme_snippet_hook_passes_once_the_bad_file_is_fixed(consumer: dict[str, Any]) -> None:
     repo = consumer["repo"]
-    (repo / "bad.py").unlink()
+    (repo / "bad.py").write_text(FIXED.source)
     _git("add", "-A", cwd=repo)
     done = _pre_commit("run", "--all-files", cwd=repo, home=consumer["home"])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -138,16 +159,32 @@ def test_hook_env_has_the_checker_and_no_mlx(consumer: dict[str, Any]) -> None:
     assert not heavy, f"the hook env pulled in {sorted(heavy)}"
 
 
-def test_this_repos_own_config_is_valid_and_uses_the_base_dependencies() -> None:
-    done = subprocess.run([sys.executable, "-m", "pre_commit", "validate-config",
-                           str(ROOT / ".pre-commit-config.yaml")], capture_output=True, text=True, timeout=60)
+def test_this_repos_own_hook_runs_this_trees_checker(tmp_path: Path) -> None:
+    """The repo's local hook, run as written from a copy of its config: it finds the planted
+    violation under engine/ and passes once it is fixed.
+
+    Its entry runs `.venv/bin/invariants`; the copy's `.venv` is the environment running this
+    test, which holds this tree's editable install, as `bash ci/setup.sh` makes it.
+    """
+    config = ROOT / ".pre-commit-config.yaml"
+    done = subprocess.run([sys.executable, "-m", "pre_commit", "validate-config", str(config)],
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
-    hook = next(h for repo in config["repos"] for h in repo["hooks"] if h["id"] == HOOK_ID)
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    base = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert sorted(hook["additional_dependencies"]) == sorted(base), \
-        "the local hook must install exactly the base dependencies, as a consumer's hook env does"
+    repo = tmp_path / "copy"
+    (repo / "engine").mkdir(parents=True)
+    shutil.copy2(config, repo / ".pre-commit-config.yaml")
+    (repo / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    (repo / "engine" / "bad.py").write_text(BAD.source)
+    _git("init", "-q", cwd=repo)
+    _git("add", ".pre-commit-config.yaml", "engine", cwd=repo)
+    home = tmp_path / "pre-commit-home"
+
+    done = _pre_commit("run", HOOK_ID, "--all-files", cwd=repo, home=home)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    for line, rule in BAD.expected():
+        assert f"engine/bad.py:{line}:" in output and rule in output, output
+
+    (repo / "engine" / "bad.py").write_text(FIXED.source)
+    done = _pre_commit("run", HOOK_ID, "--all-files", cwd=repo, home=home)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""Glob matching of dotted names, for the names a user configures (`lock-names`, `mlx-modules`, ...).
+"""Glob matching of dotted names, for the names a user configures (`lock-names`, `model-names`, `event-names`, ...).
 
 Its own module because the rules and the analysis helpers match names while
 `config` imports the rule registry: with `matches_name` in `config` the two

@@ -153,7 +153,7 @@ def test_rules_lists_every_rule_and_explain_prints_the_docs(project: Project) ->
     run = project.run("rules")
     assert run.code == 0
     ids = [line.split()[0] for line in run.lines() if line.startswith("INV")]
-    assert ids == ["INV000", "INV001", *(f"INV1{n:02d}" for n in range(1, 12))]
+    assert ids == ["INV000", "INV001", *(f"INV1{n:02d}" for n in range(1, 17))]
     for rule in ("INV105", "lock-released-before-worker"):
         run = project.run("explain", rule)
         assert run.code == 0

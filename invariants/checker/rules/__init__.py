@@ -14,6 +14,11 @@ from mlx_invariants.checker.rules.inv108_blocking_mlx_on_event_loop import Block
 from mlx_invariants.checker.rules.inv109_ignored_readiness import IgnoredReadiness
 from mlx_invariants.checker.rules.inv110_ready_signalled_on_failure import ReadySignalledOnFailure
 from mlx_invariants.checker.rules.inv111_probe_leaked_on_error import ProbeLeakedOnError
+from mlx_invariants.checker.rules.inv112_cancellation_swallowed import CancellationSwallowed
+from mlx_invariants.checker.rules.inv113_task_reference_dropped import TaskReferenceDropped
+from mlx_invariants.checker.rules.inv114_thread_lock_on_event_loop import ThreadLockOnEventLoop
+from mlx_invariants.checker.rules.inv115_thread_join_unchecked import ThreadJoinUnchecked
+from mlx_invariants.checker.rules.inv116_executor_never_shut_down import ExecutorNeverShutDown
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -27,6 +32,11 @@ RULES: list[type[Rule]] = [
     IgnoredReadiness,
     ReadySignalledOnFailure,
     ProbeLeakedOnError,
+    CancellationSwallowed,
+    TaskReferenceDropped,
+    ThreadLockOnEventLoop,
+    ThreadJoinUnchecked,
+    ExecutorNeverShutDown,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

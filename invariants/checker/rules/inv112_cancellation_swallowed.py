@@ -1,0 +1,501 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from mlx_invariants.checker.globs import matches_name
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.scopes import Kind
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
+
+# What an `except` must name to catch the current task's cancellation. concurrent.futures'
+# CancelledError is an Exception of its own: it never catches asyncio's.
+_CANCELLATION = frozenset({"asyncio.CancelledError", "asyncio.exceptions.CancelledError", "BaseException",
+                           "builtins.BaseException"})
+# Awaiting these on tasks this function cancelled only collects those tasks' cancellation.
+_COLLECTORS = frozenset({"asyncio.gather", "asyncio.wait", "asyncio.wait_for", "asyncio.shield",
+                         "asyncio.tasks.gather", "asyncio.tasks.wait", "asyncio.tasks.wait_for"})
+
+
+@dataclass
+class _Swallow:
+    handler: cst.ExceptHandler
+    exit: cst.CSTNode  # the break/continue/return, or the handler itself when it falls off its end
+    how: str
+    flags: set[str]  # what the handler assigns: a later `if flag: raise` re-raises it
+    statement: cst.CSTNode  # the exit's own line (or the handler), for suppression comments
+    reraised: bool = False
+
+
+class CancellationSwallowed(Rule):
+    """A coroutine that catches its own cancellation (`except asyncio.CancelledError`,
+    `except BaseException`, a bare `except`) and then leaves the handler by `break`,
+    `continue`, `return` or by falling off its end finishes as *done*, not *cancelled*.
+    Whoever cancelled it (stop(), a timeout, a client disconnect, TaskGroup or
+    asyncio.timeout) cannot tell that it stopped, waits on, or carries on with a loop
+    it believes gone. vllm-mlx's engine and MLLM scheduler loops both did
+    `except asyncio.CancelledError: break` (fixed to `raise` in a76295c, the corpus's
+    a76295c-a and a76295c-b): shutdown propagation was hidden from every caller that
+    awaited the loop task."""
+
+    id = "INV112"
+    catches = "an `except CancelledError` (or BaseException) in an async def that leaves without re-raising"
+    message = (
+        "`{handler}` {how} without re-raising: the task ends as done, not cancelled, so whoever cancelled it "
+        "never learns; re-raise it (`raise`), or call `asyncio.current_task().uncancel()` where swallowing "
+        "the cancellation is deliberate"
+    )
+    known_problems = (
+        "Judges handlers in an async def whose try body awaits. Not flagged: awaiting only tasks this "
+        "function called `.cancel()` on before the try (the stop() idiom: `t.cancel(); try: await t "
+        "except CancelledError: pass`), a handler that calls `.uncancel()`, a handler that sets a name "
+        "a later `if` tests before raising (a drain loop's `cancelled = True ... if cancelled: raise`), "
+        "and handlers nested in another cancellation handler (the outer one is judged as a whole). "
+        "Any `raise` counts as re-raising, even of another exception; `except*` is not judged."
+    )
+    triggers = (("async",), ("except",))
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+
+            class EngineCore:
+                async def _engine_loop(self):
+                    while self._running:
+                        try:
+                            self.scheduler.step()
+                            await asyncio.sleep(0.001)
+                        except asyncio.CancelledError:
+                            break  # expect: INV112
+                        except Exception:
+                            logger.exception("engine loop error")
+                            await asyncio.sleep(0.1)
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def stream_outputs(queue):
+                try:
+                    while True:
+                        yield await queue.get()
+                except (GeneratorExit, asyncio.CancelledError):  # expect: INV112
+                    logger.info("stream closed")
+        '''),
+        Invalid('''
+            from asyncio import CancelledError as Cancelled
+
+            async def next_chunk(stream):
+                try:
+                    return await stream.read()
+                except Cancelled:
+                    return None  # expect: INV112
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def drain(done):
+                cancelled = False
+                while not done.done():
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:  # expect: INV112
+                        cancelled = True
+                return cancelled
+        '''),
+        Invalid('''
+            async def send(ws, message, fatal):
+                try:
+                    await ws.send(message)
+                except BaseException:  # expect: INV112
+                    if fatal:
+                        raise
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+
+            class EngineCore:
+                async def _engine_loop(self):
+                    while self._running:
+                        try:
+                            self.scheduler.step()
+                            await asyncio.sleep(0.001)
+                        except asyncio.CancelledError:
+                            raise
+                        except Exception:
+                            logger.exception("engine loop error")
+                            await asyncio.sleep(0.1)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def stream_outputs(queue):
+                try:
+                    while True:
+                        yield await queue.get()
+                except (GeneratorExit, asyncio.CancelledError):
+                    logger.info("stream closed")
+                    raise
+        '''),
+        Valid('''
+            from asyncio import CancelledError as Cancelled
+
+            async def next_chunk(stream):
+                try:
+                    return await stream.read()
+                except Cancelled:
+                    raise
+        '''),
+        Valid('''
+            import asyncio
+
+            async def drain(done):
+                cancelled = False
+                while not done.done():
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:
+                        cancelled = True
+                if cancelled:
+                    raise asyncio.CancelledError()
+        '''),
+        Valid('''
+            async def send(ws, message, fatal):
+                try:
+                    await ws.send(message)
+                except BaseException:
+                    if fatal:
+                        raise
+                    logger.warning("send failed", exc_info=True)
+                    raise
+        '''),
+        Valid('''
+            import asyncio
+
+            async def run_blocking(task):
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    while not task.done():
+                        try:
+                            await asyncio.shield(task)
+                        except asyncio.CancelledError:
+                            continue
+                        except Exception:
+                            logger.warning("worker failed while draining", exc_info=True)
+                            break
+                    raise
+        '''),
+        Valid('''
+            import asyncio
+
+            class Scheduler:
+                async def stop(self):
+                    self._task.cancel()
+                    try:
+                        await self._task
+                    except asyncio.CancelledError:
+                        pass
+        '''),
+        Valid('''
+            import asyncio
+
+            async def serve(client):
+                try:
+                    await client.run()
+                except asyncio.CancelledError:
+                    if not client.disconnected:
+                        raise
+                    asyncio.current_task().uncancel()
+        '''),
+        Valid('''
+            import asyncio
+
+            async def produce(run, emit_error):
+                try:
+                    await run()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    emit_error(exc)
+        '''),
+        Valid('''
+            async def cleanup_after_cancel(cleanup):
+                with suspend_cancellation():
+                    try:
+                        await cleanup()
+                    except BaseException:
+                        logger.error("cleanup failed while preserving cancellation", exc_info=True)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def wait_for_load(self, task):
+                try:
+                    return await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if task.cancelled() and current.cancelling() == 0:
+                        return None  # the load was cancelled, not this waiter
+                    raise
+        '''),
+        Valid('''
+            async def stream(producer_task, abort):
+                try:
+                    yield await producer_task
+                finally:
+                    abort.set()
+                    try:
+                        await producer_task
+                    except BaseException:
+                        pass
+        '''),
+        Valid('''
+            import asyncio
+
+            async def result_of(task):
+                try:
+                    return task.result()
+                except (asyncio.CancelledError, Exception):
+                    return None
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.cancelled: dict[int, set[str]] = {}  # per function: keys `.cancel()` was called on so far
+        self.loop_targets: dict[int, dict[str, str]] = {}  # per function: loop variable -> what it iterates
+        self.inner: set[int] = set()  # handlers inside a cancellation handler already judged
+        self.pending: dict[int, list[_Swallow]] = {}
+        self.found: list[_Swallow] = []
+        self.shielded: dict[int, int] = {}  # per function: depth of `with <shield helper>:` blocks
+        self.finally_depth: dict[int, int] = {}
+
+    def _count(self, counts: dict[int, int], step: int) -> None:
+        function = self._function()
+        if function is not None:
+            counts[function] = counts.get(function, 0) + step
+
+    def visit_Finally(self, node: cst.Finally) -> None:
+        self._count(self.finally_depth, 1)
+
+    def leave_Finally(self, node: cst.Finally) -> None:
+        self._count(self.finally_depth, -1)
+
+    def visit_With(self, node: cst.With) -> None:
+        if self._shields(node):
+            self._count(self.shielded, 1)
+
+    def leave_With(self, node: cst.With) -> None:
+        if self._shields(node):
+            self._count(self.shielded, -1)
+
+    def _shields(self, node: cst.With) -> bool:
+        helpers = self.ctx.shared["shield-helpers"]
+        return any(matches_name(dotted(i.item.func if isinstance(i.item, cst.Call) else i.item), helpers)
+                   for i in node.items)
+
+    def _function(self) -> int | None:
+        frame = self.ctx.scope.top
+        return id(frame.node) if frame.kind is Kind.ASYNC else None
+
+    def visit_For(self, node: cst.For) -> None:
+        function = self._function()
+        iterated = self.ctx.key(node.iter)
+        if function is not None and isinstance(node.target, cst.Name) and iterated:
+            self.loop_targets.setdefault(function, {})[node.target.value] = iterated
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        function = self._function()
+        if function is None or not (isinstance(func, cst.Attribute) and func.attr.value == "cancel"):
+            return
+        key = self.ctx.key(func.value)
+        if key is not None:
+            cancelled = self.cancelled.setdefault(function, set())
+            cancelled.add(key)
+            iterated = self.loop_targets.get(function, {}).get(key)
+            if iterated:
+                cancelled.add(iterated)
+
+    def visit_Try(self, node: cst.Try) -> None:
+        function = self._function()
+        if function is None or self.shielded.get(function, 0) or self.finally_depth.get(function, 0):
+            return  # cancellation is held off here, or the exception in flight goes on after the finally
+        # Only the first handler that catches a cancellation ever sees one.
+        handler = next((h for h in node.handlers if self._catches_cancellation(h.type)), None)
+        if handler is None or id(handler) in self.inner or not self._awaits(node.body, function):
+            return
+        self.inner.update(id(n) for n in descendants(handler.body, OWN_BODY_STOP) if isinstance(n, cst.ExceptHandler))
+        if _consults_cancellation_state(handler):
+            return
+        exits, falls_off = _flow(_statements(handler.body), 0)
+        if exits:
+            (exit_node, line), how = exits[0], _HOW[type(exits[0][0])]
+        elif falls_off:
+            exit_node, line, how = handler, handler, "falls off its end"
+        else:
+            return
+        flags = {k for k in map(self.ctx.key, _assigned(handler)) if k}
+        swallow = _Swallow(handler, exit_node, how, flags, line or handler)
+        self.found.append(swallow)
+        if flags:
+            self.pending.setdefault(function, []).append(swallow)
+
+    def visit_If(self, node: cst.If) -> None:
+        function = self._function()
+        waiting = self.pending.get(function or 0)
+        if not waiting:
+            return
+        names = [n for n in [node.test, *descendants(node.test)] if isinstance(n, cst.Name | cst.Attribute)]
+        tested = {self.ctx.key(n) for n in names}
+        if not any(isinstance(n, cst.Raise) for n in descendants(node.body, OWN_BODY_STOP)):
+            return
+        for swallow in waiting:
+            if swallow.flags & tested:
+                swallow.reraised = True
+
+    def end(self) -> None:
+        for swallow in self.found:
+            if swallow.reraised:
+                continue
+            handler = "except:" if swallow.handler.type is None else f"except {_text(swallow.handler.type)}"
+            message = self.message.format(handler=handler, how=swallow.how)
+            self.ctx.report_at(self.id, swallow.exit, swallow.statement, message)
+
+    def _catches_cancellation(self, kind: cst.BaseExpression | None) -> bool:
+        if kind is None:
+            return True
+        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
+        return any((self.ctx.resolve(k) or dotted(k)) in _CANCELLATION for k in kinds)
+
+    def _awaits(self, body: cst.BaseSuite, function: int) -> bool:
+        """The try body can be cancelled: it awaits something other than tasks this function cancelled."""
+        cancelled = self.cancelled.get(function, set())
+        for node in descendants(body, OWN_BODY_STOP):
+            if isinstance(node, cst.For | cst.With) and node.asynchronous is not None:
+                return True
+            if isinstance(node, cst.Await) and not (self._awaited(node.expression) & cancelled):
+                return True
+        return False
+
+    def _awaited(self, expr: cst.BaseExpression) -> set[str]:
+        """The tasks an await waits on, when it waits on task objects rather than a fresh coroutine."""
+        if isinstance(expr, cst.Call) and self.ctx.resolve(expr.func) in _COLLECTORS:
+            parts = [a.value for a in expr.args]
+            parts += [e.value for p in parts if isinstance(p, cst.List | cst.Tuple | cst.Set) for e in p.elements]
+        else:
+            parts = [expr]
+        return {k for p in parts if isinstance(p, cst.Name | cst.Attribute) and (k := self.ctx.key(p))}
+
+
+_HOW = {cst.Break: "breaks out of its loop", cst.Continue: "continues its loop", cst.Return: "returns"}
+
+
+def _statements(suite: cst.BaseSuite) -> Sequence[cst.CSTNode]:
+    return suite.body  # an indented block's statements, or a one-line suite's small statements
+
+
+_Exit = tuple[cst.CSTNode, cst.CSTNode | None]  # a break/continue/return and the line it stands on
+
+
+def _flow(block: Sequence[cst.CSTNode], loops: int) -> tuple[list[_Exit], bool]:
+    """(the statements in `block` that leave the handler without raising, whether its end is reachable).
+
+    `loops` counts the loops entered inside the handler: a break or continue there stays inside it.
+    """
+    exits: list[_Exit] = []
+    for statement in block:
+        found, reachable = _step(statement, loops)
+        exits.extend(found)
+        if not reachable:
+            return exits, False
+    return exits, True
+
+
+def _step(node: cst.CSTNode, loops: int) -> tuple[list[_Exit], bool]:
+    if isinstance(node, cst.SimpleStatementLine):
+        exits, reachable = _flow(node.body, loops)
+        return [(exit, node) for exit, _ in exits], reachable
+    if isinstance(node, cst.Raise):
+        return [], False
+    if isinstance(node, cst.Return):
+        return [(node, None)], False
+    if isinstance(node, cst.Break | cst.Continue):
+        return ([(node, None)] if loops == 0 else []), False
+    if isinstance(node, cst.If):
+        exits, reachable = _flow(_statements(node.body), loops)
+        if node.orelse is None:
+            return exits, True
+        if isinstance(node.orelse, cst.If):
+            more, other = _step(node.orelse, loops)
+        else:
+            more, other = _flow(_statements(node.orelse.body), loops)
+        return exits + more, reachable or other
+    if isinstance(node, cst.For | cst.While):
+        exits, _ = _flow(_statements(node.body), loops + 1)
+        if node.orelse is not None:
+            exits += _flow(_statements(node.orelse.body), loops)[0]
+        endless = isinstance(node, cst.While) and _always_true(node.test) and not _breaks(node.body)
+        return exits, not endless
+    if isinstance(node, cst.With):
+        return _flow(_statements(node.body), loops)
+    if isinstance(node, cst.Try | cst.TryStar):
+        exits, reachable = _flow(_statements(node.body), loops)
+        if node.orelse is not None and reachable:
+            more, reachable = _flow(_statements(node.orelse.body), loops)
+            exits += more
+        for handler in node.handlers:
+            more, caught = _flow(_statements(handler.body), loops)
+            exits += more
+            reachable = reachable or caught
+        if node.finalbody is not None:
+            more, finishes = _flow(_statements(node.finalbody.body), loops)
+            exits += more
+            reachable = reachable and finishes
+        return exits, reachable
+    if isinstance(node, cst.Match):
+        exits = [e for case in node.cases for e in _flow(_statements(case.body), loops)[0]]
+        return exits, True
+    return [], True
+
+
+def _always_true(test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.Integer):
+        return test.value != "0"
+    return isinstance(test, cst.Name) and test.value == "True"
+
+
+def _breaks(body: cst.BaseSuite) -> bool:
+    """A `break` of this loop (not of a loop nested in it)."""
+    return any(isinstance(n, cst.Break) for n in descendants(body, (cst.For, cst.While, *OWN_BODY_STOP)))
+
+
+def _consults_cancellation_state(handler: cst.ExceptHandler) -> bool:
+    """The handler asks whether the cancellation is its own (`cancelling()`) or consumes it (`uncancel()`)."""
+    for node in descendants(handler.body, OWN_BODY_STOP):
+        name = (node.attr.value if isinstance(node, cst.Attribute) else node.value if isinstance(node, cst.Name)
+                else node.evaluated_value if isinstance(node, cst.SimpleString) else None)
+        if name in ("cancelling", "uncancel"):
+            return True
+    return False
+
+
+def _assigned(handler: cst.ExceptHandler) -> list[cst.BaseExpression]:
+    targets: list[cst.BaseExpression] = []
+    for node in descendants(handler.body, OWN_BODY_STOP):
+        if isinstance(node, cst.Assign):
+            targets.extend(t.target for t in node.targets)
+        elif isinstance(node, cst.AugAssign | cst.AnnAssign):
+            targets.append(node.target)
+    return [t for t in targets if isinstance(t, cst.Name | cst.Attribute)]
+
+
+def _text(kind: cst.BaseExpression) -> str:
+    if isinstance(kind, cst.Tuple):
+        return "(" + ", ".join(dotted(e.value) or "..." for e in kind.elements) + ")"
+    return dotted(kind) or "..."

@@ -1,0 +1,287 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import keyword, positional
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
+
+THREAD_LOCKS = frozenset({"threading.Lock", "threading.RLock", "_thread.allocate_lock"})
+_CONTAINERS = frozenset({"list", "dict", "set", "tuple", "frozenset", "collections.deque", "collections.defaultdict",
+                         "collections.OrderedDict", "collections.Counter"})
+_LITERALS = (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp)
+# Calls that finish at once whatever they are called on.
+_QUICK_BUILTINS = frozenset({
+    "len", "list", "dict", "set", "tuple", "frozenset", "sorted", "reversed", "min", "max", "sum", "any", "all",
+    "isinstance", "issubclass", "id", "hash", "bool", "int", "float", "str", "repr", "range", "enumerate", "zip",
+    "iter", "getattr", "hasattr", "setattr", "type", "abs", "round", "map", "filter",
+})
+_QUICK_QUALS = frozenset({"time.time", "time.monotonic", "time.perf_counter", "time.monotonic_ns", "time.time_ns"})
+_QUICK_METHODS = frozenset({
+    "put_nowait", "get_nowait", "is_set", "qsize", "empty", "full", "done", "cancelled", "call_soon_threadsafe",
+})
+_LOG_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical", "log"})
+
+
+@dataclass
+class _Section:
+    """One stretch of code that holds a lock: what in it may take long, and what is quick only on containers."""
+
+    where: str
+    slow: str | None = None
+    on_containers: list[tuple[str, str]] = field(default_factory=list)  # (receiver key, call text)
+
+
+@dataclass
+class _Taking:
+    lock: cst.BaseExpression
+    key: str
+    node: cst.CSTNode
+    text: str
+    statement: cst.CSTNode | None
+
+
+class ThreadLockOnEventLoop(Rule):
+    """A `threading.Lock` taken in an `async def` (`with lock:`, `lock.acquire()`)
+    blocks the event loop thread for as long as another thread holds it: while a
+    worker thread holds the lock across a model step, every coroutine of the
+    server (health checks, streaming, new admissions) is frozen. smg's MLX
+    servicer took `_gen_lock` in Generate and Abort on the loop while its
+    generation thread held it across each `BatchGenerator.next()`
+    (servicer.py@fbe2497:616, the corpus's S2b); its fix left the loop only a
+    brief `_pending_lock` around list and set updates, which this rule accepts."""
+
+    id = "INV114"
+    catches = "a threading lock, held elsewhere across slow work, taken on the event loop in an async def"
+    message = (
+        "`{taking}` takes threading lock `{lock}` on the event loop, and {where} holds it {slow}: "
+        "the whole loop stalls until that finishes; hand the work to the lock's thread through a queue, "
+        "or take the lock off the loop (`await asyncio.to_thread(...)`)"
+    )
+    known_problems = (
+        "Locks are known by constructor (threading.Lock/RLock) in this file, through the import table and "
+        "`self.x = threading.Lock()`. A lock is accepted when every `with` of it in this file holds only "
+        "quick work: builtins, logging, and methods of containers this file builds; a hold taken by "
+        "`.acquire()` is never judged quick. Holders in other files are not seen. `acquire(blocking=False)` "
+        "and `acquire(timeout=...)` are not flagged."
+    )
+    triggers = (("async",), ("threading", "_thread"))
+
+    INVALID = [
+        Invalid('''
+            import threading
+
+            class MlxServicer:
+                def __init__(self, batch_generator):
+                    self.batch_generator = batch_generator
+                    self._gen_lock = threading.Lock()
+
+                def _generation_loop(self):
+                    while True:
+                        with self._gen_lock:
+                            responses = self.batch_generator.next()
+                        self._publish(responses)
+
+                async def Abort(self, request, context):
+                    uid = self._uids.get(request.request_id)
+                    with self._gen_lock:  # expect: INV114
+                        self.batch_generator.remove([uid])
+        '''),
+        Invalid('''
+            from threading import RLock as _RLock
+
+            _STATE_LOCK = _RLock()
+
+            async def snapshot(state):
+                _STATE_LOCK.acquire()  # expect: INV114
+                try:
+                    return dict(state)
+                finally:
+                    _STATE_LOCK.release()
+        '''),
+        Invalid('''
+            import threading
+
+            class Cache:
+                def __init__(self):
+                    self._lock = threading.Lock()
+                    self._entries = {}
+
+                async def fill(self, key, fetch):
+                    with self._lock:  # expect: INV114
+                        self._entries[key] = await fetch(key)
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import threading
+
+            class MlxServicer:
+                def __init__(self, batch_generator):
+                    self.batch_generator = batch_generator
+                    self._pending_lock = threading.Lock()
+                    self._aborted = set()
+
+                def _generation_loop(self):
+                    while True:
+                        with self._pending_lock:
+                            aborted = self._aborted
+                            self._aborted = set()
+                        self.batch_generator.remove(list(aborted))
+                        self._publish(self.batch_generator.next())
+
+                async def Abort(self, request, context):
+                    with self._pending_lock:
+                        self._aborted.add(request.request_id)
+        '''),
+        Valid('''
+            from threading import RLock as _RLock
+
+            _STATE_LOCK = _RLock()
+
+            async def snapshot(state):
+                if not _STATE_LOCK.acquire(blocking=False):
+                    return None
+                try:
+                    return dict(state)
+                finally:
+                    _STATE_LOCK.release()
+        '''),
+        Valid('''
+            import asyncio
+
+            class Cache:
+                def __init__(self):
+                    self._lock = asyncio.Lock()
+                    self._entries = {}
+
+                async def fill(self, key, fetch):
+                    async with self._lock:
+                        self._entries[key] = await fetch(key)
+        '''),
+        Valid('''
+            import asyncio
+            import threading
+
+            class MlxServicer:
+                def __init__(self, batch_generator):
+                    self.batch_generator = batch_generator
+                    self._gen_lock = threading.Lock()
+
+                async def Abort(self, request, context):
+                    def remove():
+                        with self._gen_lock:
+                            self.batch_generator.remove([request.uid])
+
+                    await asyncio.to_thread(remove)
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.sections: dict[str, list[_Section]] = {}
+        self.takings: list[_Taking] = []
+
+    def visit_With(self, node: cst.With) -> None:
+        if node.asynchronous is not None:
+            return
+        for item in node.items:
+            lock = item.item
+            key = self.ctx.key(lock) if isinstance(lock, cst.Name | cst.Attribute) else None
+            if key is None:
+                continue
+            self.ctx.pin(lock)
+            self.sections.setdefault(key, []).append(self._section(node.body))
+            if self.ctx.in_async:
+                self.takings.append(_Taking(lock, key, node, f"with {dotted(lock)}:", self.ctx.statement))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "acquire"):
+            return
+        key = self.ctx.key(func.value)
+        if key is None:
+            return
+        self.ctx.pin(func.value)
+        held = _Section(self._where(), slow=f"from `{dotted(func)}()` to a release this rule does not follow")
+        self.sections.setdefault(key, []).append(held)
+        if self.ctx.in_async and _blocks(node):
+            self.takings.append(_Taking(func.value, key, node, f"{dotted(func)}()", self.ctx.statement))
+
+    def end(self) -> None:
+        for taking in self.takings:
+            if not self._is_thread_lock(taking.lock):
+                continue
+            slow = next(((s.where, s.slow) for s in self.sections.get(taking.key, ()) if s.slow), None)
+            if slow is None:
+                slow = next(((s.where, f"across `{text}`") for s in self.sections.get(taking.key, ())
+                             for key, text in s.on_containers if not self._is_container(key)), None)
+            if slow is None:
+                continue
+            message = self.message.format(taking=taking.text, lock=dotted(taking.lock), where=slow[0], slow=slow[1])
+            self.ctx.report_at(self.id, taking.node, taking.statement, message)
+
+    def _where(self) -> str:
+        function = self.ctx.scope.function()
+        if function is None:
+            return "module-level code"
+        return "a lambda" if function.name == "<lambda>" else f"`{function.name}`"
+
+    def _section(self, body: cst.BaseSuite) -> _Section:
+        """What in a `with` body may take long, judged now (receivers' keys need this scope)."""
+        section = _Section(self._where())
+        for node in descendants(body, OWN_BODY_STOP):
+            if isinstance(node, cst.Await | cst.Yield):
+                section.slow = "across an await" if isinstance(node, cst.Await) else "across a yield"
+                return section
+            if isinstance(node, cst.For | cst.With) and node.asynchronous is not None:
+                section.slow = "across an async loop or context"
+                return section
+            if not isinstance(node, cst.Call):
+                continue
+            text = f"{dotted(node.func) or '...'}(...)"
+            func = node.func
+            if isinstance(func, cst.Name) and func.value in _QUICK_BUILTINS and self.ctx.resolve(func) is None:
+                continue
+            if self.ctx.resolve(func) in _QUICK_QUALS:
+                continue
+            if isinstance(func, cst.Attribute):
+                method = func.attr.value
+                receiver = dotted(func.value) or ""
+                if method in _QUICK_METHODS or (method in _LOG_METHODS and "log" in receiver.lower()):
+                    continue
+                key = self.ctx.key(func.value)
+                if key is not None:
+                    section.on_containers.append((key, text))
+                    continue
+            section.slow = f"across `{text}`"
+            return section
+        return section
+
+    def _is_thread_lock(self, lock: cst.BaseExpression) -> bool:
+        return bool(self.ctx.facts.constructed_by(self.ctx.key(lock)) & THREAD_LOCKS)
+
+    def _is_container(self, key: str) -> bool:
+        """Every value this file assigns to `key` is a list, dict, set or tuple (or a collections one)."""
+        values = self.ctx.facts.assigned.get(key, ())
+        return bool(values) and all(_builds_container(a.value, a.call_qual) for a in values)
+
+
+def _builds_container(value: cst.BaseExpression, qual: str | None) -> bool:
+    if isinstance(value, _LITERALS):
+        return True
+    if isinstance(value, cst.Call):
+        return (qual or dotted(value.func) or "") in _CONTAINERS
+    return False
+
+
+def _blocks(call: cst.Call) -> bool:
+    """`acquire()` with no timeout and blocking left true."""
+    if keyword(call, "timeout") is not None or positional(call, 1) is not None:
+        return False
+    blocking = keyword(call, "blocking") or positional(call, 0)
+    return not (isinstance(blocking, cst.Name) and blocking.value == "False"
+                or isinstance(blocking, cst.Integer) and blocking.value == "0")

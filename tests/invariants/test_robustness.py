@@ -140,7 +140,7 @@ def test_a_checker_bug_on_one_file_is_an_inv000_line_and_the_run_goes_on(
 
     monkeypatch.setattr(LockReleasedBeforeWorker, "visit_Await", broken)
     project.write("a.py", BAD_LOCK)
-    project.write("b.py", "import asyncio\n\nasync def f():\n    await asyncio.wait_for(g(), timeout=60)\n")
+    project.write("b.py", "import asyncio\n\nasync def handle():\n    await asyncio.wait_for(g(), timeout=60)\n")
     run = project.run("check", "--no-cache", "--jobs", "1")
     assert run.code == 1
     assert run.lines()[0] == ("a.py:1:1: INV000 cannot check this file: the checker failed on it "

@@ -1,14 +1,29 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from mlx_invariants.checker.facts import number
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
-from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.scopes import FUNCTION_KINDS, Kind
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
+
+
+_ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "route", "api_route", "websocket"})
+
+
+@dataclass
+class _Wait:
+    node: cst.Call
+    statement: cst.CSTNode | None
+    what: str
+    functions: tuple[int, ...]  # the defs around the wait, outermost first
+    request_work: bool  # what it waits for is named like request work (`engine.generate(...)`)
 
 
 class LongWaitInRequestPath(Rule):
@@ -18,22 +33,40 @@ class LongWaitInRequestPath(Rule):
     an unbounded queue with a deadline nobody reaches; waiting on a lock's
     `acquire()` under a timeout is an admission queue in disguise. Decide
     admission before the work starts: fail fast with a retryable busy error
-    (HTTP 503 + Retry-After), or wait briefly."""
+    (HTTP 503 + Retry-After), or wait briefly.
+
+    A request path is what runs for a serving request: a function named like a
+    request handler (`request-names`: `generate`, `chat`, `*complet*`,
+    `handle_*`, ...; a gRPC `Generate`), one routed by a decorator whose path is
+    named so (`@app.post("/v1/chat/completions")`), any function of the same
+    file these call, and any def nested in them; or a wait whose awaited call
+    is itself named like request work (`wait_for(engine.generate(...), 120)`).
+    A lock's `acquire()` under `wait_for` is judged wherever it is. Tests are
+    never request paths: a deadline in a test bounds the test."""
 
     id = "INV101"
-    catches = "a wait_for/timeout of at least max-seconds, or any wait_for on a lock's acquire()"
+    catches = ("a wait_for/timeout longer than max-seconds in a request path, "
+               "or any wait_for on a lock's acquire() outside tests")
     message = "{what}: fail fast with a retryable busy error (503 + Retry-After) instead of queueing the request"
     known_problems = (
         "Sees constant timeouts only (literals, arithmetic on them, module-level constants); a timeout read "
-        "from config or a parameter is not judged. Waits on calls named like network I/O (io-names) are "
-        "exempt; any other long wait in an async def is flagged, even one that is not in a request path: "
-        "raise max-seconds, or scope the rule with `paths` or per-path-ignores."
+        "from config or a parameter is not judged. A wait exactly max-seconds long is allowed (the limit is "
+        "the longest acceptable wait). Request paths are found by name within one file: a handler routed "
+        "without a decorator (a raw ASGI `__call__`, `Route(path, endpoint)`) or named otherwise is not a "
+        "request path unless `request-names` names it, and a helper reached only from another file is not "
+        "followed; a control RPC named like one (a `request_profile` admin call) is judged as one. Tests are "
+        "recognised by name: a `test_*` function, a `Test*` class, and anything nested in them. Waits on "
+        "calls named like network I/O (io-names) are exempt."
     )
     options = {
         "max-seconds": 5.0,
         # Waits on the network, not on a slot: reading a request body under a timeout is fine.
         "io-names": ["*read*", "*recv*", "*receive*", "*connect*", "*body*", "*send*", "*write*", "*fetch*",
                      "*download*", "*upload*", "*communicate*"],
+        # Functions (and route paths) that serve a request, and calls that are request work.
+        "request-names": ["*generate*", "*generation*", "*chat*", "*complet*", "*stream*", "*embed*", "*rerank*",
+                          "*infer*", "*predict*", "*request*", "handle", "handle_*", "_handle_*", "*submit*",
+                          "*admit*"],
     }
     triggers = (("wait_for", "timeout", "fail_after", "move_on_after"),)
 
@@ -55,6 +88,25 @@ class LongWaitInRequestPath(Rule):
                 from asyncio import timeout
                 async with timeout(60):  # expect: INV101
                     return await engine.generate(request)
+        '''),
+        Invalid('''
+            import asyncio
+
+            class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+                async def Generate(self, request, context):
+                    await self._wait_for_slot()
+                    async for chunk in self._engine.run(request):
+                        yield chunk
+
+                async def _wait_for_slot(self):
+                    await asyncio.wait_for(self._slot_free.wait(), timeout=300)  # expect: INV101
+        '''),
+        Invalid('''
+            import asyncio
+
+            @app.post("/v1/chat/completions")
+            async def openai_compatible(payload):
+                return await asyncio.wait_for(pool.run(payload), timeout=300)  # expect: INV101
         '''),
     ]
     VALID = [
@@ -81,6 +133,32 @@ class LongWaitInRequestPath(Rule):
         Valid('''
             import asyncio
 
+            class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+                async def Generate(self, request, context):
+                    if self._slot_free.is_set():
+                        raise Busy(retry_after=1)
+                    async for chunk in self._engine.run(request):
+                        yield chunk
+
+                async def StartProfile(self, request, context):
+                    await asyncio.wait_for(self._engine.start_profile(request.output_dir), timeout=600)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def test_generate_finishes(engine, request):
+                await asyncio.wait_for(engine.generate(request), timeout=30)
+                await asyncio.wait_for(engine.admission.acquire(), timeout=1)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def handle(engine, request):
+                return await asyncio.wait_for(engine.generate(request), timeout=5)
+        '''),
+        Valid('''
+            import asyncio
+
             async def handle(engine, request, deadline):
                 return await asyncio.wait_for(engine.generate(request), timeout=deadline)
         '''),
@@ -92,8 +170,21 @@ class LongWaitInRequestPath(Rule):
         '''),
     ]
 
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.waits: list[_Wait] = []
+        self.routed: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        for decorator in node.decorators:
+            call = decorator.decorator
+            if isinstance(call, cst.Call) and terminal(call.func) in _ROUTE_DECORATORS:
+                path = positional(call, 0) or keyword(call, "path")
+                if isinstance(path, cst.SimpleString) and self._request_named(path.raw_value):
+                    self.routed.add(id(node))
+
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.ctx.in_async or self.ctx.resolve(node.func) not in WAIT_FOR:
+        if not self.ctx.in_async or self.ctx.resolve(node.func) not in WAIT_FOR or self._in_test():
             return
         awaited = positional(node, 0) or keyword(node, "fut")
         lock = acquired_lock(awaited) if awaited is not None else None
@@ -101,25 +192,61 @@ class LongWaitInRequestPath(Rule):
             self.report(node, what=f"`wait_for({dotted(lock) or 'lock'}.acquire())` is a wait-mode admission queue")
             return
         if not self._is_io(awaited):
-            self._judge(node, "wait_for", keyword(node, "timeout") or positional(node, 1))
+            self._judge(node, "wait_for", keyword(node, "timeout") or positional(node, 1), [awaited])
 
     def visit_With(self, node: cst.With) -> None:
-        if node.asynchronous is None or not self.ctx.in_async:
+        if node.asynchronous is None or not self.ctx.in_async or self._in_test():
             return
         for item in node.items:
             call = item.item
             if isinstance(call, cst.Call) and self.ctx.resolve(call.func) in TIMEOUT_SCOPES:
-                awaits = [n for n in descendants(node.body, OWN_BODY_STOP) if isinstance(n, cst.Await)]
-                if awaits and all(self._is_io(a.expression) for a in awaits):
+                awaits = [n.expression for n in descendants(node.body, OWN_BODY_STOP) if isinstance(n, cst.Await)]
+                if awaits and all(self._is_io(a) for a in awaits):
                     continue
                 name = self.ctx.resolve(call.func).rsplit(".", 1)[-1]
-                self._judge(call, name, positional(call, 0) or keyword(call, "delay"))
+                self._judge(call, name, positional(call, 0) or keyword(call, "delay"), awaits)
+
+    def end(self) -> None:
+        on_path = self._request_functions()
+        for wait in self.waits:
+            if wait.request_work or any(f in on_path for f in wait.functions):
+                self.ctx.report_at(self.id, wait.node, wait.statement, self.message.format(what=wait.what))
+
+    def _request_functions(self) -> set[int]:
+        """The defs named or routed as request handlers, and every def of this file they call."""
+        facts = self.ctx.facts
+        stack = [
+            f for f in facts.functions.values()
+            if id(f.node) in self.routed or (f.key and self._request_named(f.key.rsplit(".", 1)[-1]))
+        ]
+        reached: set[int] = set()
+        while stack:
+            current = stack.pop()
+            if id(current.node) not in reached:
+                reached.add(id(current.node))
+                stack.extend(facts.callees(current))
+        return reached
+
+    def _in_test(self) -> bool:
+        return any(
+            (frame.kind is Kind.CLASS and frame.name.startswith("Test"))
+            or (frame.kind in FUNCTION_KINDS and frame.name.startswith("test_"))
+            for frame in self.ctx.scope.frames
+        )
+
+    def _request_named(self, text: str | None) -> bool:
+        return matches_name(text, self.opts["request-names"])
 
     def _is_io(self, awaited: cst.BaseExpression | None) -> bool:
         return isinstance(awaited, cst.Call) and matches_name(dotted(awaited.func), self.opts["io-names"])
 
-    def _judge(self, node: cst.Call, name: str, value: cst.BaseExpression | None) -> None:
+    def _judge(self, node: cst.Call, name: str, value: cst.BaseExpression | None,
+               awaited: list[cst.BaseExpression | None]) -> None:
         limit = float(self.opts["max-seconds"])
         seconds = None if value is None else number(value, self.ctx.facts.constants)
-        if seconds is not None and seconds >= limit:
-            self.report(node, what=f"`{name}` waits up to {seconds:g} s (limit {limit:g} s, max-seconds)")
+        if seconds is None or seconds <= limit:
+            return
+        functions = tuple(id(f.node) for f in self.ctx.scope.frames if f.kind in FUNCTION_KINDS)
+        work = any(isinstance(a, cst.Call) and self._request_named(dotted(a.func)) for a in awaited)
+        what = f"`{name}` waits up to {seconds:g} s (limit {limit:g} s, max-seconds)"
+        self.waits.append(_Wait(node, self.ctx.statement, what, functions, work))

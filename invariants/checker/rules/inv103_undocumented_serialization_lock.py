@@ -6,6 +6,7 @@ from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import MUTEXES
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 
 class UndocumentedSerializationLock(Rule):
@@ -14,17 +15,24 @@ class UndocumentedSerializationLock(Rule):
     change reuses it as a request-admission gate ("just wait for the lock"), and
     requests start queueing for minutes behind it. The comment is the contract:
     it says the lock serializes Metal/command-buffer (MLX) access and is not an
-    admission gate, so admission stays a separate, fail-fast decision."""
+    admission gate, so admission stays a separate, fail-fast decision. Code that
+    already refuses a request when the lock is held (`if lock.locked(): raise
+    Busy(...)` before acquiring it) states that contract in behaviour, which
+    outranks any comment: such a lock is not judged."""
 
     id = "INV103"
-    catches = "an MLX serialization lock without a comment saying it is not an admission gate"
+    catches = ("an MLX serialization lock with neither a comment saying it is not an admission gate "
+               "nor fail-fast admission (`if lock.locked(): raise Busy`)")
     message = (
         "say in a comment above `{name}` that it serializes Metal command-buffer (MLX) access "
         "and is not an admission gate ({missing})"
     )
     known_problems = (
         "Checks the comment's words, not its truth; only locks whose names match `names` are checked, "
-        "and only where they are created."
+        "and only where they are created. A lock counts as having fail-fast admission when this file "
+        "tests its `locked()` in an `if` whose block raises or returns (the `if` may test other things too, "
+        "such as an admission mode that can be switched to waiting); admission decided in another file is "
+        "not seen."
     )
     options = {
         "names": [
@@ -48,6 +56,20 @@ class UndocumentedSerializationLock(Rule):
                     self._generation_lock = asyncio.Lock()  # expect: INV103
         '''),
         Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                def __init__(self):
+                    # Lock to serialize MLX operations (prevents Metal command buffer conflicts).
+                    self._generation_lock = asyncio.Lock()  # expect: INV103
+
+                async def generate(self, request):
+                    if self._generation_lock.locked():
+                        logger.info("busy; request %s waits for the lock", request.id)
+                    async with self._generation_lock:
+                        return await self._run(request)
+        '''),
+        Invalid('''
             import threading
 
             MLX_LOCK = threading.Lock()  # expect: INV103
@@ -68,7 +90,37 @@ class UndocumentedSerializationLock(Rule):
 
             MLX_LOCK = threading.Lock()  # serializes Metal command buffers; not an admission gate
         '''),
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                def __init__(self):
+                    # Lock to serialize MLX operations (prevents Metal command buffer conflicts).
+                    self._generation_lock = asyncio.Lock()
+
+                async def generate(self, request):
+                    if self._admission == "fail_fast" and self._generation_lock.locked():
+                        raise EngineBusy("the serialized route is busy; retry later")
+                    async with self._generation_lock:
+                        return await self._run(request)
+        '''),
     ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.candidates: list[tuple[cst.SimpleStatementLine, cst.BaseExpression, str, str | None]] = []
+        self.refused_when_held: set[str] = set()
+
+    def visit_If(self, node: cst.If) -> None:
+        """`if ... lock.locked() ...: raise` (or return): a request is refused when the lock is held."""
+        if not any(isinstance(n, cst.Raise | cst.Return) for n in descendants(node.body, OWN_BODY_STOP)):
+            return
+        for call in [node.test, *descendants(node.test)]:
+            func = call.func if isinstance(call, cst.Call) else None
+            if isinstance(func, cst.Attribute) and func.attr.value == "locked":
+                key = self.ctx.key(func.value)
+                if key:
+                    self.refused_when_held.add(key)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         for small in node.body:
@@ -84,7 +136,12 @@ class UndocumentedSerializationLock(Rule):
             for target in targets:
                 name = dotted(target)
                 if matches_name(name, self.opts["names"]):
-                    self._judge(node, target, name or "lock")
+                    self.candidates.append((node, target, name or "lock", self.ctx.key(target)))
+
+    def end(self) -> None:
+        for statement, target, name, key in self.candidates:
+            if key not in self.refused_when_held:
+                self._judge(statement, target, name)
 
     def _judge(self, statement: cst.SimpleStatementLine, target: cst.BaseExpression, name: str) -> None:
         text = " ".join(_comments(statement)).lower()
@@ -94,7 +151,7 @@ class UndocumentedSerializationLock(Rule):
         if not any(k.lower() in text for k in self.opts["not-admission-keywords"]):
             missing.append("no 'not an admission gate'")
         if missing:
-            self.report(target, name=name, missing=", ".join(missing))
+            self.ctx.report_at(self.id, target, statement, self.message.format(name=name, missing=", ".join(missing)))
 
 
 def _comments(statement: cst.SimpleStatementLine) -> list[str]:

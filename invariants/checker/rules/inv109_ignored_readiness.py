@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from mlx_invariants.checker.facts import number
@@ -13,6 +15,19 @@ _INSPECTIONS = frozenset({"done", "result", "exception", "cancelled", "is_set"})
 EVENTS = frozenset({
     "threading.Event", "multiprocessing.Event", "threading.Condition", "multiprocessing.synchronize.Event",
 })
+
+
+@dataclass
+class _Candidate:
+    """A dropped wait, with where it was: its function frame, its place in the walk, its innermost `for`."""
+
+    node: cst.Call
+    func: cst.BaseExpression
+    has_timeout: bool
+    statement: cst.CSTNode | None
+    frame: int
+    order: int
+    loop: int | None
 
 
 class IgnoredReadiness(Rule):
@@ -29,8 +44,12 @@ class IgnoredReadiness(Rule):
         "Knows an event by its constructor in this file or by its name (event-names), and readiness "
         "functions by name (readiness-waits), unless every function of that name in the file returns "
         "nothing (it raises on timeout instead). A dropped `asyncio.wait(..., timeout=)` counts as checked "
-        "when the function later calls done()/result()/exception() on one of the awaitables it names. A wait inside a `while` loop, or with a constant timeout under "
-        "poll-seconds, is a polling tick and is not flagged. `Thread.join(timeout)` returns nothing and is "
+        "when the function later calls done()/result()/exception() on one of the awaitables it names. A wait "
+        "inside a `while` loop, or with a constant timeout under poll-seconds, is a polling tick and is not "
+        "flagged; an `event.wait(timeout)` followed in the same function by `event.is_set()` is an "
+        "interruptible sleep whose answer is re-read, and is not flagged either, nor is one in a `for` "
+        "loop that checks `event.is_set()` anywhere in its body (an `is_set()` that only comes before the "
+        "wait, outside any loop around it, does not count). `Thread.join(timeout)` returns nothing and is "
         "not judged."
     )
     options = {"poll-seconds": 0.5}
@@ -66,6 +85,16 @@ class IgnoredReadiness(Rule):
             async def start(owner, timeout_s):
                 await asyncio.wait({owner.ready}, timeout=timeout_s)  # expect: INV109
                 return owner.loaded
+        '''),
+        Invalid('''
+            import threading
+
+            class Heartbeat(threading.Thread):
+                def run(self):
+                    if self.stopped.is_set():
+                        return
+                    self.stopped.wait(30)  # expect: INV109
+                    self.beat()
         '''),
     ]
     VALID = [
@@ -104,6 +133,24 @@ class IgnoredReadiness(Rule):
                 return owner.loaded
         '''),
         Valid('''
+            import threading
+
+            class Heartbeat(threading.Thread):
+                def run(self):
+                    self.stopped.wait(30)
+                    if not self.stopped.is_set():
+                        self.beat()
+        '''),
+        Valid('''
+            import threading
+
+            def retry(connect, stop_event: threading.Event):
+                for attempt in range(5):
+                    if stop_event.is_set() or connect():
+                        return
+                    stop_event.wait(2.0 * attempt)
+        '''),
+        Valid('''
             import asyncio
 
             async def wait_shutdown(stop: asyncio.Event):
@@ -122,18 +169,33 @@ class IgnoredReadiness(Rule):
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
-        self.candidates: list[tuple[cst.CSTNode, cst.BaseExpression, bool, cst.CSTNode | None]] = []
+        self.candidates: list[_Candidate] = []
         self.loops: dict[int, int] = {}
         # asyncio.wait calls whose result is dropped, and what each function inspects afterwards.
         self.waits: list[tuple[cst.Call, set[str], int, cst.CSTNode | None]] = []
         self.inspected: dict[int, set[str]] = {}
+        # Per function: each `event.is_set()` as (event, order in the walk, the `for` loops around it).
+        self.rechecked: dict[int, list[tuple[str, int, tuple[int, ...]]]] = {}
+        self.order = 0
+        self.for_loops: dict[int, list[int]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
+        self.order += 1
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in _INSPECTIONS:
             receiver = dotted(func.value)
             if receiver:
-                self.inspected.setdefault(id(self.ctx.scope.top.node), set()).add(receiver)
+                frame = id(self.ctx.scope.top.node)
+                self.inspected.setdefault(frame, set()).add(receiver)
+                if func.attr.value == "is_set":
+                    loops = tuple(self.for_loops.get(frame, ()))
+                    self.rechecked.setdefault(frame, []).append((receiver, self.order, loops))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.for_loops.setdefault(id(self.ctx.scope.top.node), []).append(id(node))
+
+    def leave_For(self, node: cst.For) -> None:
+        self.for_loops[id(self.ctx.scope.top.node)].pop()
 
     def visit_While(self, node: cst.While) -> None:
         frame = id(self.ctx.scope.top.node)
@@ -180,22 +242,35 @@ class IgnoredReadiness(Rule):
     def _candidate(self, node: cst.Call, func: cst.BaseExpression, has_timeout: bool) -> None:
         if terminal(func) == "wait" or matches_name(dotted(func), self.opts["readiness-waits"]):
             self.ctx.pin(func)
-            self.candidates.append((node, func, has_timeout, self.ctx.statement))
+            frame = id(self.ctx.scope.top.node)
+            loops = self.for_loops.get(frame)
+            self.candidates.append(_Candidate(node, func, has_timeout, self.ctx.statement, frame, self.order,
+                                              loops[-1] if loops else None))
 
     def end(self) -> None:
         for call, names, frame, statement in self.waits:
             if not names & self.inspected.get(frame, set()):
                 self.ctx.report_at(self.id, call, statement, self.message.format(call="asyncio.wait"))
-        for node, func, has_timeout, statement in self.candidates:
+        for wait in self.candidates:
+            func = wait.func
             text = dotted(func) or "wait"
             if matches_name(text, self.opts["readiness-waits"]):
                 if self._returns_nothing(terminal(func)):
                     continue
-            elif isinstance(func, cst.Attribute) and has_timeout and self._is_event(func.value):
-                pass
+            elif isinstance(func, cst.Attribute) and wait.has_timeout and self._is_event(func.value):
+                if self._rechecked(dotted(func.value), wait):
+                    continue
             else:
                 continue
-            self.ctx.report_at(self.id, node, statement, self.message.format(call=text))
+            self.ctx.report_at(self.id, wait.node, wait.statement, self.message.format(call=text))
+
+    def _rechecked(self, event: str | None, wait: _Candidate) -> bool:
+        """`event.is_set()` after the wait, or anywhere in the `for` loop around it (the next round re-reads
+        it): the wait is an interruptible sleep whose answer the code reads again."""
+        return any(
+            name == event and (seen > wait.order or (wait.loop is not None and wait.loop in loops))
+            for name, seen, loops in self.rechecked.get(wait.frame, ())
+        )
 
     def _returns_nothing(self, name: str | None) -> bool:
         """Every function of this file with that name returns no value (it raises on timeout instead)."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import logging
+import sys
 import threading
 from typing import Callable, Optional
 
@@ -29,6 +32,10 @@ class OwnerThread(threading.Thread):
 
     Costs: an idle owner sleeps on an Event (never spins) and wakes at once
     when work, an abort or a stop arrives.
+
+    Exit: the thread's own MLX state is released on it before `stopped`
+    resolves (`release_mlx_thread_state`), so nothing of it is left for the
+    thread's exit, which may overlap the interpreter's shutdown.
     """
 
     def __init__(self, name: str, source: Optional[str], loop: asyncio.AbstractEventLoop,
@@ -45,17 +52,32 @@ class OwnerThread(threading.Thread):
         self.ready: asyncio.Future[LoadedModel] = loop.create_future()
         self.stopped: asyncio.Future[None] = loop.create_future()
         self.crashed: Optional[BaseException] = None
+        _release_main_thread_at_exit()
 
     # -- lifecycle, on the owner thread ------------------------------------
     def run(self) -> None:
+        try:
+            if self._become_ready():
+                self._serve()
+        finally:
+            try:
+                release_mlx_thread_state()
+            finally:
+                self._to_loop(self._resolve, self.stopped, None)
+
+    def _become_ready(self) -> bool:
+        """`_start()`, then readiness resolved either way; False if the engine never got ready."""
         try:
             self._start()
         except BaseException as exc:  # readiness must report every startup failure, then the thread ends
             log.error("engine startup failed on %s: %s", self.name, exc, exc_info=True)
             self._to_loop(self._fail_ready, StartupError(f"engine startup failed: {type(exc).__name__}: {exc}"))
-            self._to_loop(self._resolve, self.stopped, None)
-            return
+            return False
         self._to_loop(self._resolve, self.ready, self.loaded)
+        return True
+
+    def _serve(self) -> None:
+        """Iterate until `stop()`; `_finish()` ends whatever is still held, even after a crash."""
         try:
             while not self._stopping.is_set():
                 self._iteration()
@@ -63,10 +85,7 @@ class OwnerThread(threading.Thread):
             self.crashed = exc
             log.critical("owner loop of %s crashed", self.name, exc_info=True)
         finally:
-            try:
-                self._finish()
-            finally:
-                self._to_loop(self._resolve, self.stopped, None)
+            self._finish()
 
     def _start(self) -> None:
         """Load and realize the model here, so its arrays and streams belong to this thread."""
@@ -115,3 +134,33 @@ class OwnerThread(threading.Thread):
     def _fail_ready(self, error: BaseException) -> None:
         if not self.ready.done():
             self.ready.set_exception(error)
+
+
+def release_mlx_thread_state() -> None:
+    """Free the calling thread's MLX state (compile cache, random key, streams) while Python still runs.
+
+    Why: MLX keeps these per thread, in C++ thread-locals, and compile-cache
+    entries and the random key hold Python objects whose destructors take the
+    GIL. Left alone, they are destroyed when the thread really exits, after
+    `Thread.join()` has already returned: if the interpreter is shutting down
+    by then, taking the GIL ends the thread inside a noexcept destructor, and
+    the process aborts ("terminate called without an active exception",
+    exit 134); the main thread's own are destroyed after the interpreter is
+    gone (SIGSEGV, exit 139). `mx.clear_streams()` is MLX's cleanup for a
+    thread that is done with it. A no-op where MLX was never imported.
+    """
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        mx.clear_streams()
+
+
+@functools.cache
+def _release_main_thread_at_exit() -> None:
+    """Release the main thread's MLX state at exit, once per process, before the interpreter goes.
+
+    MLX's own exit hook clears only the compile cache of the thread that
+    imported `mlx.core`; engines import it on their owner thread, so a main
+    thread that also ran compiled MLX code (a test, a planted engine on the
+    event loop) would keep its entries until after the interpreter is gone.
+    """
+    atexit.register(release_mlx_thread_state)

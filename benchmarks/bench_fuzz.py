@@ -33,23 +33,32 @@ def _child(task: dict[str, Any]) -> dict[str, Any]:
     import mlx.core  # noqa: F401  # imports are not the fuzzer's time
     import mlx_lm.generate  # noqa: F401
 
-    from mlx_invariants.fuzz.adapters.reference import reference_engine
     from mlx_invariants.fuzz.runner import run_fuzz
-    from tests.fuzz.planted import PLANTS, plant
+    from mlx_invariants.fuzz.settings import FuzzSettings
+    from mlx_invariants.fuzz.target import Target
+    from mlx_invariants.mutants.copies import import_copy
 
     if task["kind"] == "throughput":
-        result = run_fuzz(reference_engine(task["engine"]), profile="ci", examples=task["examples"], budget=600,
-                          explicit=(), debug_run=False, reuse=task["reuse"])
+        result = run_fuzz(Target.reference(task["engine"]),
+                          FuzzSettings(examples=task["examples"], budget_s=600, explicit=(), debug_run=False,
+                                       reuse=task["reuse"]))
         assert result.ok, result.failure and result.failure.headline
         return {"examples": result.examples, "elapsed_s": result.elapsed_s, "engines": result.engines_started,
                 "mlx_s": result.mlx_s}
-    spec = PLANTS[task["plant"]]
-    factory = reference_engine(spec.engine, package=plant(task["plant"], Path(task["root"])))
-    result = run_fuzz(factory, profile="ci", examples=task["examples"], budget=task["budget"], seed=task["seed"],
-                      explicit=(), replays=0, shrink=False, debug_run=False)
-    if result.failure is None or result.failure.violations[0].kind not in spec.finds:
+    mutant = _hunted()[task["plant"]]
+    target = Target.reference(mutant.routes[0], package=import_copy(mutant, Path(task["root"])))
+    result = run_fuzz(target, FuzzSettings(examples=task["examples"], budget_s=task["budget"], seed=task["seed"],
+                                           explicit=(), replays=0, shrink=False, debug_run=False))
+    if result.failure is None or result.failure.violations[0].kind not in mutant.finds:
         return {"s": None, "examples": None}
     return {"s": result.first_failure_s, "examples": result.first_failure_examples}
+
+
+def _hunted() -> dict[str, Any]:
+    """The planted bugs: the catalogue's mutants the fuzzer must kill, by their seed scenario's name."""
+    from mlx_invariants.mutants.catalogue import CATALOGUE
+
+    return {m.seed: m for m in CATALOGUE if m.seed}
 
 
 def measure(task: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +86,7 @@ def main() -> None:
         return
     import mlx.core as mx
 
-    from tests.fuzz.planted import PLANTS
+    hunted = _hunted()
 
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
           f"MLX {mx.__version__} on {mx.default_device()}, load average {os.getloadavg()[0]:.1f} at start\n")
@@ -100,7 +109,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-plants-")
     print("\n| planted bug | engine | found | median s to first failure | median examples | per seed (s/examples) |")
     print("|---|---|---|---|---|---|")
-    for name in args.only or sorted(PLANTS):
+    for name in args.only or sorted(hunted):
         runs = [measure({"kind": "hunt", "plant": name, "root": root, "seed": seed, "examples": args.examples,
                          "budget": args.budget}) for seed in range(1, args.seeds + 1)]
         found = [r for r in runs if r["s"] is not None]
@@ -108,10 +117,10 @@ def main() -> None:
         if found:
             median_s = statistics.median(r["s"] for r in found)
             median_n = statistics.median(r["examples"] for r in found)
-            print(f"| {name} | {PLANTS[name].engine} | {len(found)}/{len(runs)} | {median_s:.1f} | {median_n:g} "
+            print(f"| {name} | {hunted[name].routes[0]} | {len(found)}/{len(runs)} | {median_s:.1f} | {median_n:g} "
                   f"| {per_seed} |", flush=True)
         else:
-            print(f"| {name} | {PLANTS[name].engine} | 0/{len(runs)} | - | - | {per_seed} |", flush=True)
+            print(f"| {name} | {hunted[name].routes[0]} | 0/{len(runs)} | - | - | {per_seed} |", flush=True)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 

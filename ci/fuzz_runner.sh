@@ -34,7 +34,7 @@ echo "device: $("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["v
 worst=0
 for route in "${routes[@]}"; do
     echo "== invariants fuzz --engine $route --profile $profile --budget $budget ${jobs[*]+${jobs[*]}}"
-    "$py" -m invariants fuzz --engine "$route" --profile "$profile" --budget "$budget" \
+    "$py" -m mlx_invariants fuzz --engine "$route" --profile "$profile" --budget "$budget" \
         ${jobs[@]+"${jobs[@]}"} --report "$reports/$route" 2>&1 | tee "$reports/$route.log"
     code=${PIPESTATUS[0]}
     echo "== $route: exit $code"

@@ -10,15 +10,19 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Sentinel": "mlx_invariants.fuzz.sentinel", "SentinelError": "mlx_invariants.fuzz.sentinel", "DEFAULT_TARGETS": "mlx_invariants.fuzz.sentinel",
+    "Sentinel": "mlx_invariants.fuzz.sentinel", "DEFAULT_TARGETS": "mlx_invariants.fuzz.sentinel",
+    "SentinelError": "mlx_invariants.fuzz.errors", "Refused": "mlx_invariants.fuzz.errors",
     "Trace": "mlx_invariants.fuzz.trace", "Event": "mlx_invariants.fuzz.trace",
     "ORACLES": "mlx_invariants.fuzz.oracles", "Violation": "mlx_invariants.fuzz.oracles", "judge": "mlx_invariants.fuzz.oracles",
     "Scenario": "mlx_invariants.fuzz.scenario", "RequestSpec": "mlx_invariants.fuzz.scenario", "FaultSpec": "mlx_invariants.fuzz.scenario", "At": "mlx_invariants.fuzz.scenario",
     "scenarios": "mlx_invariants.fuzz.strategies",
-    "run_scenario": "mlx_invariants.fuzz.driver", "DriverSettings": "mlx_invariants.fuzz.driver", "EngineSession": "mlx_invariants.fuzz.session",
+    "Target": "mlx_invariants.fuzz.target", "Engines": "mlx_invariants.fuzz.target",
+    "FuzzSettings": "mlx_invariants.fuzz.settings",
+    "DriverSettings": "mlx_invariants.fuzz.driver",
+    "run_scenario": "mlx_invariants.fuzz.session", "EngineSession": "mlx_invariants.fuzz.session",
     "run_fuzz": "mlx_invariants.fuzz.runner", "run_exhaustive": "mlx_invariants.fuzz.runner", "FuzzResult": "mlx_invariants.fuzz.runner",
     "replay": "mlx_invariants.fuzz.replay", "Failure": "mlx_invariants.fuzz.report", "write_report": "mlx_invariants.fuzz.report",
-    "reference_engine": "mlx_invariants.fuzz.adapters.reference", "resolve_engine": "mlx_invariants.fuzz.engines",
+    "reference_engine": "mlx_invariants.fuzz.adapters.reference",
     "OwnedLock": "mlx_invariants.fuzz.locks", "watch_locks": "mlx_invariants.fuzz.locks",
 }
 

@@ -1,8 +1,9 @@
 """The seed bugs' minimal scenarios: every fuzz run tries these first (Hypothesis `@example`s).
 
-Each is what the fuzzer shrank the corresponding planted bug to (see
-tests/fuzz/planted.py); together they replay the history this harness exists
-to prevent from coming back.
+Each is what the fuzzer shrank the corresponding bug to: the regression
+catalogue's entries the fuzzer must kill name theirs (`Mutant.seed`, see
+tests/mutants/test_fuzz_kills.py); together they replay the history this
+harness exists to prevent from coming back.
 """
 
 from __future__ import annotations

@@ -6,36 +6,31 @@ what is wrong. Nothing here waits on a timer to order events: faults ride on
 points, and "is it stuck?" is asked of the loop and the threads themselves
 (everything parked, nothing ready) before a wall-clock backstop applies.
 
-`run_scenario` runs one scenario on a fresh engine and shuts it down;
-`fuzz.session.EngineSession` runs scenario after scenario on one started
-engine while each leaves it clean.
+`ScenarioRun` is one scenario on a `LiveEngine`; `fuzz.session.EngineSession`
+keeps that engine from scenario to scenario while each leaves it clean, and
+`fuzz.session.run_scenario` runs one scenario on a fresh engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import itertools
-import logging
 import linecache
 import re
 import sys
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Optional
+from typing import Any, Awaitable, Optional
 
-from mlx_invariants.fuzz.adapters.base import Adapter, Handle, Refused
+from mlx_invariants.fuzz.adapters.base import Adapter, Handle
+from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
 from mlx_invariants.fuzz.faults import Injector, wait_loop_idle
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.scenario import FaultSpec, RequestSpec, Scenario
-from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.trace import Trace
-
-if TYPE_CHECKING:
-    from mlx_invariants.fuzz.session import EngineSession
 
 TICK_S = 0.1
 SETTLE_POLL_S = 0.001
@@ -58,6 +53,18 @@ class DriverSettings:
 
 
 @dataclass
+class LiveEngine:
+    """One engine as it lives across the scenarios it serves: built by the session, started by the first
+    scenario run on it, shut down by the last."""
+
+    adapter: Adapter
+    loop: asyncio.AbstractEventLoop
+    running: bool = False  # started and not shut down
+    # Alive before it started: any other thread still alive after its shutdown is one it leaked.
+    threads_before: set[threading.Thread] = field(default_factory=set)
+
+
+@dataclass
 class Client:
     spec: RequestSpec
     task: Optional[asyncio.Task] = None
@@ -67,34 +74,18 @@ class Client:
     tokens: list[Any] = field(default_factory=list)
 
 
-def run_scenario(adapter_factory: Callable[[], Adapter], scenario: Scenario, *,
-                 sentinel: Optional[Sentinel] = None, expected_followup: Optional[list[Any]] = None,
-                 settings: DriverSettings = DriverSettings()) -> Trace:
-    """Run `scenario` on a fresh adapter and shut it down; pass an installed `sentinel` to reuse it."""
-    from mlx_invariants.fuzz.session import EngineSession
-
-    own_sentinel = sentinel is None
-    if sentinel is None:
-        sentinel = Sentinel(strict=settings.strict).install()
-    try:
-        return EngineSession(adapter_factory, sentinel, settings, reuse=False).run(scenario, expected_followup)
-    finally:
-        if own_sentinel:
-            sentinel.uninstall()
-
-
-class _Run:
-    """One scenario on `session`'s loop and engine, starting the engine first if none is running.
+class ScenarioRun:
+    """One scenario on `engine` (run `main()` on its loop), starting the engine first if it is not running.
 
     Afterwards the engine is either kept for the next scenario (`kept`), or shut
     down here with every after-shutdown check recorded into this trace.
     """
 
-    def __init__(self, session: "EngineSession", scenario: Scenario, trace: Trace, executor: CountingExecutor,
-                 expected_followup: Optional[list[Any]], keep: bool):
-        self.session, self.adapter, self.loop = session, session.adapter, session.loop
+    def __init__(self, engine: LiveEngine, settings: DriverSettings, scenario: Scenario, trace: Trace,
+                 executor: CountingExecutor, expected_followup: Optional[list[Any]], keep: bool):
+        self.engine, self.adapter, self.loop = engine, engine.adapter, engine.loop
         self.scenario, self.trace, self.executor = scenario, trace, executor
-        self.settings, self.expected_followup, self.keep = session.settings, expected_followup, keep
+        self.settings, self.expected_followup, self.keep = settings, expected_followup, keep
         self.kept = False
         self.clients = {r.rid: Client(r) for r in scenario.requests}
         triggers = list(scenario.faults) + [FaultSpec(f"arrive {r.rid}", r.arrival)
@@ -141,16 +132,16 @@ class _Run:
         await self._shutdown_and_check(live)
 
     async def _started(self) -> bool:
-        """Start the session's engine unless it is already running, then wait for it to settle; False
-        (recorded) if it failed to start."""
-        if not self.session.running:
-            self.session.threads_before = set(threading.enumerate())
+        """Start the engine unless it is already running, then wait for it to settle; False (recorded) if
+        it failed to start."""
+        if not self.engine.running:
+            self.engine.threads_before = set(threading.enumerate())
             try:
                 await self.adapter.start()
             except Exception as exc:
                 self.trace.record("check", "startup-failed", info={"error": f"{type(exc).__name__}: {exc}"})
                 return False
-            self.session.running = True
+            self.engine.running = True
         if not await self._wait_settled():
             self.trace.record("check", "start-unsettled", info={"cap_s": self.settings.cap_s})
         # What the engine started for itself is not this scenario's (it is checked after shutdown).
@@ -353,7 +344,7 @@ class _Run:
     def _check_threads(self) -> None:
         """Threads the engine started (since it was started) must be gone once shutdown returned (a short
         join allowed)."""
-        new = [t for t in threading.enumerate() if t not in self.session.threads_before and t.is_alive()
+        new = [t for t in threading.enumerate() if t not in self.engine.threads_before and t.is_alive()
                and not t.name.startswith(THREAD_PREFIX)]
         for thread in new:
             thread.join(timeout=2.0)
@@ -391,28 +382,6 @@ class _Run:
             self.max_lag = max(self.max_lag, self.loop.time() - before - period)
 
 
-@contextlib.contextmanager
-def _logs_into(trace: Trace) -> Iterator[None]:
-    """Engine log records (warnings and worse) become trace events instead of stderr noise."""
-    handler = _TraceLogHandler(trace)
-    root = logging.getLogger()
-    root.addHandler(handler)
-    try:
-        yield
-    finally:
-        root.removeHandler(handler)
-
-
-class _TraceLogHandler(logging.Handler):
-    def __init__(self, trace: Trace):
-        super().__init__(logging.WARNING)
-        self.trace = trace
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.trace.record("log", record.levelname.lower(), info={"logger": record.name,
-                                                                  "message": record.getMessage()})
-
-
 def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:
     lines = tuple(line.rstrip() for line in traceback.format_exception(exc))
     return {"outcome": "crashed", "error": f"{prefix}{type(exc).__name__}: {exc}"}, lines
@@ -431,15 +400,3 @@ def _thread_stacks() -> str:
     for ident, frame in sys._current_frames().items():
         out.append(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)))
     return "\n".join(out)
-
-
-def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what is left, give it a bounded chance to finish, close; a wedged task is abandoned."""
-    leftover = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    for task in leftover:
-        task.cancel()
-    if leftover:
-        loop.run_until_complete(wait_loop_idle())
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
-

@@ -17,15 +17,12 @@ import asyncio
 import threading
 from typing import Any, Awaitable, Callable, Optional
 
+from mlx_invariants.fuzz.errors import InjectedFault
 from mlx_invariants.fuzz.scenario import INDEXED_POINTS, FaultSpec
 from mlx_invariants.fuzz.trace import Trace, capture_stack
 
 # Delivers a fault at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
 Action = Callable[[FaultSpec], Optional[Awaitable[None]]]
-
-
-class InjectedFault(RuntimeError):
-    """The fuzzer's stand-in for an exception raised inside an MLX call."""
 
 
 async def wait_loop_idle(max_turns: int = 1000) -> bool:

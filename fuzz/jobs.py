@@ -3,7 +3,10 @@
 A child that dies inside MLX (Metal aborts the whole process) cannot report
 itself; the parent then reads the `current.json` the child wrote before the
 scenario started and turns it into a crash report with a replay command.
-Children talk to the parent in JSON lines on stdout: progress, then a result.
+The parent hands each child its target and settings as one JSON argument
+(`Target.to_dict`, `FuzzSettings.to_dict`), so a child runs exactly what was
+asked; children talk to the parent in JSON lines on stdout: progress, then a
+result.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from mlx_invariants.fuzz.case import load_case
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.report import Failure, device_info, write_report
-from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.runner import Progress, run_fuzz
+from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
 
 
@@ -40,21 +46,24 @@ class JobOutcome:
         return self.headline is not None or self.crashed is not None
 
 
-def run_jobs(options: dict[str, Any], jobs: int, workroot: Path,
+def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
              progress: Callable[[list[dict[str, Any]]], None]) -> list[JobOutcome]:
-    """Start `jobs` children on `options` (seed + i each); wait for all, reporting progress as it comes."""
+    """Start `jobs` children fuzzing `target` with `settings` (seed + 1000·i each, work folder
+    `workroot/job<i>`); wait for all, reporting progress as it comes."""
+    target.check()  # a target that builds nothing fails here, once, not in every child
     workroot.mkdir(parents=True, exist_ok=True)
-    base_seed = options.get("seed")
+    base_seed = settings.seed
     if base_seed is None and jobs > 1:
         base_seed = int.from_bytes(os.urandom(4), "little")  # one job alone keeps its profile's seeding
     children: dict[int, subprocess.Popen] = {}
     selector = selectors.DefaultSelector()
     states: list[dict[str, Any]] = [{"examples": 0, "failed": False, "elapsed_s": 0.0} for _ in range(jobs)]
     outcomes = [JobOutcome(i) for i in range(jobs)]
+    child_settings = [replace(settings, seed=None if base_seed is None else base_seed + i * 1000,
+                              workdir=str(workroot / f"job{i}")) for i in range(jobs)]
     for i in range(jobs):
-        seed = None if base_seed is None else base_seed + i * 1000
-        child_options = {**options, "seed": seed, "workdir": str(workroot / f"job{i}")}
-        process = subprocess.Popen([sys.executable, "-m", "mlx_invariants.fuzz.jobs", json.dumps(child_options)],
+        message = json.dumps({"target": target.to_dict(), "settings": child_settings[i].to_dict()})
+        process = subprocess.Popen([sys.executable, "-m", "mlx_invariants.fuzz.jobs", message],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         children[i] = process
         selector.register(process.stdout, selectors.EVENT_READ, i)
@@ -74,7 +83,7 @@ def run_jobs(options: dict[str, Any], jobs: int, workroot: Path,
             code = process.wait()
             if code != 0 and outcomes[i].headline is None:
                 outcomes[i].crashed = _describe_exit(code)
-                outcomes[i].report_dir = _crash_report(options, workroot / f"job{i}", outcomes[i].crashed)
+                outcomes[i].report_dir = _crash_report(target, child_settings[i], outcomes[i].crashed)
     finally:
         for process in children.values():
             if process.poll() is None:
@@ -105,37 +114,29 @@ def _describe_exit(code: int) -> str:
     return f"the fuzz process exited with status {code}"
 
 
-def _crash_report(options: dict[str, Any], workdir: Path, why: str) -> Optional[str]:
-    """The scenario that was running when the child died, as a report."""
-    current = workdir / "current.json"
+def _crash_report(target: Target, settings: FuzzSettings, why: str) -> Optional[str]:
+    """The scenario that was running when the child died (its `current.json`), as a report."""
+    current = Path(settings.workdir) / "current.json"
     if not current.is_file():
         return None
-    scenario = Scenario.loads(current.read_text())
+    scenario, _ = load_case(current)
     failure = Failure(scenario, Trace(), [Violation("process-crashed", f"{why} while running this scenario")],
-                      engine=options.get("label", "engine"), engine_args=options.get("engine_args"),
-                      seed=str(options.get("seed")), device=device_info())
-    return str(write_report(options.get("report_dir") or workdir, failure))
+                      target, seed=str(settings.seed), device=device_info())
+    return str(write_report(settings.report_dir or settings.workdir, failure))
 
 
-def _child(options: dict[str, Any]) -> int:
-    from mlx_invariants.fuzz.command import build_factory
-    from mlx_invariants.fuzz.driver import DriverSettings
-    from mlx_invariants.fuzz.runner import run_fuzz
-
-    factory = build_factory(options)
+def _child(message: dict[str, Any]) -> int:
+    target, settings = Target.from_dict(message["target"]), FuzzSettings.from_dict(message["settings"])
     last = [0.0]
 
-    def progress(state: Any) -> None:
+    def progress(state: Progress) -> None:
         now = time.monotonic()
         if now - last[0] >= 0.5:
             last[0] = now
             print(json.dumps({"progress": {"examples": state.examples, "failed": state.failed,
                                            "elapsed_s": round(state.elapsed_s, 1)}}), flush=True)
 
-    result = run_fuzz(factory, profile=options["profile"], budget=options.get("budget"),
-                      examples=options.get("examples"), seed=options["seed"],
-                      report_dir=options.get("report_dir"), workdir=options["workdir"], progress=progress,
-                      reuse=options.get("reuse"), settings=DriverSettings(strict=bool(options.get("strict"))))
+    result = run_fuzz(target, settings, progress=progress)
     print(json.dumps({"result": {
         "examples": result.examples, "elapsed_s": round(result.elapsed_s, 1),
         "engines_started": result.engines_started,

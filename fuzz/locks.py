@@ -14,11 +14,8 @@ import asyncio
 import contextlib
 from typing import Iterator, Optional
 
+from mlx_invariants.fuzz.errors import LockReentered
 from mlx_invariants.fuzz.trace import Trace, capture_stack
-
-
-class LockReentered(RuntimeError):
-    """A task tried to acquire an asyncio lock it already holds."""
 
 
 class LockWatch:

@@ -1,28 +1,26 @@
 """Re-run a saved scenario without Hypothesis: `invariants fuzz --replay FILE`.
 
 FILE is a `scenario.json`, a `report.json`, a report folder, or the
-`current.json` a crashed run left behind. The engine comes from `--engine`,
-else from the report next to the scenario.
+`current.json` a crashed run left behind; each names the target it ran on
+(`fuzz.case`), which is used unless another is given.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from mlx_invariants.fuzz.driver import DriverSettings, run_scenario
-from mlx_invariants.fuzz.engines import AdapterFactory, engine_label, resolve_engine
+from mlx_invariants.fuzz.case import load_case
+from mlx_invariants.fuzz.driver import DriverSettings
+from mlx_invariants.fuzz.errors import ReplayError
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.scenario import Scenario
 from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.session import run_scenario
+from mlx_invariants.fuzz.target import Engines, Target
 from mlx_invariants.fuzz.trace import Trace
-
-
-class ReplayError(ValueError):
-    """The file to replay cannot be read as a scenario."""
 
 
 @dataclass
@@ -36,51 +34,32 @@ class ReplayResult:
         return sum(bool(run) for run in self.runs)
 
 
-def load_scenario(path: str | Path) -> tuple[Scenario, Optional[str]]:
-    """The scenario in `path` and the engine options recorded next to it ("--engine simple"), if any."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "scenario.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ReplayError(f"cannot read {path}: {exc}") from None
-    engine = data.get("engine_args") if isinstance(data, dict) else None
-    sibling = path.with_name("report.json")
-    if engine is None and sibling.is_file() and sibling != path:
-        engine = json.loads(sibling.read_text()).get("engine_args")
-    try:
-        return Scenario.from_json(data), engine
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"{path} is not a fuzz scenario: {exc}") from None
-
-
-def replay(path: str | Path, engine: str | AdapterFactory | None = None, *, times: int = 1,
-           settings: DriverSettings = DriverSettings()) -> ReplayResult:
-    scenario, recorded = load_scenario(path)
-    chosen = engine
-    if chosen is None and recorded and recorded.startswith("--engine "):
-        chosen = recorded.split(" ", 1)[1]
+def replay(path: str | Path, target: Target | Engines | None = None, *, times: int = 1,
+           strict: bool = False) -> ReplayResult:
+    """Run the scenario in `path` `times` times, each on a fresh engine of `target` (default: the
+    file's), after a request-free baseline that gives the fresh-engine follow-up output."""
+    scenario, recorded = load_case(path)
+    chosen = target if target is not None else recorded
     if chosen is None:
         raise ReplayError(f"{path} does not say which engine it ran on; pass --engine, --url or --server-cmd")
-    factory = resolve_engine(chosen) if isinstance(chosen, str) else chosen
+    engines = chosen if isinstance(chosen, Engines) else chosen.build()
+    settings = DriverSettings(strict=strict)
     result = ReplayResult(scenario)
-    sentinel = Sentinel(strict=settings.strict).install()
+    sentinel = Sentinel(strict=strict).install()
     try:
-        baseline = run_scenario(factory, Scenario(()), sentinel=sentinel, settings=settings)
+        baseline = run_scenario(engines, Scenario(()), sentinel=sentinel, settings=settings)
         expected: Any = baseline.meta.get("followup")
         last: Optional[Trace] = None
         for _ in range(times):
-            last = run_scenario(factory, scenario, sentinel=sentinel, expected_followup=expected,
-                                settings=settings)
+            last = run_scenario(engines, scenario, sentinel=sentinel, expected_followup=expected, settings=settings)
             violations = judge(last)
             result.runs.append(violations)
             if violations and result.failure is None:
-                result.failure = Failure(scenario, last, violations, engine_label(factory),
-                                         f"--engine {chosen}" if isinstance(chosen, str)
-                                         else getattr(chosen, "engine_args", None), seed="replay")
+                result.failure = Failure(scenario, last, violations, engines.target, seed="replay")
     finally:
         sentinel.uninstall()
+        if engines is not chosen:
+            engines.close()  # built here: a server it started stops here
     if result.failure is not None:
         result.failure.reproduced = (result.reproduced, times)
         result.failure.device = device_info()

@@ -1,9 +1,10 @@
 """Failure reports: the minimal scenario, how to reproduce it, what went wrong, in what order.
 
-A report directory holds `scenario.json` (what `--replay` runs), `report.json`
-(everything, for tools) and `report.txt` (for people): headline, violations
-with both stacks, the device it ran on, "reproduced k/N", the Hypothesis seed
-and reproduce blob, the ordered event trace, and the replay command.
+A report directory holds `scenario.json` (what `--replay` runs: the scenario
+and its target, see `fuzz.case`), `report.json` (everything, for tools) and
+`report.txt` (for people): headline, violations with both stacks, the device
+it ran on, "reproduced k/N", the Hypothesis seed and reproduce blob, the
+ordered event trace, and the replay command.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
 
 
@@ -28,21 +31,25 @@ class Failure:
     scenario: Scenario
     trace: Trace
     violations: list[Violation]
-    engine: str
-    engine_args: Optional[str] = None     # the CLI options that rebuild this engine ("--engine simple")
+    target: Target
     seed: Optional[str] = None            # "1234" or "derandomized"
     blob: Optional[str] = None            # Hypothesis's @reproduce_failure decorator
     reproduced: Optional[tuple[int, int]] = None
     device: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def engine(self) -> str:
+        return self.target.label
+
+    @property
     def headline(self) -> str:
         first = self.violations[0]
         return f"{first.kind}: {first.message}"
 
-    def replay_command(self, scenario_path: str | Path) -> str:
-        engine = f" {self.engine_args}" if self.engine_args else ""
-        return f"invariants fuzz --replay {scenario_path}{engine}"
+
+def replay_command(scenario_path: str | Path) -> str:
+    """The scenario file names its target, so the command needs nothing else."""
+    return f"invariants fuzz --replay {scenario_path}"
 
 
 def device_info() -> dict[str, Any]:
@@ -81,18 +88,18 @@ def write_report(directory: str | Path, failure: Failure) -> Path:
         folder = Path(directory) / f"{stamp}-{slug}-{suffix}"
     folder.mkdir(parents=True)
     scenario_path = folder / "scenario.json"
-    scenario_path.write_text(failure.scenario.dumps() + "\n")
+    scenario_path.write_text(dumps_case(failure.scenario, failure.target) + "\n")
     (folder / "report.json").write_text(json.dumps({
         "headline": failure.headline,
         "engine": failure.engine,
-        "engine_args": failure.engine_args,
+        "target": failure.target.to_dict(),
         "scenario": failure.scenario.to_json(),
         "violations": [v.to_json() for v in failure.violations],
         "seed": failure.seed,
         "reproduce_blob": failure.blob,
         "reproduced": list(failure.reproduced) if failure.reproduced else None,
         "device": failure.device,
-        "replay": failure.replay_command(scenario_path),
+        "replay": replay_command(scenario_path),
         "trace": failure.trace.to_json(),
     }, indent=2, default=str) + "\n")
     (folder / "report.txt").write_text(render(failure, scenario_path))
@@ -102,6 +109,7 @@ def write_report(directory: str | Path, failure: Failure) -> Path:
 def render(failure: Failure, scenario_path: str | Path) -> str:
     """The human report: what to read first comes first."""
     lines = [f"FUZZ VIOLATION in {failure.engine}: {failure.headline}", ""]
+    lines.append(f"target:     {failure.target.describe()}")
     lines.append(f"scenario:   {failure.scenario.describe()}")
     if failure.reproduced:
         k, n = failure.reproduced
@@ -112,7 +120,7 @@ def render(failure: Failure, scenario_path: str | Path) -> str:
         lines.append(f"blob:       {failure.blob}")
     if failure.trace.meta.get("reused"):
         lines.append(f"engine:     reused; it had run {failure.trace.meta['reused']} scenario(s) before this one")
-    lines.append(f"replay:     {failure.replay_command(scenario_path)}")
+    lines.append(f"replay:     {replay_command(scenario_path)}")
     lines.append("")
     for number, violation in enumerate(failure.violations, 1):
         lines.append(f"[{number}] {violation.kind}: {violation.message}")

@@ -1,9 +1,10 @@
 """`run_fuzz`: generate scenarios with Hypothesis, run them on an engine, shrink what fails.
 
-The programmatic entry point (the CLI, the planted-bug tests, the benchmark
-and `invariants mutants` all call it). Each scenario is written to
-`workdir/current.json` before it runs, so a process that dies inside MLX
-still leaves the case that killed it.
+The programmatic entry point (the CLI, the fuzz-kill tests, the benchmark
+and `invariants mutants` all call it): what to fuzz is a `fuzz.target.Target`,
+how is a `fuzz.settings.FuzzSettings`. Each scenario is written, with its
+target, to `workdir/current.json` before it runs, so a process that dies
+inside MLX still leaves the case that killed it, ready to replay.
 
 Scenarios share one started engine while they leave it clean (see
 `fuzz.session`); a violation seen on a reused engine counts only once it
@@ -16,17 +17,23 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from mlx_invariants.fuzz.case import dumps_case
+from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
 from mlx_invariants.fuzz.driver import DriverSettings
-from mlx_invariants.fuzz.engines import AdapterFactory, engine_label, resolve_engine
+from mlx_invariants.fuzz.errors import ViolationFound
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.profiles import PROFILES, Profile, hypothesis_settings
 from mlx_invariants.fuzz.report import Failure, device_info, write_report
-from mlx_invariants.fuzz.scenario import FAULT_KINDS, POINTS, At, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultSpec,
+                                           RequestSpec, Scenario)
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.session import EngineSession
+from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.target import Engines, Target
 from mlx_invariants.fuzz.trace import Trace
 
 # The asyncio debug-mode run: two requests, one cancelled mid-decode.
@@ -34,6 +41,16 @@ DEBUG_SCENARIO = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4
                           (FaultSpec("cancel", At("r0", "BEFORE_DECODE", 1)),), debug=True)
 # Violations a cold baseline may show (first imports hold the GIL on the owner thread).
 _BASELINE_EXEMPT = {"loop-lag"}
+# A failure counts (and shrinks) only if it repeats this many times on a fresh engine.
+CONFIRM_RUNS = 1
+
+
+class Phase(Enum):
+    """What the run is doing with the scenario it reports."""
+
+    GENERATE = "generate"        # sampling new scenarios
+    SHRINK = "shrink"            # making a failure smaller
+    EXHAUSTIVE = "exhaustive"    # enumerating single-fault scenarios
 
 
 @dataclass
@@ -42,7 +59,7 @@ class Progress:
     elapsed_s: float = 0.0
     budget_s: float = 0.0
     failed: bool = False
-    phase: str = "generate"
+    phase: Phase = Phase.GENERATE
     scenario: str = ""
 
 
@@ -63,14 +80,6 @@ class FuzzResult:
         return self.failure is None
 
 
-class ViolationFound(Exception):
-    """Raised inside the Hypothesis test; one subclass per violation kind keeps shrinking on that kind."""
-
-    def __init__(self, scenario: Scenario, trace: Trace, violations: list[Violation]):
-        super().__init__(f"{violations[0].kind}: {violations[0].message}")
-        self.scenario, self.trace, self.violations = scenario, trace, violations
-
-
 _KIND_TYPES: dict[str, type] = {}
 
 
@@ -80,53 +89,43 @@ def _violation_type(kind: str) -> type:
     return _KIND_TYPES[kind]
 
 
-def run_fuzz(engine: str | AdapterFactory, *, profile: str | Profile = "ci", budget: Optional[float] = None,
-             examples: Optional[int] = None, seed: Optional[int] = None, report_dir: Optional[str | Path] = None,
-             replays: int = 3, strategy: Any = None, explicit: Optional[Iterable[Scenario]] = None,
-             progress: Optional[Callable[[Progress], None]] = None, settings: DriverSettings = DriverSettings(),
-             workdir: Optional[str | Path] = None, debug_run: Optional[bool] = None,
-             shrink_s: float = 60.0, shrink: bool = True, reuse: Optional[bool] = None) -> FuzzResult:
-    """Fuzz one engine until a violation, `examples` examples, or `budget` seconds, whichever comes first.
+def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), *, strategy: Any = None,
+             progress: Optional[Callable[[Progress], None]] = None) -> FuzzResult:
+    """Fuzz one target until a violation, `examples` examples, or `budget_s` seconds, whichever comes first.
 
-    `engine` is "simple", "batched", "MODULE:FACTORY", or an adapter factory
-    (see `fuzz.adapters.reference.reference_engine`, which also takes a
-    `package=` for a copy of the engine at another import path). `explicit`
-    scenarios run first (default: the seed-bug corpus, `fuzz.corpus`); pass
-    `()` to measure what generation alone finds. Shrinking stops after
-    `shrink_s` seconds with the smallest failure so far; `shrink=False` stops at
-    the first failure as found (the benchmark's time-to-first-failure).
-    `reuse` (default: the profile's) keeps one engine across clean scenarios;
-    False starts a fresh engine for every scenario.
+    `target` may also be the `Engines` built from one, to share what it started
+    (a server) with other runs; otherwise it is built here and closed at the
+    end. `strategy` replaces `fuzz.strategies.scenarios()` aimed at the
+    target's fault kinds and points; `progress` is called before each scenario.
     """
-    from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
-
-    explicit = list(SEED_SCENARIOS.values()) if explicit is None else list(explicit)
-    prof = PROFILES[profile] if isinstance(profile, str) else profile
-    factory = resolve_engine(engine) if isinstance(engine, str) else engine
-    spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
-    label = engine_label(factory)
+    engines = target if isinstance(target, Engines) else target.build()
+    profile = PROFILES[settings.profile]
+    budget_s = profile.budget_s if settings.budget_s is None else settings.budget_s
+    examples = profile.examples if settings.examples is None else settings.examples
+    explicit = list(SEED_SCENARIOS.values()) if settings.explicit is None else list(settings.explicit)
+    debug_run = profile.debug_run if settings.debug_run is None else settings.debug_run
     sentinel = Sentinel(strict=settings.strict).install()
-    fuzz = _Fuzz(factory, label, spec, prof, settings, budget if budget is not None else prof.budget_s,
-                 examples if examples is not None else prof.examples, progress, workdir,
-                 EngineSession(factory, sentinel, settings, prof.reuse_engine if reuse is None else reuse))
-    fuzz.shrink_s = shrink_s
-    fuzz.shrink = shrink
+    fuzz = _Fuzz(engines, settings, profile, budget_s, examples, progress, sentinel)
 
     def search() -> Optional[Failure]:
         failure = fuzz.baseline()
         if failure is None:
-            failure = fuzz.hypothesis(strategy, seed, explicit)
+            failure = fuzz.hypothesis(strategy, settings.seed, explicit)
         if failure is None:
             failure = fuzz.teardown()
-        if failure is None and (prof.debug_run if debug_run is None else debug_run):
+        if failure is None and debug_run:
             failure = fuzz.debug_run()
         return failure
 
-    return _conclude(fuzz, sentinel, search, replays, report_dir)
+    try:
+        return _conclude(fuzz, sentinel, search, settings)
+    finally:
+        if engines is not target:
+            engines.close()
 
 
-def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], Optional[Failure]], replays: int,
-              report_dir: Optional[str | Path]) -> FuzzResult:
+def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], Optional[Failure]],
+              settings: FuzzSettings) -> FuzzResult:
     """Run `search`, replay what it found on fresh engines, and always release the engine and the sentinel.
 
     The report is written last, after the sentinel is gone, so a report that
@@ -136,32 +135,33 @@ def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], Optional[F
         failure = search()
         if failure is not None:
             fuzz.session.close()
-            failure.reproduced = fuzz.replay_count(failure, replays)
+            failure.reproduced = fuzz.replay_count(failure, settings.replays)
     finally:
         try:
             fuzz.session.close()
         finally:
             sentinel.uninstall()
-    result = FuzzResult(fuzz.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
+    result = FuzzResult(fuzz.target.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
                         first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples,
                         engines_started=fuzz.session.starts, mlx_s=fuzz.mlx_s)
     if failure is not None:
         failure.device = device_info()
-        if report_dir is not None:
-            result.report_dir = write_report(report_dir, failure)
+        if settings.report_dir is not None:
+            result.report_dir = write_report(settings.report_dir, failure)
     return result
 
 
 class _Fuzz:
-    def __init__(self, factory: AdapterFactory, label: str, spec: Optional[str], profile: Profile,
-                 settings: DriverSettings, budget_s: float, examples: int,
-                 progress: Optional[Callable[[Progress], None]], workdir: Optional[str | Path],
-                 session: EngineSession):
-        self.factory, self.label, self.spec, self.profile, self.settings = factory, label, spec, profile, settings
+    """One run's state: the kept engine's session, the clock, and what failed so far."""
+
+    def __init__(self, engines: Engines, settings: FuzzSettings, profile: Profile, budget_s: float, examples: int,
+                 progress: Optional[Callable[[Progress], None]], sentinel: Sentinel):
+        self.target, self.profile = engines.target, profile
         self.budget_s, self.examples = budget_s, examples
         self.progress = progress
-        self.workdir = Path(workdir) if workdir else None
-        self.session = session
+        self.workdir = Path(settings.workdir) if settings.workdir else None
+        reuse = profile.reuse_engine if settings.reuse is None else settings.reuse
+        self.session = EngineSession(engines, sentinel, DriverSettings(strict=settings.strict), reuse)
         self.mlx_s = 0.0
         # The fresh-engine output of the follow-up request: computed once per run, by the baseline.
         self.expected_followup: Optional[list[Any]] = None
@@ -170,20 +170,18 @@ class _Fuzz:
         self.first_failure_s: Optional[float] = None
         self.first_failure_examples: Optional[int] = None
         self.seed_label: Optional[str] = None
-        self.shrink_s = 60.0
+        self.shrink_s, self.shrink = settings.shrink_s, settings.shrink
         self.unconfirmed: list[Failure] = []
         self._failing: set[str] = set()
         self._shrink_deadline = 0.0
-        self.confirm_runs = 1  # a failure counts (and shrinks) only if it repeats this many times
-        self.shrink = True
 
     def run(self, scenario: Scenario, fresh: bool = False) -> tuple[Trace, list[Violation]]:
         """Run one scenario (on the kept engine unless `fresh`); save it first so a crash leaves it behind.
         While a failure is being shrunk every scenario gets a fresh engine, so shrinking stays exact."""
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
-            (self.workdir / "current.json").write_text(scenario.dumps())
-        if (fresh or self._failing) and self.session.adapter is not None:
+            (self.workdir / "current.json").write_text(dumps_case(scenario, self.target))
+        if (fresh or self._failing) and self.session.engine is not None:
             dropped = self.teardown()  # rare: a violation has normally retired the engine already
             if dropped is not None and not self.unconfirmed:
                 self.unconfirmed.append(dropped)
@@ -193,7 +191,7 @@ class _Fuzz:
         return trace, judge(trace)
 
     def failure(self, scenario: Scenario, trace: Trace, violations: list[Violation]) -> Failure:
-        return Failure(scenario, trace, violations, self.label, self.spec, seed=self.seed_label)
+        return Failure(scenario, trace, violations, self.target, seed=self.seed_label)
 
     def baseline(self) -> Optional[Failure]:
         """A request-free scenario on a fresh engine: warms imports, and its follow-up output is the
@@ -226,7 +224,7 @@ class _Fuzz:
         hits = sum(any(v.kind == kind for v in self.run(failure.scenario, fresh=True)[1]) for _ in range(times))
         return hits, times
 
-    def _tick(self, scenario: Scenario, phase: str) -> None:
+    def _tick(self, scenario: Scenario, phase: Phase) -> None:
         self.state.elapsed_s = time.monotonic() - self.started
         self.state.phase = phase
         self.state.scenario = scenario.describe()
@@ -241,8 +239,7 @@ class _Fuzz:
         from mlx_invariants.fuzz.strategies import scenarios
 
         if strategy is None:
-            strategy = scenarios(kinds=getattr(self.factory, "kinds", FAULT_KINDS),
-                                 points=getattr(self.factory, "points", POINTS))
+            strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points)
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (None if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
@@ -285,7 +282,7 @@ class _Fuzz:
                 return  # shrinking ran out of time: only the known failures still run
         elif time.monotonic() - self.started > self.budget_s:
             return
-        self._tick(scenario, "shrink" if self._failing else "generate")
+        self._tick(scenario, Phase.SHRINK if self._failing else Phase.GENERATE)
         trace, violations = self.run(scenario)
         if not self._failing:
             self.state.examples += 1
@@ -306,13 +303,13 @@ class _Fuzz:
 
     def _confirmed(self, scenario: Scenario, trace: Trace,
                    violations: list[Violation]) -> Optional[tuple[Trace, list[Violation]]]:
-        """The failure as seen on a fresh engine, if it repeats there (`confirm_runs` times); else None.
+        """The failure as seen on a fresh engine, if it repeats there (`CONFIRM_RUNS` times); else None.
 
         The violation retired the engine, so the re-runs start fresh. A race that did not repeat is kept
         in case nothing steadier turns up, but neither generation nor shrinking builds on it."""
         kind = violations[0].kind
         reruns = []
-        for _ in range(self.confirm_runs):
+        for _ in range(CONFIRM_RUNS):
             rerun = self.run(scenario, fresh=True)
             if not any(v.kind == kind for v in rerun[1]):
                 if not self.unconfirmed:
@@ -339,6 +336,20 @@ class _Fuzz:
             self.state.failed = True
         return failure
 
+    def enumerate(self, todo: list[Scenario]) -> Optional[Failure]:
+        """Run `todo` in order after the baseline; the first failure that repeats on a fresh engine."""
+        failure = self.baseline()
+        for scenario in todo if failure is None else ():
+            self._tick(scenario, Phase.EXHAUSTIVE)
+            trace, violations = self.run(scenario)
+            self.state.examples += 1
+            found = self._confirmed(scenario, trace, violations) if violations else None
+            if found is not None:
+                self.first_failure_s = time.monotonic() - self.started
+                self.first_failure_examples = self.state.examples
+                return self.failure(scenario, *found)
+        return failure or self.teardown() or self._unconfirmed()
+
     def _found(self, found: ViolationFound, note: str = "") -> Failure:
         failure = self.failure(found.scenario, found.trace, found.violations)
         notes = getattr(found, "__notes__", [])
@@ -351,8 +362,6 @@ class _Fuzz:
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS,
                          points: Iterable[str] = POINTS) -> list[Scenario]:
     """Every single-fault scenario for one and for two requests, at every point (and index)."""
-    from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS
-
     out: list[Scenario] = []
     for count in (1, 2):
         requests = tuple(RequestSpec(f"r{i}", 4, max_tokens, True) for i in range(count))
@@ -366,32 +375,17 @@ def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS
     return out
 
 
-def run_exhaustive(engine: str | AdapterFactory, *, report_dir: Optional[str | Path] = None, replays: int = 3,
-                   progress: Optional[Callable[[Progress], None]] = None,
-                   settings: DriverSettings = DriverSettings(), max_tokens: int = 3,
-                   reuse: Optional[bool] = None) -> FuzzResult:
-    """Run `exhaustive_scenarios()` in order; stop at the first violation that repeats on a fresh engine."""
-    factory = resolve_engine(engine) if isinstance(engine, str) else engine
-    spec = f"--engine {engine}" if isinstance(engine, str) else getattr(engine, "engine_args", None)
+def run_exhaustive(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), *, max_tokens: int = 3,
+                   progress: Optional[Callable[[Progress], None]] = None) -> FuzzResult:
+    """Run `exhaustive_scenarios()` in order; stop at the first violation that repeats on a fresh engine.
+    Of `settings`, the budget, examples, seed and shrinking do not apply."""
+    engines = target if isinstance(target, Engines) else target.build()
     sentinel = Sentinel(strict=settings.strict).install()
-    profile = PROFILES["ci"]
-    fuzz = _Fuzz(factory, engine_label(factory), spec, profile, settings, float("inf"), 0, progress, None,
-                 EngineSession(factory, sentinel, settings, profile.reuse_engine if reuse is None else reuse))
+    fuzz = _Fuzz(engines, settings, PROFILES[settings.profile], float("inf"), 0, progress, sentinel)
     fuzz.seed_label = "exhaustive"
-
-    def search() -> Optional[Failure]:
-        failure = fuzz.baseline()
-        todo = exhaustive_scenarios(max_tokens, getattr(factory, "kinds", FAULT_KINDS),
-                                    getattr(factory, "points", POINTS))
-        for scenario in todo if failure is None else ():
-            fuzz._tick(scenario, "exhaustive")
-            trace, violations = fuzz.run(scenario)
-            fuzz.state.examples += 1
-            found = fuzz._confirmed(scenario, trace, violations) if violations else None
-            if found is not None:
-                fuzz.first_failure_s = time.monotonic() - fuzz.started
-                fuzz.first_failure_examples = fuzz.state.examples
-                return fuzz.failure(scenario, *found)
-        return failure or fuzz.teardown() or fuzz._unconfirmed()
-
-    return _conclude(fuzz, sentinel, search, replays, report_dir)
+    todo = exhaustive_scenarios(max_tokens, engines.target.fault_kinds, engines.target.points)
+    try:
+        return _conclude(fuzz, sentinel, lambda: fuzz.enumerate(todo), settings)
+    finally:
+        if engines is not target:
+            engines.close()

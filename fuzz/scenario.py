@@ -7,7 +7,7 @@ Everything here round-trips through JSON, so a failing case is a file that
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 POINTS: tuple[str, ...] = (
@@ -78,9 +78,6 @@ class Scenario:
             for r in self.requests)
         faults = "; ".join(str(f) for f in self.faults) or "no faults"
         return f"[{reqs}] {faults} executor={self.executor}{' debug' if self.debug else ''}"
-
-    def with_debug(self) -> "Scenario":
-        return replace(self, debug=True)
 
     # -- JSON -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

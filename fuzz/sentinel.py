@@ -26,6 +26,7 @@ import types
 from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator
 
+from mlx_invariants.fuzz.errors import SentinelError
 from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
 
 DEFAULT_TARGETS: tuple[str, ...] = (
@@ -46,10 +47,6 @@ DEFAULT_TARGETS: tuple[str, ...] = (
 )
 NO_STREAM = "There is no Stream("
 STICKY = "sticky"
-
-
-class SentinelError(RuntimeError):
-    """Strict mode refused an MLX entry that would have been concurrent or off the owner thread."""
 
 
 class Sentinel:

@@ -81,17 +81,21 @@ class Trace:
         self.keep = keep  # False: number and return events without storing them (a long-lived server)
         self.events: list[Event] = []
         self.meta: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        # Reentrant: the collector may run a finalizer on a thread inside one of the blocks below, and the
+        # finalizer may record (an abandoned request reaching a point as it is closed); a plain lock would
+        # wait on itself. `record` builds its event before taking the lock, so that recording numbers and
+        # appends with nothing in between.
+        self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._t0 = time.perf_counter()
 
     def record(self, kind: str, name: str, rid: str | None = None, *,
                info: dict[str, Any] | None = None, stack: tuple[str, ...] = ()) -> Event:
         thread = threading.current_thread()
-        token = thread_token()
-        with self._lock:
-            event = Event(next(self._seq), kind, name, rid, token, thread.name,
-                          time.perf_counter() - self._t0, None, dict(info or {}), stack)
+        event = Event(0, kind, name, rid, thread_token(), thread.name, 0.0, None, dict(info or {}), stack)
+        with self._lock:  # nothing in here allocates a collectable object, so no finalizer runs in between
+            event.seq = next(self._seq)
+            event.t = time.perf_counter() - self._t0
             if self.keep:
                 self.events.append(event)
         return event

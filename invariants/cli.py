@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("mlx_invariants.commands.rules", "list the static rules"),
     "explain": ("mlx_invariants.commands.explain", "print a rule's documentation and examples"),
     "serve": ("mlx_invariants.commands.serve", "run the reference OpenAI-compatible MLX engine"),
-    "fuzz": ("mlx_invariants.fuzz.command", "cancellation-fuzz an engine with the MLX access sentinel"),
+    "fuzz": ("mlx_invariants.commands.fuzz", "cancellation-fuzz an engine with the MLX access sentinel"),
     "mutants": ("mlx_invariants.commands.mutants", "apply the regression catalogue and show what kills each mutant"),
 }
 

@@ -118,9 +118,10 @@ def planted_section(files: dict[str, Path]) -> list[str]:
             outcomes.setdefault(bug.rstrip("]"), {})["seed"] = cell
         else:
             other.append(f"| `{name}` | {cell} | |")
-    lines += ["`python -m pytest tests/fuzz/test_planted.py`: each seed bug planted into a copy of the engine "
-              "must be found by generation alone, shrunk to at most two requests and one fault, and its "
-              "report must replay; its seed scenario must catch it and pass on the unplanted engine.", "",
+    lines += ["`python -m pytest tests/mutants/test_fuzz_kills.py`: each mutant of the regression catalogue that "
+              "the fuzzer must kill, planted into a copy of the engine, must be found by generation alone, shrunk "
+              "to at most two requests and one fault, and its report must replay; its seed scenario must catch it "
+              "and pass on the unplanted engine.", "",
               "| planted bug | found, shrunk, replayed | seed scenario |", "| --- | --- | --- |"]
     lines += [f"| `{bug}` | {cells.get('fuzz', '-')} | {cells.get('seed', '-')} |"
               for bug, cells in sorted(outcomes.items())] + other

@@ -3,7 +3,7 @@
 # (MLX's CUDA wheel is larger than one call carries), after `bash ci/gpu/prepare.sh` here:
 #   1. carry [".gpuA"]:         bash .gpuA/stage.sh
 #   2. carry [".gpuB", ".whl"]: source .gpuB/activate.sh && bash ci/gpu/run.sh [STAGE ...]
-# Stages: fuzz (both reference routes, `runner` profile), planted (tests/fuzz/test_planted.py),
+# Stages: fuzz (both reference routes, `runner` profile), planted (tests/mutants/test_fuzz_kills.py),
 # bench (benchmarks/bench_engine.py --preset 0.5b). Default: all three. A device command may run
 # 10 minutes, so split them over calls on the warm machine if they do not fit together.
 # Everything lands in $OUT (default fuzz-reports/gpu/), 8 files at most (what a device call
@@ -29,8 +29,14 @@ if ! python3 -c 'import hypothesis, libcst, starlette, uvicorn, httpx, pytest_ti
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || { echo "wheel install failed" >&2; exit 2; }
 fi
-export PYTHONPATH="$repo:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c 'import mlx.core as mx, mlx_lm, engine, fuzz; print("mlx", mx.__version__, mx.default_device(), mx.device_info())' \
+# The package is not installed there: lay out mlx_invariants as the wheel does (docs/layers.md).
+layout=/tmp/mlx-invariants-layout
+rm -rf "$layout" && mkdir -p "$layout"
+cp -r "$repo/invariants" "$layout/mlx_invariants"
+ln -s "$repo/engine" "$layout/mlx_invariants/engine"
+ln -s "$repo/fuzz" "$layout/mlx_invariants/fuzz"
+export PYTHONPATH="$layout:$repo:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c 'import mlx.core as mx, mlx_lm, mlx_invariants.engine, mlx_invariants.fuzz; print("mlx", mx.__version__, mx.default_device(), mx.device_info())' \
     || { echo "MLX or the project does not import; source .gpuB/activate.sh first" >&2; exit 2; }
 
 # -- the device, as MLX and the driver report it (every stage's files name it too).
@@ -48,13 +54,13 @@ for stage in "${stages[@]}"; do
         code=$?
         ;;
     planted)
-        # The planted bugs are independent tests: shards in parallel processes, one junit file merged.
-        # The checkout is on PYTHONPATH, not installed, so load the plugin by module unless installed.
-        plugin=(-p fuzz.pytest_plugin)
+        # The catalogue's fuzz kills are independent tests: shards in parallel processes, one junit file merged.
+        # The package is laid out on PYTHONPATH, not installed, so load the plugin by module unless installed.
+        plugin=(-p mlx_invariants.fuzz.pytest_plugin)
         python3 -c 'import importlib.metadata as m, sys
 sys.exit(not any(e.name == "mlx_invariants" for e in m.entry_points(group="pytest11")))' && plugin=()
         python3 -m pytest ${plugin[@]+"${plugin[@]}"} -p no:cacheprovider -o addopts= --collect-only -q \
-            tests/fuzz/test_planted.py 2>/dev/null | grep '::' >"$work/planted-ids.txt"
+            tests/mutants/test_fuzz_kills.py 2>/dev/null | grep '::' >"$work/planted-ids.txt"
         shards=${PLANTED_SHARDS:-4}
         pids=()
         for ((i = 0; i < shards; i++)); do

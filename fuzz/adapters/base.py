@@ -29,14 +29,6 @@ def prompt_text(spec: RequestSpec) -> str:
     return " ".join(_WORDS[(offset + i) % len(_WORDS)] for i in range(spec.prompt_len))
 
 
-class Refused(Exception):
-    """The engine declined the request before any output (busy, shutting down, invalid)."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-
-
 @dataclass(frozen=True)
 class Outcome:
     kind: str  # completed | aborted | error
@@ -59,7 +51,7 @@ class Adapter(Protocol):
 
     def set_point_hook(self, hook: Optional[PointHook]) -> None: ...   # no-op for engines without points
     async def start(self) -> None: ...
-    async def submit(self, spec: RequestSpec) -> Handle: ...           # raises Refused
+    async def submit(self, spec: RequestSpec) -> Handle: ...           # raises fuzz.errors.Refused
     async def shutdown(self) -> None: ...                              # idempotent
     def status(self) -> dict[str, int]: ...                            # held slots/queue entries; {} if unknown
     # Optional: `healthy` (bool). False after a scenario makes the next one start a fresh engine.

@@ -26,18 +26,15 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
-from mlx_invariants.fuzz.scenario import RequestSpec
+from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
+from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
+from mlx_invariants.fuzz.scenario import RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
 
 HTTP_KINDS = ("cancel", "disconnect")
 HTTP_POINTS = ("ADMITTED", "CHUNK_SENT")
-
-
-class ServerError(RuntimeError):
-    """The server command did not come up, or the URL is not a loopback address."""
 
 
 def check_loopback(url: str) -> str:
@@ -181,10 +178,9 @@ class HttpHandle:
 
 
 class HttpAdapter:
-    kinds = HTTP_KINDS
-    points = HTTP_POINTS
+    """One client of the server at `url`, or of `server` (started on first use and shared by every adapter)."""
 
-    def __init__(self, url: str, server: Optional[ServerProcess] = None, model: str = "default_model"):
+    def __init__(self, url: str, server: Optional[ServerProcess], model: str):
         self.url = url
         self.server = server
         self.owner = None  # this process only runs the client; the server's sentinel has its own owner
@@ -267,20 +263,3 @@ def _error_code(response: Any) -> str:
     except (ValueError, KeyError, TypeError):
         return str(response.status_code)
 
-
-def http_engine(url: Optional[str] = None, server_cmd: Optional[str] = None, owner: Optional[str] = None,
-                model: str = "default_model") -> Any:
-    """An adapter factory for `--url` or `--server-cmd` (the server starts on first use, once).
-
-    `owner` is the server's MLX owner thread-name glob; by default the first
-    thread to enter MLX in the server owns it."""
-    server = ServerProcess(server_cmd, owner) if server_cmd else None
-    base = check_loopback(url) if url else ""
-
-    def make() -> HttpAdapter:
-        return HttpAdapter(base, server, model)
-    make.engine_label = f"http:{server_cmd or url}"  # type: ignore[attr-defined]
-    make.kinds = HTTP_KINDS  # type: ignore[attr-defined]
-    make.points = HTTP_POINTS  # type: ignore[attr-defined]
-    make.server = server  # type: ignore[attr-defined]
-    return make

@@ -1,7 +1,7 @@
 """Adapter for engines with the reference API: `submit(Pending) -> RequestStream`, `shutdown`, `status`.
 
-Works on `engine.SimpleEngine`, `engine.BatchedEngine`, and on any copy of the
-`engine` package under another import path (the planted-bug tests, `invariants
+Works on every route of `mlx_invariants.engine` (its `ENGINES` registry), and on any copy of the
+engine package under another import path (the fuzz-kill tests, `invariants
 mutants`): the messages, errors and points modules are looked up next to the
 engine class, so a copy is fuzzed through its own `points.set_hook`.
 """
@@ -12,8 +12,14 @@ import asyncio
 import importlib
 from typing import Any, Callable, Optional
 
-from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Refused, prompt_text
+from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
+from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, REFERENCE_OWNER
+from mlx_invariants.fuzz.errors import Refused, TargetError
 from mlx_invariants.fuzz.scenario import RequestSpec
+
+# How the fuzzer configures a route beyond the engine's defaults: the serialized route waits for its
+# slot behind a short queue, so admission's waiting and busy paths are fuzzed too.
+FUZZ_CONFIG: dict[str, dict[str, Any]] = {"simple": {"admission": "wait", "max_queue": 4}}
 
 
 class StreamHandle:
@@ -54,7 +60,7 @@ class ReferenceAdapter:
     `healthy` are what it checks between them.
     """
 
-    def __init__(self, factory: Callable[[], Any], name: str = "", owner: Optional[str] = "mlx-owner*",
+    def __init__(self, factory: Callable[[], Any], name: str = "", owner: Optional[str] = REFERENCE_OWNER,
                  busy_bound_s: float = 1.0):
         self.factory = factory
         self.name = name or getattr(factory, "__name__", "engine")
@@ -122,22 +128,25 @@ class ReferenceAdapter:
         return held
 
 
-def reference_engine(kind: str, package: str = "engine", **config: Any) -> Callable[[], ReferenceAdapter]:
-    """An adapter factory for `package.SimpleEngine` ("simple") or `package.BatchedEngine` ("batched")."""
-    defaults = {"simple": {"admission": "wait", "max_queue": 4}, "batched": {}}
-    if kind not in defaults:
-        raise ValueError(f"unknown reference engine {kind!r}; use simple or batched")
-    settings = {**defaults[kind], **config}
+def reference_engine(route: str, package: str = ENGINE_PACKAGE, **config: Any) -> Callable[[], ReferenceAdapter]:
+    """An adapter factory for the `route` engine of `package` (a name in its `ENGINES` registry).
 
-    def make_engine() -> Any:
+    The package is imported here, so a route it does not have fails before anything runs."""
+    try:
         module = importlib.import_module(package)
-        engine_class = module.SimpleEngine if kind == "simple" else module.BatchedEngine
-        return engine_class(module.EngineConfig(**settings))
+    except ImportError as exc:
+        raise TargetError(f"cannot import the engine package {package} ({exc})") from None
+    routes = getattr(module, "ENGINES", {})
+    if route not in routes:
+        raise TargetError(f"{package} has no route {route!r}: use one of {', '.join(sorted(routes))}, "
+                          "or MODULE:FACTORY (e.g. mypkg.fuzzing:make)")
+    engine_class = routes[route]
+    engine_config = module.EngineConfig(**{**FUZZ_CONFIG.get(route, {}), **config})
+    wait_s = engine_config.max_wait_ms / 1000.0 if engine_config.admission == "wait" else 0.0
 
     def make_adapter() -> ReferenceAdapter:
-        wait_s = settings.get("max_wait_ms", 250) / 1000.0 if settings.get("admission") == "wait" else 0.0
         # Refusals in wait mode are timer-driven: allow the wait plus scheduling noise on a busy runner;
         # the bug this guards against waits for minutes.
-        return ReferenceAdapter(make_engine, name=f"{package}.{kind}", busy_bound_s=wait_s + 2.0)
-    make_adapter.engine_label = f"{package}.{kind}"  # type: ignore[attr-defined]
+        return ReferenceAdapter(lambda: engine_class(engine_config), name=f"{package}.{route}",
+                                busy_bound_s=wait_s + 2.0)
     return make_adapter

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
+    from mlx_invariants.engine import ENGINES
     from mlx_invariants.engine.base import EngineConfig
     from mlx_invariants.engine.http.server import Server, run_until_stopped
 
@@ -57,10 +58,7 @@ def run(args: argparse.Namespace) -> int:
     config = EngineConfig(model=args.model, admission=args.admission, max_queue=args.max_queue,
                           max_wait_ms=args.max_wait_ms, max_batch=args.max_batch,
                           pad_prefill={"auto": None, "on": True, "off": False}[args.pad_prefill])
-    if args.engine == "batched":
-        from mlx_invariants.engine.batched import BatchedEngine as engine_class
-    else:
-        from mlx_invariants.engine.serial import SimpleEngine as engine_class
+    engine_class = ENGINES[args.engine]
 
     def announce(line: str) -> None:
         print(line, flush=True)

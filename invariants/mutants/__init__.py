@@ -1,4 +1,5 @@
-"""The mutation catalogue: known regressions of MLX serving engines, applied to copies of engine/.
+"""The regression catalogue: known bugs of MLX serving engines (the fuzzer's seed bugs among them),
+applied to copies of engine/.
 
 Nothing heavy is imported here: `invariants.cli` imports the command module
 when it builds its parser.

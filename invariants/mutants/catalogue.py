@@ -2,8 +2,11 @@
 
 Each entry reproduces a bug that shipped (or nearly shipped) in a real engine,
 mapped onto this engine's code. The edits are exact source replacements on a
-copy; see `mutant.py`. `killers` lists the checks expected to catch the
-mutant; the run reports what actually did.
+copy; see `mutant.py`. `killers` lists the checks known to catch the mutant,
+`must_kill` the layers the test suite holds it to. This is the one catalogue:
+the fuzzer's seed bugs are entries too, each naming its minimal scenario in
+`fuzz/corpus.py` as `seed` (docs/mutants.md says which merged with a mutant
+and why the others stayed apart).
 '''
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         instead of draining the worker with `wait_through_cancellation`.""",
         invariant="the serialized slot is held until the worker has made its last MLX call",
         killers=(T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[1]", "fuzz:slot-freed-early"),
+        must_kill=("tests", "fuzz"),
+        seed="lock_freed_on_cancel",
         edits=(Edit(SERIAL, """
             try:
                 await wait_through_cancellation(job.done)
@@ -71,7 +76,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         Here `SimpleEngine.submit` calls `_post_serialized`, which enters `async with
         self._generation_lock` after `submit` acquired it.""",
         invariant="no task acquires a lock it already holds",
-        killers=("static:INV104", T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered"),
+        killers=("static:INV104", T_SERIAL + "test_generates_and_reports_usage", "fuzz:lock-reentered", "fuzz:stalled"),
+        must_kill=("static", "tests", "fuzz"),
+        seed="nested_lock_reacquire",
         edits=(
             _serial_handoff("await self._post_serialized(job)"),
             Edit(SERIAL, """
@@ -98,6 +105,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         reports a failing job whose stop flag is set as a plain abort and logs nothing.""",
         invariant="a worker error is reported (result and log) even when the request was cancelled",
         killers=(T_SERIAL + "test_worker_error_while_draining_after_cancel_is_logged",),
+        must_kill=("tests",),
         edits=(Edit(SERIAL, """
             except Exception as exc:  # an MLX or model error: this request fails, the engine goes on
                 log.error("request %s failed on the owner thread: %s", rid, exc, exc_info=True)
@@ -122,6 +130,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         invariant="the slot outlives the worker through any number of cancellations",
         killers=("static:INV106",
                  T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[3]"),
+        must_kill=("static", "tests"),
         edits=(Edit(DRAIN, """
             cancelled = False
             while not done.done():
@@ -152,7 +161,10 @@ CATALOGUE: tuple[Mutant, ...] = (
         threads out of MLX at once. Here `SimpleEngine.submit` runs the owner's job function on the
         default pool instead of posting it to the owner thread.""",
         invariant="every MLX call happens on the engine's one owner thread",
-        killers=(T_THREADS + "test_every_mlx_call_is_on_the_owner_thread", "fuzz:mlx-off-owner"),
+        killers=(T_THREADS + "test_every_mlx_call_is_on_the_owner_thread",
+                 "fuzz:mlx-off-owner", "fuzz:mlx-concurrent", "fuzz:mlx-no-stream"),
+        must_kill=("tests", "fuzz"),
+        seed="worker_on_pool_thread",
         edits=(_serial_handoff("asyncio.ensure_future(asyncio.to_thread(self._owner._run, job))"),),
     ),
     Mutant(
@@ -166,6 +178,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         invariant="the event loop never runs MLX; it stays responsive while a request decodes",
         killers=(T_SERIAL + "test_event_loop_stays_responsive_while_decoding",
                  T_THREADS + "test_every_mlx_call_is_on_the_owner_thread", "fuzz:loop-lag"),
+        must_kill=("tests",),
         edits=(_serial_handoff("self._owner._run(job)  # one thread touches MLX: this one"),),
     ),
     Mutant(
@@ -177,6 +190,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         got 503 for the duration. Here `SerialOwner._generate` no longer looks at `job.stop`.""",
         invariant="an acknowledged abort stops decode within one token",
         killers=(T_SERIAL + "test_cancel_stops_decode_within_one_token", "fuzz:abort-ignored"),
+        must_kill=("tests",),
         edits=(Edit(SERIAL, """
             if job.stop.is_set():
                 reason = "abort"
@@ -200,6 +214,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         constructor run off the owner thread, and the static checker sees it built in async code.""",
         killers=("static:INV108",
                  T_THREADS + "test_every_mlx_call_is_on_the_owner_thread[BatchedEngine]", "fuzz:mlx-off-owner"),
+        must_kill=("static", "tests"),
         routes=("batched",),
         edits=(
             Edit(BATCHED, """
@@ -236,6 +251,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         batch is non-empty.""",
         invariant="a request arriving mid-decode is inserted before the next step",
         killers=(T_BATCHED + "test_late_arrival_gets_first_token_within_one_step",),
+        must_kill=("tests",),
         routes=("batched",),
         edits=(Edit(BATCHED, """
             with self.lock:
@@ -256,11 +272,12 @@ CATALOGUE: tuple[Mutant, ...] = (
         story="""The generation thread caught any exception while building and warming its
         generator, logged it, and set the ready event anyway so the server would "come up and
         report the problem". The health probe flipped to SERVING, the load balancer sent traffic,
-        and every request failed on a generator that did not exist. Here `OwnerThread.run` logs a
-        failing `_start` (load, build, warmup) and resolves `ready` regardless.""",
+        and every request failed on a generator that did not exist. Here `OwnerThread._become_ready`
+        logs a failing `_start` (load, build, warmup) and resolves `ready` regardless.""",
         invariant="the engine is ready only once load, construction and warmup succeeded",
         killers=(T_SERIAL + "test_startup_failure_is_reported_and_never_healthy",
                  T_BATCHED + "test_batched_startup_failure_is_reported", "fuzz:startup-failed"),
+        must_kill=("tests",),
         routes=("simple", "batched"),
         edits=(Edit(OWNER, """
             try:
@@ -268,8 +285,7 @@ CATALOGUE: tuple[Mutant, ...] = (
             except BaseException as exc:  # readiness must report every startup failure, then the thread ends
                 log.error("engine startup failed on %s: %s", self.name, exc, exc_info=True)
                 self._to_loop(self._fail_ready, StartupError(f"engine startup failed: {type(exc).__name__}: {exc}"))
-                self._to_loop(self._resolve, self.stopped, None)
-                return
+                return False
         """, """
             try:
                 self._start()
@@ -285,8 +301,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         that failed to load left a server answering /health with 200 and every request with 500.
         Here `EngineFrontend.start` waits for `ready` to settle but never looks at its result.""",
         invariant="startup raises when the owner reports a failure",
-        killers=(T_SERIAL + "test_startup_failure_is_reported_and_never_healthy",
+        killers=("static:INV109", T_SERIAL + "test_startup_failure_is_reported_and_never_healthy",
                  T_BATCHED + "test_batched_startup_failure_is_reported", "fuzz:startup-failed"),
+        must_kill=("static", "tests"),
         routes=("simple", "batched"),
         edits=(Edit(FRONTEND, """
             self._loaded = await asyncio.wait_for(asyncio.shield(owner.ready), self.config.startup_timeout_s)
@@ -307,6 +324,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         away with the owner thread, so no request can meet the leaked probe; only the static rule
         for a probe inserted without removal in `finally` sees it.""",
         killers=("static:INV111",),
+        must_kill=("static",),
         routes=("batched",),
         edits=(Edit(BATCHED, """
             uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(prompts),
@@ -342,6 +360,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         the streams the owner can no longer reach.""",
         invariant="after shutdown every waiter and every stream has ended",
         killers=(T_SERIAL + "test_shutdown_mid_stream_ends_every_client", "fuzz:shutdown-left-waiter"),
+        must_kill=("tests",),
         routes=("simple", "batched"),
         edits=(
             Edit(FRONTEND, """
@@ -369,6 +388,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         requests.""",
         invariant="an abort recorded before insertion keeps the request out of the batch",
         killers=(T_BATCHED + "test_abort_posted_with_its_request_never_enters_the_batch", "fuzz:abort-ignored"),
+        must_kill=("tests",),
         routes=("batched",),
         edits=(
             Edit(BATCHED, """
@@ -403,6 +423,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         invariant="busy is decided at once by admission; nothing waits on the MLX lock",
         killers=("static:INV101",
                  T_SERIAL + "test_busy_is_refused_at_once_with_machine_readable_code", "fuzz:busy-slow"),
+        must_kill=("static", "tests"),
         edits=(
             Edit(SERIAL, """
                 await self._admission.enter()
@@ -434,6 +455,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         invariant="the MLX lock is documented as serializing MLX work only, never as admission",
         equivalent="""A comment changes no behaviour; only the static checker reads it.""",
         killers=("static:INV103",),
+        must_kill=("static",),
         edits=(Edit(SERIAL, """
             # Serializes Metal command-buffer (MLX) work: one request's generation at a time, held
             # until its worker has finished. Not an admission gate: `Admission` decides busy before
@@ -454,6 +476,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         200 SSE body.""",
         invariant="busy is a 503 with a machine-readable code, decided before the first byte",
         killers=(T_HTTP + "test_busy_is_503_before_any_byte_in_under_100ms",),
+        must_kill=("tests",),
         routes=(),
         edits=(Edit(APP, """
             except EngineError as exc:
@@ -477,6 +500,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         batch.""",
         invariant="a failing step fails the requests in it, and the generator is rebuilt",
         killers=(T_BATCHED + "test_failing_step_fails_its_requests_and_engine_recovers",),
+        must_kill=("tests",),
         routes=("batched",),
         edits=(Edit(BATCHED, """
             except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
@@ -485,6 +509,147 @@ CATALOGUE: tuple[Mutant, ...] = (
             except Exception as exc:  # transient: log it and run the step again
                 log.error("batch step failed, retrying: %s", exc)
         """),),
+    ),
+    Mutant(
+        id="M19-drain-lets-go-on-first-cancel",
+        title="the drain gives up on the first cancellation that reaches it",
+        story="""The drain after a cancellation was simplified to a single shielded await of the
+        worker. The request's consumer absorbs the first cancellation, so a single disconnect was
+        fine; a second one (a shutdown cancelling a handler that a disconnect had already
+        cancelled) reached the drain, escaped it, and released the slot while the worker was still
+        inside MLX. Here `wait_through_cancellation` awaits the worker once and lets any
+        cancellation through.""",
+        invariant="the slot outlives the worker through any number of cancellations",
+        killers=(T_SERIAL + "test_cancel_keeps_slot_until_worker_returns[2]", "fuzz:slot-freed-early"),
+        must_kill=("tests", "fuzz"),
+        seed="double_cancel_releases_slot",
+        apart="""The same broken drain as M04, one cancellation earlier. M04 survives the first
+        cancellation that reaches the drain and gives up on the second (three in all, counting the
+        consumer's), so the fuzzer's `cancel-twice` never frees its slot and M04 is caught by the
+        static rule and the three-cancel test only; this drain gives up on the first, which the
+        fuzzer finds and the static rule does not (no `except Exception` to flag). So neither edit
+        set keeps both kills.""",
+        edits=(Edit(DRAIN, """
+            cancelled = False
+            while not done.done():
+                try:
+                    await asyncio.shield(done)
+                except asyncio.CancelledError:
+                    cancelled = True
+            if cancelled:
+                raise asyncio.CancelledError()
+        """, """
+            await asyncio.shield(done)  # a cancel during the drain escapes
+        """),),
+    ),
+    Mutant(
+        id="M20-shutdown-drops-the-batch",
+        title="shutdown stops the batch owner without ending the requests in the batch",
+        story="""Shutdown skipped the grace period and the abort of open streams and stopped the
+        owner thread at once; the owner dropped the requests in its batch instead of ending each
+        one, and nothing after it ended the streams left open. Clients streaming from the batch
+        waited for a terminal event that never came. Here `EngineFrontend.shutdown` neither waits
+        for nor aborts open streams nor ends what is left, and `BatchOwner._finish` ends none of
+        the requests in the batch.""",
+        invariant="after shutdown every waiter and every stream has ended",
+        killers=(T_BATCHED + "test_shutdown_ends_every_open_stream", "fuzz:shutdown-left-waiter", "fuzz:stalled"),
+        must_kill=("tests", "fuzz"),
+        routes=("batched",),
+        seed="shutdown_leaves_waiters",
+        apart="""M13 breaks only the front end (admission stays open, no stream is ended after the
+        owner stops); the owner's `_finish` still ends every request it holds. M13's edits pass
+        this entry's seed scenario on either route, and generation alone found nothing in the
+        fuzz-kill test's 150 examples on either (the ci profile's longer run does find M13 on the
+        simple route). This entry also breaks the owner's side, which generation finds. Moving M13
+        onto these edits, or joining both sets, would drop M13's narrower regression, which its
+        engine test proves is caught.""",
+        edits=(
+            Edit(FRONTEND, """
+                await self._wait_streams_ended(grace_s)
+                for stream in list(self._streams.values()):
+                    stream.abort()
+                await self._wait_streams_ended(max(grace_s, 1.0))
+            """, ""),
+            Edit(FRONTEND, """
+                for stream in list(self._streams.values()):
+                    stream.push_terminal_if_open("the engine shut down")
+            """, ""),
+            Edit(BATCHED, """
+                for active in list(self._active.values()):
+                    rid = active.pending.rid
+            """, """
+                for active in []:
+                    rid = active.pending.rid
+            """),
+        ),
+    ),
+    Mutant(
+        id="M21-abort-dropped-before-first-step",
+        title="an abort reaching a request before its first decode step is dropped",
+        story="""The scheduler applied aborts only to requests that were already decoding. An abort
+        for a request still waiting for a seat, or inserted into the batch but not yet stepped,
+        named nobody it acted on and vanished: the request decoded to `max_tokens` for a client
+        that had left. Here `BatchOwner._apply_aborts` ends no waiting request and removes an
+        inserted one only once it has produced more than one token.""",
+        invariant="an acknowledged abort keeps the request out of the batch, or takes it out within one step",
+        killers=(T_BATCHED + "test_abort_before_insertion_is_not_lost",
+                 T_BATCHED + "test_abort_posted_with_its_request_never_enters_the_batch",
+                 "fuzz:abort-ignored", "fuzz:abort-completed"),
+        must_kill=("tests", "fuzz"),
+        routes=("batched",),
+        seed="abort_lost_between_sections",
+        apart="""M14 loses an abort that arrives together with its request (the inbox is taken in
+        two critical sections); this entry loses one that arrives after insertion, before the
+        first step. The fuzzer finds M14 by generation too, but this entry's seed scenario (a
+        cancel as the worker starts) does not catch M14. These edits fail M14's engine test as
+        well, but moving M14 onto them would drop M14's own regression (the inbox taken in two
+        critical sections), so the two stay apart.""",
+        edits=(
+            Edit(BATCHED, """
+                if pending.rid in aborts:
+            """, """
+                if False:  # aborts only look at requests already decoding (wrong)
+            """),
+            Edit(BATCHED, """
+                if uid is not None:
+                    self._generator.remove([uid])
+            """, """
+                if uid is not None and self._active[uid].produced > 1:  # not decoding yet: dropped
+                    self._generator.remove([uid])
+            """),
+        ),
+    ),
+    Mutant(
+        id="M22-array-crosses-threads",
+        title="an MLX array built on the event loop, evaluated on the owner thread",
+        story="""To start long prompts sooner, the request handler built part of the prompt as an
+        `mx.array` while admitting it, and the generation thread evaluated that array later. An
+        array belongs to the stream of the thread that made it, so the owner failed with "There is
+        no Stream(gpu, 1) in current thread", and only for prompts long enough to take the
+        shortcut. Here `SimpleEngine.submit` builds a prefix array for prompts over 14 tokens and
+        the owner evaluates it when the job starts.""",
+        invariant="every MLX array is made and evaluated on the engine's one owner thread",
+        killers=(T_BATCHED + "test_padded_prefill_decodes_what_the_serialized_route_decodes", "fuzz:mlx-no-stream"),
+        must_kill=("tests", "fuzz"),
+        seed="array_crosses_threads",
+        edits=(
+            Edit(SERIAL, """
+                job = Job(pending, asyncio.get_running_loop().create_future())
+            """, """
+                job = Job(pending, asyncio.get_running_loop().create_future())
+                if len(pending.prompt) > 14:  # pre-build the long prompt's prefix on the loop (wrong thread)
+                    import mlx.core as mx
+                    job.prefix = mx.array(pending.prompt[:8]) * 1
+            """),
+            Edit(SERIAL, """
+                reach(Point.WORKER_STARTED, rid)
+            """, """
+                reach(Point.WORKER_STARTED, rid)
+                if getattr(job, 'prefix', None) is not None:
+                    import mlx.core as mx
+                    mx.eval(job.prefix)
+            """),
+        ),
     ),
 )
 

@@ -1,9 +1,10 @@
-"""`python -m invariants.mutants.fuzzing ROUTE REPORT_DIR`: the fuzzer's ci profile on one reference route.
+"""`python -m mlx_invariants.mutants.fuzzing ROUTE REPORT_DIR`: the fuzzer's ci profile on one reference route.
 
-Run as a child with the copy first on PYTHONPATH, so `fuzz.run_fuzz("simple")`
-builds the copy's engine. It prints one JSON line (the first violation's kind
-and headline, or none) and exits 0 clean, 1 violation: the parent reads the
-kind instead of scraping the CLI's prose.
+Run as a child with the copy first on PYTHONPATH, so the route of
+`mlx_invariants.engine` that `run_fuzz` builds is the copy's. It prints one
+JSON line (the first violation's kind and headline, or none) and exits 0
+clean, 1 violation: the parent reads the kind instead of scraping the CLI's
+prose.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ MARK = "MUTANT-FUZZ-RESULT "
 def main(argv: list[str]) -> int:
     route, report_dir = argv
     from mlx_invariants.fuzz.runner import run_fuzz
+    from mlx_invariants.fuzz.settings import FuzzSettings
+    from mlx_invariants.fuzz.target import Target
 
-    result = run_fuzz(route, profile="ci", report_dir=report_dir, replays=0)
+    result = run_fuzz(Target.reference(route), FuzzSettings(profile="ci", report_dir=report_dir, replays=0))
     failure = result.failure
     print(MARK + json.dumps({
         "kind": failure.violations[0].kind if failure else None,

@@ -19,8 +19,6 @@ from typing import Optional, Sequence
 
 from mlx_invariants.mutants.fuzzing import MARK
 from mlx_invariants.mutants.workspace import Workspace
-
-LAYERS = ("static", "tests", "fuzz")
 TAIL = 2000
 
 

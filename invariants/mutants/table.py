@@ -1,4 +1,8 @@
-"""The report as a plain-text table: mutant, killed by, time to kill, survived."""
+"""The report as a plain-text table: mutant, killed by, time to kill, survived.
+
+In a must-kill run, "survived" also names each layer that must kill the
+mutant and did not, even when another layer killed it.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,12 @@ def _killed_by(result: Result) -> str:
 def _row(result: Result) -> tuple[str, str, str, str]:
     assert result.mutant is not None
     ttk = result.time_to_kill
-    survived = "-" if not result.ran else ("no" if result.killed else "YES")
+    if not result.ran:
+        survived = "-"
+    elif result.killed and result.missed:  # a must-kill run: caught, but not by every layer that must catch it
+        survived = f"YES ({', '.join(result.missed)})"
+    else:
+        survived = "no" if result.killed else "YES"
     return result.mutant.id, _killed_by(result), f"{ttk:.1f}s" if ttk is not None else "-", survived
 
 
@@ -32,6 +41,9 @@ def render(report: Report) -> str:
     lines.insert(1, "  ".join("-" * width for width in widths))
     for layer, why in report.skipped_layers.items():
         lines.append(f"note: the {layer} layer did not run: {why}")
+    if report.not_required:
+        ids = ", ".join(m.id for m in report.not_required)
+        lines.append(f"note: not run, no layer run here must kill them: {ids}")
     for result in report.results:
         for outcome in result.problems:
             lines.append(f"note: {result.mutant.id}: {outcome.layer} {outcome.verdict} {outcome.by}".rstrip())
@@ -44,9 +56,16 @@ def summary(report: Report) -> str:
         details = "\n".join(f"  {o.layer}: {o.verdict} {o.by}\n{o.detail}" for o in failing)
         return ("the unmutated engine fails its own checks, so no mutant result would mean anything; "
                 f"fix the baseline first:\n{details}")
-    total, survivors = len(report.results), report.survivors
-    if not survivors:
-        return f"all {total} mutants killed"
-    ids = ", ".join(r.mutant.id for r in survivors if r.mutant)
-    return (f"{len(survivors)} of {total} mutants not killed: {ids}. A survivor is a hole in the harness: "
-            "add the missing rule, oracle or engine test (never weaken the mutant).")
+    total, survivors, missing = len(report.results), report.survivors, report.missing
+    if not survivors and not missing:
+        return f"all {total} mutants killed" + (" by every layer that must kill them" if any(
+            r.required for r in report.results) else "")
+    lines = []
+    if survivors:
+        ids = ", ".join(r.mutant.id for r in survivors if r.mutant)
+        lines.append(f"{len(survivors)} of {total} mutants not killed: {ids}.")
+    if missing:
+        ids = ", ".join(f"{r.mutant.id} ({', '.join(r.missed)})" for r in missing if r.mutant)
+        lines.append(f"{len(missing)} of {total} mutants not killed by a layer that must kill them: {ids}.")
+    return " ".join(lines) + (" A survivor is a hole in the harness: add the missing rule, oracle or engine test "
+                              "(never weaken the mutant).")

@@ -1,8 +1,8 @@
 """A temporary copy of the engine and its tests, with one mutant applied.
 
-The copy keeps the repository's layout (`engine/`, `tests/engine/`), so a
-mutant's edits name the files as the repository does. The checks run in
-subprocesses whose PYTHONPATH starts with `site/`, a `mlx_invariants` package
+The copy keeps the repository's layout (`engine/`, `tests/engine/`); its
+engine is made by `copies.copy_engine`, as every mutated engine is. The
+checks run in subprocesses whose PYTHONPATH starts with `site/`, a `mlx_invariants` package
 laid out as the wheel installs it: this harness's own package and fuzzer (the
 ones running now), with `engine` linked to the copy. `import mlx_invariants.engine` then
 finds the mutant. The engine tests are copied because pytest puts the rootdir
@@ -20,11 +20,11 @@ from typing import Optional
 
 import mlx_invariants
 import mlx_invariants.fuzz
+from mlx_invariants.mutants.copies import IGNORED, copy_engine
 from mlx_invariants.mutants.mutant import Mutant
 
-# What a copy holds: the engine, the engine tests and what they import, and the pytest settings.
-COPIED = ("engine", "tests/__init__.py", "tests/conftest.py", "tests/engine", "pyproject.toml")
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+# What a copy holds besides the engine: the engine tests and what they import, and the pytest settings.
+COPIED = ("tests/__init__.py", "tests/conftest.py", "tests/engine", "pyproject.toml")
 
 
 class Workspace:
@@ -42,8 +42,6 @@ class Workspace:
         self.root = Path(self._tmp.name)
         try:
             self._copy()
-            if self.mutant is not None:
-                self.mutant.apply(self.root)
         except BaseException:
             self._tmp.cleanup()
             raise
@@ -54,6 +52,7 @@ class Workspace:
             self._tmp.cleanup()
 
     def _copy(self) -> None:
+        copy_engine(self.repo / "engine", self.engine_dir, self.mutant)
         for name in COPIED:
             source, target = self.repo / name, self.root / name
             if source.is_dir():
@@ -61,8 +60,6 @@ class Workspace:
             elif source.is_file():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
-            elif name == "engine":
-                raise FileNotFoundError(f"{source} does not exist; run `invariants mutants` from the repository")
         self._lay_out_package()
 
     def _lay_out_package(self) -> None:

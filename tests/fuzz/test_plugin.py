@@ -49,7 +49,8 @@ def test_profiles_are_registered_for_hypothesis(tmp_path):
 
 
 def test_loading_the_plugin_and_the_command_imports_nothing_heavy():
-    code = ("import sys, fuzz.pytest_plugin, fuzz.command, fuzz; "
-            "print(sorted(m for m in ('mlx', 'mlx.core', 'hypothesis', 'engine', 'httpx') if m in sys.modules))")
+    code = ("import sys, mlx_invariants.fuzz.pytest_plugin, mlx_invariants.commands.fuzz, mlx_invariants.fuzz; "
+            "print(sorted(m for m in ('mlx', 'mlx.core', 'hypothesis', 'mlx_invariants.engine', 'httpx') "
+            "if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "[]", run.stdout + run.stderr

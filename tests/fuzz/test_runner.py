@@ -3,9 +3,9 @@ replay, child-process crash reports, exhaustive mode, and the engine lifecycle a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,24 +14,26 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mlx_invariants.fuzz import command
+from mlx_invariants.cli import main
+from mlx_invariants.fuzz.errors import LockReentered
 from mlx_invariants.fuzz.jobs import run_jobs
-from mlx_invariants.fuzz.locks import LockReentered, OwnedLock, watch_locks
+from mlx_invariants.fuzz.locks import OwnedLock, watch_locks
 from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
 from mlx_invariants.fuzz.profiles import PROFILES
-from mlx_invariants.fuzz.runner import exhaustive_scenarios, run_exhaustive
+from mlx_invariants.fuzz.runner import exhaustive_scenarios, run_exhaustive, run_fuzz
 from mlx_invariants.fuzz.scenario import FAULT_KINDS, Scenario
 from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
-from tests.fuzz.planted import plant
+from mlx_invariants.mutants import select
+from mlx_invariants.mutants.copies import import_copy
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="invariants fuzz")
-    command.add_arguments(parser)
-    return command.run(parser.parse_args(list(argv)))
+    return main(["fuzz", *argv])
 
 
 # As `invariants fuzz --engine E` runs it: the ci profile (seed corpus, 300 examples, debug run) in one
@@ -39,11 +41,8 @@ def cli(*argv: str) -> int:
 # each one slows every later MLX call, so the engines earlier tests started would slow this one down.
 @pytest.mark.parametrize("engine", ["simple", "batched"])
 def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str, tmp_path: Path):
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    options = command._options(parser.parse_args(["--engine", engine, "--report", str(tmp_path)]))
-    options["label"] = options["engine_args"]
-    [outcome] = run_jobs(options, 1, tmp_path / "work", lambda states: None)
+    [outcome] = run_jobs(Target.reference(engine), FuzzSettings(report_dir=tmp_path), 1, tmp_path / "work",
+                         lambda states: None)
     assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
     assert outcome.examples >= PROFILES["ci"].examples
     assert outcome.engines_started < outcome.examples / 4, "clean scenarios should share their engine"
@@ -52,9 +51,13 @@ def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str, tmp_path:
 @pytest.mark.parametrize("argv, message", [
     (["--engine", "simple", "--url", "http://127.0.0.1:1"], "choose one of"),
     (["--engine", "nomodule"], "MODULE:FACTORY"),
-    (["--engine", "no.such.module:make"], "cannot import"),
+    (["--engine", "no.such.module:make", "--jobs", "0"], "cannot import"),
+    (["--engine", "no.such.module:make"], "cannot import"),  # in the parent, before any child starts
     (["--server-cmd", "python -m server"], "{port}"),
-    (["--examples", "0"], "--examples"),
+    (["--examples", "0"], "examples must be at least 1"),
+    (["--replays", "-1"], "must not be negative"),
+    (["--jobs", "-1"], "--jobs"),
+    (["--engine", "simple", "--owner", "x*"], "--owner and --model go with --url or --server-cmd"),
     (["--url", "http://192.168.1.10:8000"], "loopback"),
     (["--replay", "/nonexistent/scenario.json"], "cannot read"),
 ])
@@ -65,7 +68,7 @@ def test_usage_errors_exit_2_with_a_sentence(argv, message, capsys):
 
 def test_clean_run_exits_0_and_violation_exits_1_with_a_replayable_report(tmp_path, capsys):
     assert cli("--engine", "batched", "--examples", "3", "--jobs", "0", "--report", str(tmp_path)) == 0
-    package = plant("lock_freed_on_cancel", tmp_path / "plants")
+    package = import_copy(*select(["M01"]), tmp_path / "plants")
     reports = tmp_path / "reports"
     assert cli("--engine", f"{package}:SimpleEngine", "--examples", "20", "--jobs", "0",
                "--report", str(reports), "--replays", "2") == 1
@@ -73,11 +76,36 @@ def test_clean_run_exits_0_and_violation_exits_1_with_a_replayable_report(tmp_pa
     assert "VIOLATION" in out and "slot-freed-early" in out
     folder = next(reports.glob("*slot-freed-early*"))
     report = json.loads((folder / "report.json").read_text())
-    assert report["engine_args"] == f"--engine {package}:SimpleEngine"
+    assert report["target"] == Target.module_factory(f"{package}:SimpleEngine").to_dict()
+    assert report["replay"] == f"invariants fuzz --replay {folder / 'scenario.json'}"
     assert report["reproduced"] == [2, 2] and report["device"]["default_device"]
     assert report["violations"][0]["stacks"] and report["trace"]["events"]
     assert "@reproduce_failure" in (report["reproduce_blob"] or "") or report["seed"]
-    assert cli("--replay", str(folder), "--report", str(tmp_path / "again"), "--replays", "1") == 1
+    # The scenario file names its target: no --engine needed (the default route would pass).
+    assert cli("--replay", str(folder / "scenario.json"), "--report", str(tmp_path / "again"), "--replays", "1") == 1
+    assert "violations in 1/1 run(s)" in capsys.readouterr().out
+
+
+def test_replays_reach_the_child_processes(tmp_path, monkeypatch):
+    package = import_copy(*select(["M01"]), tmp_path / "plants")
+    reports = tmp_path / "reports"
+    # The child finds the planted package by PYTHONPATH, as a user's child process would (an earlier test
+    # may have planted it elsewhere: it is planted once per process).
+    root = Path(sys.modules[package].__file__).parents[1]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    assert cli("--engine", f"{package}:SimpleEngine", "--examples", "5", "--jobs", "1",
+               "--report", str(reports), "--replays", "1") == 1
+    folder = next(reports.glob("*slot-freed-early*"))
+    assert json.loads((folder / "report.json").read_text())["reproduced"] == [1, 1]
+
+
+def test_a_route_of_another_package_replays_from_its_report_alone(tmp_path, capsys):
+    package = import_copy(*select(["M01"]), tmp_path / "plants")
+    result = run_fuzz(Target.reference("simple", package=package),
+                      FuzzSettings(examples=5, replays=0, debug_run=False, report_dir=tmp_path / "reports"))
+    assert result.failure is not None and result.report_dir is not None
+    assert json.loads((result.report_dir / "scenario.json").read_text())["target"]["package"] == package
+    assert cli("--replay", str(result.report_dir), "--report", str(tmp_path / "again"), "--replays", "1") == 1
     assert "violations in 1/1 run(s)" in capsys.readouterr().out
 
 
@@ -85,18 +113,13 @@ def test_a_child_that_dies_leaves_the_scenario_it_was_running(tmp_path):
     run = subprocess.run([sys.executable, "-c", "import sys; from mlx_invariants.cli import main; sys.exit(main())",
                           "fuzz", "--engine", "tests.fuzz.crashing_engine:make", "--jobs", "1", "--examples", "5",
                           "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    if "No module named 'invariants.commands" in run.stderr:
-        run = subprocess.run([sys.executable, "-c", "import argparse, sys\nfrom fuzz import command\n"
-                              "p = argparse.ArgumentParser(); command.add_arguments(p)\n"
-                              "sys.exit(command.run(p.parse_args(sys.argv[1:])))",
-                              "--engine", "tests.fuzz.crashing_engine:make", "--jobs", "1", "--examples", "5",
-                              "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "killed by SIGKILL" in run.stdout
     folder = next(tmp_path.glob("*process-crashed*"))
     scenario = Scenario.loads((folder / "scenario.json").read_text())
     assert "r0" in [r.rid for r in scenario.requests]
     assert "invariants fuzz --replay" in (folder / "report.txt").read_text()
+    assert json.loads((folder / "scenario.json").read_text())["target"]["name"] == "tests.fuzz.crashing_engine:make"
 
 
 def test_exhaustive_mode_enumerates_every_single_fault_scenario(tmp_path):
@@ -106,9 +129,8 @@ def test_exhaustive_mode_enumerates_every_single_fault_scenario(tmp_path):
     assert len({s.dumps() for s in every}) == len(every)
     for scenario in every:
         scenario.validate()
-    package = plant("double_cancel_releases_slot", tmp_path / "plants")
-    from mlx_invariants.fuzz.adapters.reference import reference_engine
-    result = run_exhaustive(reference_engine("simple", package=package), max_tokens=2, replays=1)
+    package = import_copy(*select(["M19"]), tmp_path / "plants")
+    result = run_exhaustive(Target.reference("simple", package=package), FuzzSettings(replays=1), max_tokens=2)
     assert result.failure is not None and result.failure.violations[0].kind == "slot-freed-early"
     assert result.failure.scenario.faults[0].kind == "cancel-twice"
 
@@ -141,9 +163,9 @@ class EngineLifecycle(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        import mlx_invariants.engine
+        import mlx_invariants.engine as engine_module
 
-        self.engine_module = engine
+        self.engine_module = engine_module
         self.loop = asyncio.new_event_loop()
         self.sentinel = Sentinel(owner="mlx-owner*").install()
         self.engine = None
@@ -252,9 +274,9 @@ class _ForgetfulAdapter:
 
 
 def test_a_request_nobody_will_finish_is_reported_at_once_with_stacks():
-    from mlx_invariants.fuzz.driver import run_scenario
     from mlx_invariants.fuzz.oracles import judge
     from mlx_invariants.fuzz.scenario import RequestSpec
+    from mlx_invariants.fuzz.session import run_scenario
 
     trace = run_scenario(_ForgetfulAdapter, Scenario((RequestSpec("r0"),), followup=False))
     stalled = trace.first("check", "stalled")

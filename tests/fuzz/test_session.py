@@ -7,14 +7,16 @@ import argparse
 
 import pytest
 
-from mlx_invariants.fuzz import command
+from mlx_invariants.commands import fuzz as command
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, StreamHandle, reference_engine
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.session import EngineSession
+from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.strategies import scenarios
+from mlx_invariants.fuzz.target import Target
 
 CLEAN = Scenario((RequestSpec("r0", 3, 3, True),))
 SHUTDOWN = Scenario((RequestSpec("r0", 3, 4, True),), (FaultSpec("shutdown", At("r0", "BEFORE_DECODE", 1)),))
@@ -94,21 +96,27 @@ def test_closing_a_kept_engine_runs_the_after_shutdown_checks(session):
     assert session.close() is None  # nothing kept any more
 
 
-class _NeverStops(ReferenceAdapter):
+class NeverStops(ReferenceAdapter):
     """An engine whose shutdown returns without stopping it: its owner thread outlives it."""
 
     left: list = []
 
     async def shutdown(self) -> None:
-        _NeverStops.left.append(self)
+        NeverStops.left.append(self)
+
+
+def never_stops() -> NeverStops:
+    """The module factory the next test fuzzes, as `--engine tests.fuzz.test_session:never_stops` would."""
+    return NeverStops(reference_engine("simple")().factory)
 
 
 def test_a_leak_only_shutdown_shows_is_reported_against_the_last_scenario():
     try:
-        result = run_fuzz(lambda: _NeverStops(reference_engine("simple")().factory), profile="ci", examples=3,
-                          explicit=(), debug_run=False, replays=1, strategy=scenarios(kinds=("cancel",)))
+        result = run_fuzz(Target.module_factory(f"{__name__}:never_stops"),
+                          FuzzSettings(examples=3, explicit=(), debug_run=False, replays=1),
+                          strategy=scenarios(kinds=("cancel",)))
     finally:
-        for adapter in _NeverStops.left:
+        for adapter in NeverStops.left:
             adapter.engine._owner.stop()
     assert result.failure is not None and result.failure.violations[0].kind == "thread-leaked"
     assert "shut down after this scenario" in result.failure.blob
@@ -118,7 +126,7 @@ def test_a_leak_only_shutdown_shows_is_reported_against_the_last_scenario():
 
 @pytest.mark.parametrize("reuse", [True, False])
 def test_reuse_starts_few_engines_and_the_fresh_mode_one_per_scenario(reuse):
-    result = run_fuzz("simple", profile="ci", examples=12, explicit=(), debug_run=False, reuse=reuse)
+    result = run_fuzz(Target.reference("simple"), FuzzSettings(examples=12, explicit=(), debug_run=False, reuse=reuse))
     assert result.ok, result.failure.headline
     if reuse:
         assert result.engines_started < result.examples / 2, result.engines_started
@@ -129,5 +137,5 @@ def test_reuse_starts_few_engines_and_the_fresh_mode_one_per_scenario(reuse):
 def test_fresh_engine_flag_reaches_the_runner():
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    assert command._options(parser.parse_args(["--fresh-engine"]))["reuse"] is False
-    assert command._options(parser.parse_args([]))["reuse"] is None
+    assert command.settings_of(parser.parse_args(["--fresh-engine"])).reuse is False
+    assert command.settings_of(parser.parse_args([])).reuse is None

@@ -1,7 +1,9 @@
-"""`invariants mutants` end to end: a clean baseline, a kill through the CLI, a broken baseline refused."""
+"""`invariants mutants` end to end: a clean baseline, a kill through the CLI, a broken baseline refused,
+a must-kill layer that misses failing the run."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from mlx_invariants.mutants.runner import Runner
 from mlx_invariants.mutants.table import render, summary
 
 REPO = Path(__file__).resolve().parents[2]
+QUICK_TEST = "tests/engine/test_serial.py::test_generates_and_reports_usage"
 
 
 def test_cli_runs_one_mutant_and_reports_its_killer():
@@ -39,7 +42,7 @@ def test_a_broken_baseline_fails_the_run_before_any_mutant(tmp_path):
     for name in ("tests/__init__.py", "tests/conftest.py", "pyproject.toml"):
         shutil.copy2(REPO / name, tmp_path / name)
     (broken,) = select(["M07"])
-    broken.apply(tmp_path)
+    broken.apply(tmp_path / "engine")
     harmless = Mutant("M90-harmless", "t", "s", "i", broken.killers,
                       (Edit("engine/drain.py", "cancelled = False", "cancelled = bool()"),))
     report = Runner(tmp_path, Settings(), layer_names=("tests",)).run([harmless])
@@ -47,3 +50,19 @@ def test_a_broken_baseline_fails_the_run_before_any_mutant(tmp_path):
     assert [r.ran for r in report.results] == [False]
     assert "fails its own checks" in summary(report)
     assert "not run" in render(report)
+
+
+def test_a_must_kill_run_fails_when_a_required_layer_misses_though_another_killed():
+    """M16 (a comment) dies to the static rule; required to die to an engine test as well, it must fail the run."""
+    (comment,) = select(["M16"])
+    overclaimed = dataclasses.replace(comment, killers=(*comment.killers, "test:" + QUICK_TEST),
+                                      must_kill=("static", "tests"))
+    fuzz_only = dataclasses.replace(comment, id="M91-fuzz-only", must_kill=("fuzz",))
+    report = Runner(REPO, Settings(), must_kill=True, layer_names=("static", "tests")).run([overclaimed, fuzz_only])
+    assert report.baseline_clean and not report.survivors and not report.ok
+    (result,) = report.results
+    assert [o.layer for o in result.kills] == ["static"] and result.missed == ["tests"]
+    assert [r.mutant for r in report.missing] == [overclaimed] and report.not_required == [fuzz_only]
+    table = render(report)
+    assert "YES (tests)" in table and "not run, no layer run here must kill them: M91-fuzz-only" in table
+    assert "not killed by a layer that must kill them: M16-lock-documented-as-admission (tests)" in summary(report)

@@ -1,0 +1,14 @@
+"""The fuzzer's defaults, each named once: the CLI's help, the target and the settings read them here."""
+
+from __future__ import annotations
+
+# The reference engine as installed; a copy elsewhere (a mutant) names its own package.
+ENGINE_PACKAGE = "mlx_invariants.engine"
+ROUTE = "simple"   # the route `invariants fuzz` fuzzes when no target is named
+# The thread-name glob of the reference engines' MLX owner thread.
+REFERENCE_OWNER = "mlx-owner*"
+# The model field sent to an HTTP server: what mlx_lm.server expects for the model it was started with.
+HTTP_MODEL = "default_model"
+REPORT_DIR = "fuzz-reports"
+REPLAYS = 3        # automatic replays of a failure on fresh engines ("reproduced k/N")
+SHRINK_S = 60.0    # shrinking stops after this long with the smallest failure so far

@@ -1,0 +1,77 @@
+"""How long and how to fuzz, as one value: `FuzzSettings`, which travels to child processes as JSON.
+
+Everything `invariants fuzz` passes to a run is here, so a child process runs
+exactly what the parent was asked for (`--replays`, `--strict`, `--fresh-engine`
+included). The target (what is fuzzed) is the other half: `fuzz.target`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from mlx_invariants.fuzz.defaults import REPLAYS, SHRINK_S
+from mlx_invariants.fuzz.errors import SettingsError
+from mlx_invariants.fuzz.profiles import PROFILES
+from mlx_invariants.fuzz.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class FuzzSettings:
+    """None means "the profile's" (budget, examples, reuse, debug run) or "none" (seed, report, workdir).
+
+    `explicit` scenarios run first (None: the seed-bug corpus, `fuzz.corpus`;
+    `()` measures what generation alone finds). `shrink=False` stops at the
+    first failure as found. `reuse=False` starts a fresh engine for every
+    scenario. Each scenario is written to `workdir/current.json` before it
+    runs, so a process that dies inside MLX leaves it behind.
+    """
+
+    profile: str = "ci"
+    budget_s: Optional[float] = None
+    examples: Optional[int] = None
+    seed: Optional[int] = None
+    replays: int = REPLAYS
+    shrink_s: float = SHRINK_S
+    shrink: bool = True
+    reuse: Optional[bool] = None
+    debug_run: Optional[bool] = None
+    strict: bool = False              # the sentinel refuses bad MLX entries (raises) instead of recording only
+    explicit: Optional[tuple[Scenario, ...]] = None
+    report_dir: Optional[str | Path] = None
+    workdir: Optional[str | Path] = None
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise SettingsError(f"profile must be one of {sorted(PROFILES)}, got {self.profile!r}")
+        if self.examples is not None and self.examples < 1:
+            raise SettingsError(f"examples must be at least 1, got {self.examples}")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise SettingsError(f"the budget must be a positive number of seconds, got {self.budget_s}")
+        if self.replays < 0 or self.shrink_s < 0:
+            raise SettingsError("replays and the shrink time must not be negative")
+        # Normalized in place (the dataclass is frozen): folders may be given as Paths, scenarios as any iterable.
+        for name in ("report_dir", "workdir"):
+            if isinstance(getattr(self, name), Path):
+                object.__setattr__(self, name, str(getattr(self, name)))
+        if self.explicit is not None:
+            object.__setattr__(self, "explicit", tuple(self.explicit))
+
+    # -- JSON -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.explicit is not None:
+            data["explicit"] = [s.to_json() for s in self.explicit]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FuzzSettings":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SettingsError(f"unknown fuzz settings {unknown}")
+        values = dict(data)
+        if values.get("explicit") is not None:
+            values["explicit"] = tuple(Scenario.from_json(s) for s in values["explicit"])
+        return cls(**values)

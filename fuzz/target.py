@@ -1,0 +1,203 @@
+"""What is fuzzed, as one value: a `Target`, and the `Engines` that build its adapters.
+
+A target is a route of the reference engine (in its own package or in a copy
+of it elsewhere), a module factory ("pkg.mod:make"), a server already running
+at a loopback URL, or a server command the fuzzer starts. It travels as one
+JSON object (`to_dict`/`from_dict`): to child processes, into every report
+and every scenario file, so `invariants fuzz --replay FILE` rebuilds it with
+no other flag. `build()` is the one way to turn it into adapters.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Optional
+
+from mlx_invariants.fuzz.adapters.base import Adapter
+from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapter, ServerProcess, check_loopback
+from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
+from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
+from mlx_invariants.fuzz.errors import TargetError
+from mlx_invariants.fuzz.scenario import FAULT_KINDS, POINTS
+
+
+class TargetKind(Enum):
+    ROUTE = "route"        # a route of the reference engine package (`ENGINES`): simple, batched
+    FACTORY = "factory"    # "pkg.mod:make": a callable returning an adapter or a reference-API engine
+    URL = "url"            # an OpenAI-compatible server already running on a loopback address
+    SERVER = "server"      # a server command with {port}, started with the sentinel injected
+
+    @property
+    def http(self) -> bool:
+        return self in (TargetKind.URL, TargetKind.SERVER)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to fuzz. Build it with `reference`, `module_factory`, `url`, `server` or `from_dict`.
+
+    `package` belongs to routes; `owner` (the server's MLX owner thread-name glob, default: the
+    first thread to enter MLX) and `model` (the model field sent) to HTTP targets. `fault_kinds`
+    and `points` are what scenarios may aim at it: a server is not restarted per scenario and
+    shows only the points a client sees.
+    """
+
+    kind: TargetKind
+    name: str
+    package: str = ENGINE_PACKAGE
+    owner: Optional[str] = None
+    model: str = HTTP_MODEL
+    fault_kinds: tuple[str, ...] = FAULT_KINDS
+    points: tuple[str, ...] = POINTS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, TargetKind):
+            raise TargetError(f"target kind must be one of {[k.value for k in TargetKind]}, got {self.kind!r}")
+        if not self.name:
+            raise TargetError(f"a {self.kind.value} target needs a name")
+        if self.kind is TargetKind.FACTORY:
+            module, sep, attr = self.name.partition(":")
+            if not (module and sep and attr):
+                raise TargetError(f"{self.name!r}: a module factory is MODULE:FACTORY (e.g. mypkg.fuzzing:make)")
+        if self.kind is TargetKind.URL:
+            check_loopback(self.name)
+        if self.kind is TargetKind.SERVER and "{port}" not in self.name:
+            raise TargetError("a server command needs a {port} placeholder, e.g. "
+                              "\"python -m mlx_lm.server --model DIR --port {port}\"")
+        if self.package != ENGINE_PACKAGE and self.kind is not TargetKind.ROUTE:
+            raise TargetError("only a route target names an engine package")
+        if (self.owner is not None or self.model != HTTP_MODEL) and not self.kind.http:
+            raise TargetError("an owner glob and a model name apply to HTTP targets (--url, --server-cmd) only")
+        if not self.fault_kinds or not set(self.fault_kinds) <= set(FAULT_KINDS):
+            raise TargetError(f"fault kinds must be some of {FAULT_KINDS}, got {self.fault_kinds}")
+        if not self.points or not set(self.points) <= set(POINTS):
+            raise TargetError(f"points must be some of {POINTS}, got {self.points}")
+
+    # -- the ways to name one ---------------------------------------------------------
+    @classmethod
+    def reference(cls, route: str, package: str = ENGINE_PACKAGE) -> "Target":
+        """A route of the reference engine, or of a copy of it importable as `package`."""
+        return cls(TargetKind.ROUTE, route, package=package)
+
+    @classmethod
+    def module_factory(cls, spec: str) -> "Target":
+        return cls(TargetKind.FACTORY, spec)
+
+    @classmethod
+    def engine(cls, spec: str) -> "Target":
+        """What `--engine` names: a route ("simple"), or MODULE:FACTORY if it has a colon."""
+        return cls.module_factory(spec) if ":" in spec else cls.reference(spec)
+
+    @classmethod
+    def url(cls, url: str, owner: Optional[str] = None, model: str = HTTP_MODEL) -> "Target":
+        kinds, points = _aims(TargetKind.URL)
+        return cls(TargetKind.URL, url, owner=owner, model=model, fault_kinds=kinds, points=points)
+
+    @classmethod
+    def server(cls, command: str, owner: Optional[str] = None, model: str = HTTP_MODEL) -> "Target":
+        kinds, points = _aims(TargetKind.SERVER)
+        return cls(TargetKind.SERVER, command, owner=owner, model=model, fault_kinds=kinds, points=points)
+
+    # -- JSON -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: kind and name, and the fields that belong to the kind."""
+        data: dict[str, Any] = {"kind": self.kind.value, "name": self.name}
+        if self.kind is TargetKind.ROUTE:
+            data["package"] = self.package
+        if self.kind.http:
+            data.update(owner=self.owner, model=self.model)
+        data.update(fault_kinds=list(self.fault_kinds), points=list(self.points))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Target":
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise TargetError(f"a target is an object with a kind and a name, got {data!r}")
+        try:
+            kind = TargetKind(data.get("kind"))
+        except ValueError:
+            raise TargetError(f"target kind must be one of {[k.value for k in TargetKind]}, "
+                              f"got {data.get('kind')!r}") from None
+        kinds, points = _aims(kind)
+        try:
+            return cls(kind, data["name"], data.get("package", ENGINE_PACKAGE), data.get("owner"),
+                       data.get("model", HTTP_MODEL), tuple(data.get("fault_kinds", kinds)),
+                       tuple(data.get("points", points)))
+        except TypeError as exc:
+            raise TargetError(f"not a target: {data!r} ({exc})") from None
+
+    # -- what it is called, what it builds ----------------------------------------------
+    @property
+    def label(self) -> str:
+        """A short name for summaries and report folders."""
+        if self.kind is TargetKind.ROUTE:
+            return self.name if self.package == ENGINE_PACKAGE else f"{self.package}.{self.name}"
+        return f"http:{self.name}" if self.kind.http else self.name
+
+    def describe(self) -> str:
+        """One line for people: the kind, the name, and what else the JSON form holds besides the aims."""
+        extra = {k: v for k, v in self.to_dict().items() if k not in ("kind", "name", "fault_kinds", "points")}
+        return f"{self.kind.value} {self.name}" + "".join(f", {k} {v}" for k, v in extra.items() if v is not None)
+
+    def check(self) -> None:
+        """Fail now (TargetError) if this target builds nothing. An HTTP target was checked when it was
+        made; its server starts only when a run first uses it."""
+        if not self.kind.http:
+            self.build()
+
+    def build(self) -> "Engines":
+        """The adapter factory for this target; a route or a module factory is imported now, so a name
+        that builds nothing fails before anything runs."""
+        if self.kind is TargetKind.ROUTE:
+            return Engines(self, reference_engine(self.name, self.package))
+        if self.kind is TargetKind.FACTORY:
+            return Engines(self, _module_factory(self.name))
+        server = ServerProcess(self.name, self.owner) if self.kind is TargetKind.SERVER else None
+        url = check_loopback(self.name) if self.kind is TargetKind.URL else ""
+        return Engines(self, lambda: HttpAdapter(url, server, self.model), server)
+
+
+def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The fault kinds and points a target of `kind` takes unless told otherwise: a server is not
+    restarted per scenario (no shutdown, no raise) and shows only the points a client sees."""
+    return (HTTP_KINDS, HTTP_POINTS) if kind.http else (FAULT_KINDS, POINTS)
+
+
+class Engines:
+    """Builds a fresh adapter for `target` each time it is called (once per engine the run starts).
+
+    An HTTP target's server starts on first use and serves every adapter; `close()` stops it
+    (it is also stopped at exit).
+    """
+
+    def __init__(self, target: Target, make: Callable[[], Adapter], server: Optional[ServerProcess] = None):
+        self.target = target
+        self._make = make
+        self._server = server
+
+    def __call__(self) -> Adapter:
+        return self._make()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+
+
+def _module_factory(spec: str) -> Callable[[], Adapter]:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TargetError(f"{spec!r}: cannot import {module_name} ({exc}); is it on PYTHONPATH?") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise TargetError(f"{spec!r}: {module_name} has no callable {attr}")
+
+    def make() -> Adapter:
+        made: Any = factory()
+        if hasattr(made, "set_point_hook"):
+            return made
+        return ReferenceAdapter(lambda: made, name=spec)
+    return make

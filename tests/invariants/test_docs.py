@@ -122,23 +122,11 @@ def test_output_formats_and_json_fields_are_the_real_ones(doc: str) -> None:
     assert re.fullmatch(".*?".join(map(re.escape, shown.split("..."))), annotation), (shown, annotation)
 
 
-class _Flags(argparse.ArgumentParser):
-    """Records the option strings a command's `add_arguments` declares."""
-
-    def __init__(self) -> None:
-        super().__init__(add_help=False)
-        self.declared: list[list[str]] = []
-
-    def add_argument(self, *names: str, **kwargs):  # type: ignore[override]
-        if names and names[0].startswith("-"):
-            self.declared.append(list(names))
-        return super().add_argument(*names, **kwargs)
-
-
 def _declared(command: ModuleType) -> list[list[str]]:
-    parser = _Flags()
+    """The option strings a command's `add_arguments` declares, groups included."""
+    parser = argparse.ArgumentParser(add_help=False)
     command.add_arguments(parser)
-    return parser.declared
+    return [list(action.option_strings) for action in parser._actions if action.option_strings]
 
 
 # Another tool's flag the doc quotes: `pip download --no-deps`, in the review notes.

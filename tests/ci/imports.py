@@ -38,7 +38,7 @@ FORMER_NAMES = ("engine", "fuzz", "invariants")
 def layer_of(module: str) -> str:
     """The layer of a module of the package (see docs/layers.md)."""
     parts = module.split(".")
-    if parts[:2] in ([PACKAGE, "checker"],):
+    if parts[:2] == [PACKAGE, "checker"]:
         return "checker"
     if parts[:2] == [PACKAGE, "engine"]:
         return "engine-public" if len(parts) == 2 else "engine"

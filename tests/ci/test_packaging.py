@@ -1,12 +1,9 @@
 """What the wheel installs: one top-level import name, and a user's own `fuzz` and `engine` stay theirs.
 
 The scratch project's venv is fresh and holds our wheel; the wheel's
-dependencies (MLX, mlx-lm, Hypothesis, pytest) come from this venv's
-site-packages through a `.pth` line instead of a second download of them.
-A folder named in a `.pth` file is only appended to the path: this venv's
-editable install of the project (itself a `.pth` hook) does not run there,
-so the only `mlx_invariants` the scratch venv can import is the wheel's, and
-the test asserts that too.
+dependencies come from this venv (`tests/venvs.py`), so the only
+`mlx_invariants` the scratch venv can import is the wheel's, and the test
+asserts that too.
 """
 
 from __future__ import annotations
@@ -14,13 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.ci import imports
+from tests.venvs import borrowing_venv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,15 +52,10 @@ def test_the_wheel_installs_one_top_level_name_with_every_module(wheel: Path) ->
 
 
 def test_a_project_with_its_own_fuzz_and_engine_packages_collects_and_passes(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
+    python, site = borrowing_venv(tmp_path / "venv")
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                            "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     project = tmp_path / "their-engine"
     for name, text in {
@@ -74,7 +66,7 @@ def test_a_project_with_its_own_fuzz_and_engine_packages_collects_and_passes(whe
             "import engine\nimport fuzz\nimport mlx_invariants\n\n"
             "def test_their_packages_are_theirs():\n"
             "    assert (fuzz.WHO, engine.WHO) == ('their fuzz', 'their engine')\n\n"
-            f"def test_ours_comes_from_the_wheel():\n    assert mlx_invariants.__file__.startswith({site!r})\n\n"
+            f"def test_ours_comes_from_the_wheel():\n    assert mlx_invariants.__file__.startswith({str(site)!r})\n\n"
             "def test_our_fixture_is_there(mlx_sentinel):\n    assert mlx_sentinel is not None\n"),
     }.items():
         path = project / name

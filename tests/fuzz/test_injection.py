@@ -1,8 +1,7 @@
 """The sentinel reaches a launched process whose Python has no mlx_invariants of its own.
 
 A third-party server runs on its own interpreter. The child here is a venv
-that sees MLX (through a `.pth` line to this venv's site-packages, which does
-not run this venv's editable-install hook) but cannot import mlx_invariants:
+that sees MLX but cannot import mlx_invariants (`tests/venvs.py`):
 the injected `sitecustomize` must load the sentinel from the folders
 `sentinel_env` names, and record the child's MLX calls.
 """
@@ -11,28 +10,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 from mlx_invariants.fuzz.injection import sentinel_env
+from tests.venvs import borrowing_venv
 
 WORK = "import mlx.core as mx\nmx.eval(mx.ones(3) * 2)\n"
 
 
-def _bare_python(tmp_path: Path) -> Path:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python
-
-
 def test_a_process_without_the_package_still_records_its_mlx_calls(tmp_path: Path) -> None:
-    python = _bare_python(tmp_path)
-    env = {key: value for key, value in sentinel_env(tmp_path / "mlx.jsonl", "sticky").items()}
+    python, _ = borrowing_venv(tmp_path / "venv")
+    env = sentinel_env(tmp_path / "mlx.jsonl", "sticky")
     bare = subprocess.run([str(python), "-c", "import mlx_invariants"], capture_output=True, text=True,
                           env={k: v for k, v in env.items() if k not in ("PYTHONPATH", "MLX_INVARIANTS_SENTINEL")})
     assert bare.returncode != 0, "the child must not have mlx_invariants of its own for this test to mean anything"

@@ -26,6 +26,7 @@ from mlx_invariants.fuzz.trace import Trace
 @dataclass
 class ReplayResult:
     scenario: Scenario
+    target: Target
     runs: list[list[Violation]] = field(default_factory=list)
     failure: Optional[Failure] = None
 
@@ -44,7 +45,7 @@ def replay(path: str | Path, target: Target | Engines | None = None, *, times: i
         raise ReplayError(f"{path} does not say which engine it ran on; pass --engine, --url or --server-cmd")
     engines = chosen if isinstance(chosen, Engines) else chosen.build()
     settings = DriverSettings(strict=strict)
-    result = ReplayResult(scenario)
+    result = ReplayResult(scenario, engines.target)
     sentinel = Sentinel(strict=strict).install()
     try:
         baseline = run_scenario(engines, Scenario(()), sentinel=sentinel, settings=settings)

@@ -145,7 +145,7 @@ def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
 
     times = max(args.replays, 1)
     result = replay(args.replay, target, times=times, strict=args.strict)
-    print(f"replayed {result.scenario.describe()}: violations in {result.reproduced}/{times} run(s)")
+    print(f"replayed {result.scenario.describe()} on {result.target.label}: violations in {result.reproduced}/{times} run(s)")
     if result.failure is None:
         return 0
     folder = write_report(args.report, result.failure)

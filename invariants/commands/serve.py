@@ -12,17 +12,20 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mlx_invariants.engine.base import EngineConfig  # loads no MLX; the defaults live in one place
+
+    config = EngineConfig()
     parser.add_argument("--model", metavar="PATH", help="a local mlx-lm model folder (default: the embedded tiny model)")
     parser.add_argument("--engine", choices=["simple", "batched"], default="simple",
                         help="simple: one request at a time; batched: continuous batching (default: simple)")
     parser.add_argument("--admission", choices=["fail-fast", "wait"], default="fail-fast",
                         help="when busy: answer 503 at once, or wait briefly in a bounded queue (default: fail-fast)")
-    parser.add_argument("--max-queue", type=int, default=4, metavar="N",
-                        help="wait mode: requests allowed to wait for the serialized slot (default: 4)")
-    parser.add_argument("--max-wait-ms", type=int, default=250, metavar="MS",
-                        help="wait mode: longest wait before the same 503 (default: 250)")
-    parser.add_argument("--max-batch", type=int, default=8, metavar="N",
-                        help="batched: sequences decoded together (default: 8)")
+    parser.add_argument("--max-queue", type=int, default=config.max_queue, metavar="N",
+                        help="wait mode: requests allowed to wait for the serialized slot (default: %(default)s)")
+    parser.add_argument("--max-wait-ms", type=int, default=config.max_wait_ms, metavar="MS",
+                        help="wait mode: longest wait before the same 503 (default: %(default)s)")
+    parser.add_argument("--max-batch", type=int, default=config.max_batch, metavar="N",
+                        help="batched: sequences decoded together (default: %(default)s)")
     parser.add_argument("--pad-prefill", choices=["auto", "on", "off"], default="auto",
                         help="batched: prefill at power-of-two lengths, so a new prompt length builds no new GPU "
                              "kernels mid-stream (default: auto, on where MLX runs on CUDA)")

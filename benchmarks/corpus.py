@@ -8,6 +8,10 @@ the findings are scored as the corpus defines it (docs/corpus.md):
     .venv/bin/python benchmarks/corpus.py --head --write docs/corpus.md   # the doc
     .venv/bin/python benchmarks/corpus.py --no-baselines --case V7        # the checker, one case
 
+The training cases (train.json) and the cases mined from other MLX servers
+(mined.json) are two splits: each is scored and reported on its own, and the
+targets are judged on the training split alone.
+
 Exit 0 when the run completed (whatever the figures), 2 on a usage or setup
 mistake: a missing mirror, commit or case, a malformed case file, a tool that
 cannot run.
@@ -30,14 +34,16 @@ from corpus_bench import cases as case_file
 from corpus_bench import doc, head, mirrors, report, run, tools
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CASES = HERE / "corpus_bench" / "cases" / "train.json"
+DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / "train.json", HERE / "corpus_bench" / "cases" / "mined.json"]
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "invariants-corpus-tools"
 SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=Path, default=DEFAULT_CASES, help="case file (default: %(default)s)")
+    parser.add_argument("--cases", type=Path, action="append", metavar="FILE",
+                        help="case file, scored as its own split; repeatable, the first is the training split "
+                             f"(default: {' and '.join(p.name for p in DEFAULT_CASES)})")
     parser.add_argument("--mirrors", type=Path, default=None,
                         help=f"folder holding OWNER+NAME bare mirrors (default: ${mirrors.ENV}, then {mirrors.DEFAULT_ROOT})")
     parser.add_argument("--case", action="append", metavar="ID", help="run only this case (repeatable)")
@@ -51,16 +57,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def selected_cases(path: Path, wanted: list[str] | None) -> list[case_file.Case]:
-    cases = case_file.load(path)
-    if not wanted:
-        return cases
-    unknown = sorted(set(wanted) - {c.id for c in cases})
-    if unknown:
-        raise case_file.CaseError(f"{path} has no case {', '.join(unknown)}; its ids: {', '.join(c.id for c in cases)}")
-    return [c for c in cases if c.id in wanted]
-
-
 def project_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(HERE), *args], capture_output=True, text=True).stdout.strip()
@@ -69,7 +65,16 @@ def project_commit() -> str:
     return f"`{commit}`" + (" with uncommitted changes" if git("status", "--porcelain") else "")
 
 
-def as_json(results: run.Results, head_runs: list[head.HeadRun] | None) -> dict:
+def as_json(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[head.HeadRun] | None) -> dict:
+    out: dict = {"splits": {split.name: split_json(results) for split, results in runs},
+                 "crashes": [c for _, results in runs for c in results.crashes]}
+    if head_runs is not None:
+        out["head"] = [{"repo": r.repo, "commit": r.commit, "packages": list(r.packages), "files": r.files,
+                        "findings": [{"path": p, **asdict(f)} for p, f in r.findings]} for r in head_runs]
+    return out
+
+
+def split_json(results: run.Results) -> dict:
     def found(items: list[tools.Finding]) -> list[dict]:
         return [asdict(f) for f in items]
 
@@ -90,10 +95,6 @@ def as_json(results: run.Results, head_runs: list[head.HeadRun] | None) -> dict:
             score = results.cleans[tool][index]
             entry[tool] = {"justified": found(list(score.justified)), "unjustified": found(list(score.unjustified))}
         out["clean"].append(entry)
-    out["crashes"] = results.crashes
-    if head_runs is not None:
-        out["head"] = [{"repo": r.repo, "commit": r.commit, "packages": list(r.packages), "files": r.files,
-                        "findings": [{"path": p, **asdict(f)} for p, f in r.findings]} for r in head_runs]
     return out
 
 
@@ -107,40 +108,44 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mirror_root = args.mirrors or mirrors.default_root()
     try:
-        cases = selected_cases(args.cases, args.case)
+        splits = case_file.load_splits(args.cases or DEFAULT_CASES, args.case)
+        repos = {c.repo for split in splits for c in split.cases}
+        run.open_mirrors(mirror_root, repos)  # every missing mirror named at once, before anything runs
         venv = None if args.no_baselines else tools.ensure_venv(args.tools_venv)
         names = ("invariants",) if args.no_baselines else tools.TOOLS
-        results = run.run_cases(cases, mirror_root, names, venv)
-        head_runs = head.run_head(mirror_root, {c.repo for c in cases}) if args.head else None
+        runs = [(split, run.run_cases(list(split.cases), mirror_root, names, venv, "" if index == 0 else split.name))
+                for index, split in enumerate(splits)]
+        head_runs = head.run_head(mirror_root, repos) if args.head else None
     except SETUP_ERRORS as exc:
         print(f"corpus: error: {exc}", file=sys.stderr)
         return 2
     versions = {"invariants": mlx_invariants.__version__, "flake8-async": f"{tools.PINS['flake8-async']} "
                 f"(flake8 {tools.PINS['flake8']})", "ruff": tools.PINS["ruff"]}
-    sys.stdout.write(report.stdout_report(results, versions))
+    sys.stdout.write(report.stdout_report([results for _, results in runs], versions))
     if head_runs is not None:
         sys.stdout.write("\n" + "\n".join(doc.head_section(head_runs, {})))
-    for crash in results.crashes + [c for r in head_runs or [] for c in r.crashes()]:
+    for crash in [c for _, r in runs for c in r.crashes] + [c for r in head_runs or [] for c in r.crashes()]:
         print(f"corpus: checker failure: {crash}", file=sys.stderr)
     try:
         if args.json:
-            args.json.write_text(json.dumps(as_json(results, head_runs), indent=2) + "\n", encoding="utf-8")
+            args.json.write_text(json.dumps(as_json(runs, head_runs), indent=2) + "\n", encoding="utf-8")
         if args.write:
-            args.write.write_text(document(results, head_runs, versions, args.write), encoding="utf-8")
+            args.write.write_text(document(runs, head_runs, versions, args.write), encoding="utf-8")
     except OSError as exc:
         print(f"corpus: error: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return 0
 
 
-def document(results: run.Results, head_runs: list[head.HeadRun] | None, versions: dict[str, str], path: Path) -> str:
+def document(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[head.HeadRun] | None,
+             versions: dict[str, str], path: Path) -> str:
     from mlx_invariants.checker.rules import RULES
 
     meta = {"date": datetime.date.today().isoformat(), "commit": project_commit(),
             "rules": ", ".join(r.id for r in RULES),
             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
                        f"Python {platform.python_version()}"}
-    return doc.document(results, head_runs, meta, versions, doc.read_verdicts(path))
+    return doc.document(runs, head_runs, meta, versions, doc.read_verdicts(path))
 
 
 if __name__ == "__main__":

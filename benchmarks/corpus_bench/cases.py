@@ -1,7 +1,9 @@
-"""The case file: bug cases (a defect at one commit, its fix at another) and clean files.
+"""Case files: bug cases (a defect at one commit, its fix at another) and clean files.
 
 Only the fields the scoring needs are kept; the rest (notes, labels, functions)
 stay in the JSON for the reader. A malformed case is named with the field to fix.
+Each case file is a split (the training cases, the cases mined from other servers),
+scored and reported on its own so that one split's figures never blur another's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,40 @@ class CleanCase:
 
 
 Case = BugCase | CleanCase
+
+
+@dataclass(frozen=True)
+class Split:
+    name: str  # the case file's stem: "train", "mined"
+    source: Path
+    cases: tuple[Case, ...]
+
+
+def load_splits(paths: list[Path], wanted: list[str] | None = None) -> list[Split]:
+    """One split per case file, in order, keeping only the `wanted` ids (all when None).
+
+    Ids must be unique across files, since findings are filed by id. The first file
+    is the training split and always stays, even if `wanted` leaves it empty; a
+    further split left with no case is dropped.
+    """
+    splits, owner = [], {}
+    for path in paths:
+        split = Split(path.stem, path, tuple(load(path)))
+        if any(s.name == split.name for s in splits):
+            raise CaseError(f"{path}: two case files named {split.name!r}; each split needs its own file name")
+        for case in split.cases:
+            if case.id in owner:
+                raise CaseError(f"{path}: case id {case.id!r} is also in {owner[case.id]}")
+            owner[case.id] = path
+        splits.append(split)
+    if not wanted:
+        return splits
+    unknown = sorted(set(wanted) - set(owner))
+    if unknown:
+        raise CaseError(f"no case {', '.join(unknown)} in {', '.join(map(str, paths))}; "
+                        f"their ids: {', '.join(owner)}")
+    kept = [Split(s.name, s.source, tuple(c for c in s.cases if c.id in wanted)) for s in splits]
+    return kept[:1] + [s for s in kept[1:] if s.cases]
 
 
 def load(path: Path) -> list[Case]:

@@ -47,8 +47,15 @@ def silent(score: BugScore) -> str:
 
 
 def summary_line(results: Results, tool: str) -> str:
+    """`corpus: ...` for the checker on the main split; the split and the tool, when they are others, in brackets."""
     line = summarise(results.bugs[tool], results.cleans[tool]).line()
-    return line if tool == "invariants" else line.replace("corpus:", f"corpus ({tool}):", 1)
+    tags = [t for t in (results.split, "" if tool == "invariants" else tool) if t]
+    return line.replace("corpus:", f"corpus ({', '.join(tags)}):", 1) if tags else line
+
+
+def heading(title: str, results: Results) -> str:
+    """A section title, naming the split unless it is the main one."""
+    return f"{title}, {results.split} split" if results.split else title
 
 
 def summary_table(results: Results, versions: dict[str, str]) -> list[str]:
@@ -135,12 +142,19 @@ def details_table(results: Results, tool: str = "invariants") -> list[str]:
     return table(["id", "path", "buggy commit (* on the defect)", "fix commit (* inside fix_span)"], rows)
 
 
-def stdout_report(results: Results, versions: dict[str, str]) -> str:
-    parts = ["## Bug cases (invariants)", "", *case_table(results), ""]
+def split_report(results: Results, versions: dict[str, str]) -> list[str]:
+    parts = [f"## {heading('Bug cases (invariants)', results)}", "", *case_table(results), ""]
     if len(results.tools) > 1:
-        parts += ["## Bug cases, side by side", "", *comparison_table(results), ""]
-    parts += ["## Clean files", "", *clean_table(results), "", *clean_findings(results), "",
-              "## By class", "", *class_table(results), "", "## Summary", "", *summary_table(results, versions), ""]
-    parts += [summary_line(results, t) for t in results.tools]
+        parts += [f"## {heading('Bug cases, side by side', results)}", "", *comparison_table(results), ""]
+    parts += [f"## {heading('Clean files', results)}", "", *clean_table(results), "", *clean_findings(results), "",
+              f"## {heading('By class', results)}", "", *class_table(results), "",
+              f"## {heading('Summary', results)}", "", *summary_table(results, versions), ""]
+    return parts
+
+
+def stdout_report(splits: list[Results], versions: dict[str, str]) -> str:
+    """Every split's tables in turn, then all the summary lines together."""
+    parts = [line for results in splits for line in split_report(results, versions)]
+    parts += [summary_line(results, t) for results in splits for t in results.tools]
     return "\n".join(parts) + "\n"
 

@@ -20,6 +20,7 @@ CRASH_MARK = "the checker failed on it"
 @dataclass
 class Results:
     tools: tuple[str, ...]
+    split: str = ""  # the split's name in headings and summary lines; "" for the main (training) split
     bugs: dict[str, list[scoring.BugScore]] = field(default_factory=dict)  # by tool, in case order
     cleans: dict[str, list[scoring.CleanScore]] = field(default_factory=dict)
     # by tool, case id and side ("buggy", "fix", "clean"): every finding in the file under test
@@ -47,9 +48,10 @@ def sides(case: Case) -> dict[str, str]:
     return {"clean": case.commit}
 
 
-def run_cases(cases: list[Case], mirror_root: Path, tool_names: tuple[str, ...], venv: Path | None) -> Results:
+def run_cases(cases: list[Case], mirror_root: Path, tool_names: tuple[str, ...], venv: Path | None,
+              split: str = "") -> Results:
     repos = open_mirrors(mirror_root, {c.repo for c in cases})
-    results = Results(tool_names)
+    results = Results(tool_names, split)
     with tempfile.TemporaryDirectory(prefix="invariants-corpus-") as tmp:
         root = Path(tmp).resolve()
         placed: dict[tuple[str, str], Path] = {}

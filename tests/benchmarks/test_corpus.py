@@ -3,7 +3,9 @@
 The mirror holds one file at two commits: the buggy one runs `mx.eval` on the event
 loop at line 6 (INV108), the fixed one hands it to the owner thread but keeps a
 second blocking call at line 12. The cases put their spans just within and just
-outside the scoring's margins around those two lines.
+outside the scoring's margins around those two lines. A second mirror of the same
+history (`acme/mined`) stands for a repository of the mined split, which is scored
+and reported apart from the training split.
 """
 
 from __future__ import annotations
@@ -73,17 +75,28 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     fix = git("rev-parse", "HEAD", cwd=work)
     root = tmp_path_factory.mktemp("mirrors")
     git("clone", "-q", "--mirror", str(work), str(root / "acme+server"), cwd=root)
+    git("clone", "-q", "--mirror", str(work), str(root / "acme+mined" / "repo"), cwd=root)  # as `fetch` lays it out
     return root, buggy, fix
 
 
-def bug(case_id: str, spans: list, fix_span: list | None, buggy: str, fix: str, detectability: str = "S") -> dict:
-    return {"kind": "bug", "id": case_id, "repo": "acme/server", "class": "D", "detectability": detectability,
+def bug(case_id: str, spans: list, fix_span: list | None, buggy: str, fix: str, detectability: str = "S",
+        repo: str = "acme/server") -> dict:
+    return {"kind": "bug", "id": case_id, "repo": repo, "class": "D", "detectability": detectability,
             "buggy_commit": buggy, "path": PATH, "spans": spans, "fix_commit": fix, "fix_span": fix_span}
 
 
-def clean(case_id: str, commit: str, justified: list) -> dict:
-    return {"kind": "clean", "id": case_id, "repo": "acme/server", "commit": commit, "path": PATH,
+def clean(case_id: str, commit: str, justified: list, repo: str = "acme/server") -> dict:
+    return {"kind": "clean", "id": case_id, "repo": repo, "commit": commit, "path": PATH,
             "justified": [{"lines": span, "note": "accepted"} for span in justified]}
+
+
+def write_splits(folder: Path, buggy: str, fix: str, mined: list[dict] | None = None) -> tuple[Path, Path]:
+    """A training file (one detected case, one clean file) and a mined file (one missed case by default)."""
+    train, other = folder / "train.json", folder / "mined.json"
+    train.write_text(json.dumps([bug("T1", [[6, 6]], [[4, 8]], buggy, fix), clean("TC", fix, [])]))
+    other.write_text(json.dumps(mined if mined is not None else
+                                [bug("M1", [[20, 30]], None, buggy, fix, "P", repo="acme/mined")]))
+    return train, other
 
 
 def test_scoring_margins(mirror: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,7 +113,7 @@ def test_scoring_margins(mirror: tuple[Path, str, str], tmp_path: Path, capsys: 
     code = corpus.main(["--cases", str(tmp_path / "cases.json"), "--mirrors", str(root), "--no-baselines",
                         "--json", str(out), "--write", str(tmp_path / "corpus.md")])
     assert code == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text())["splits"]["cases"]
     scores = {b["id"]: b["invariants"] for b in data["bugs"]}
     assert [f["line"] for f in scores["three-after"]["buggy"]] == [6]  # the fixture still trips INV108 once
     assert [f["line"] for f in scores["three-after"]["fix"]] == [12]
@@ -157,3 +170,85 @@ def test_regenerating_the_doc_keeps_verdicts_of_findings_still_reported(tmp_path
     assert rows == ["| `srv/x.py:12` | INV108 | a \\| b | true bug: on the loop |", "| `srv/y.py:31` | INV106 | c |  |"]
     assert doc.head_section([HeadRun("acme/server", "b" * 40, ("srv",), 3, ((("srv/x.py", kept),)))], verdicts)[-2] \
         .endswith("|  |")  # another commit: judged anew
+
+
+def test_mined_split_is_scored_and_reported_apart(mirror: tuple[Path, str, str], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    root, buggy, fix = mirror
+    train, mined = write_splits(tmp_path, buggy, fix)
+    out, md = tmp_path / "out.json", tmp_path / "corpus.md"
+    assert corpus.main(["--cases", str(train), "--cases", str(mined), "--mirrors", str(root), "--no-baselines",
+                        "--json", str(out), "--write", str(md)]) == 0
+    # The training line counts the training cases alone (the mined case is a missed P case, not in it).
+    train_line = "corpus: detected S 1/1, P 0/0; silent-at-fix 1/1; clean-file findings 1"
+    mined_line = "corpus (mined): detected S 0/0, P 0/1; silent-at-fix 0/0; clean-file findings 0"
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[-2:] == [train_line, mined_line]
+    assert "## Bug cases (invariants), mined split" in printed and "| M1 | D | P | no |" in printed
+    splits = json.loads(out.read_text())["splits"]
+    assert list(splits) == ["train", "mined"]
+    assert [b["id"] for b in splits["train"]["bugs"]] == ["T1"] and [b["id"] for b in splits["mined"]["bugs"]] == ["M1"]
+    assert splits["mined"]["summary"]["invariants"] == mined_line
+    text = md.read_text()
+    figures, apart = text.split("## Mined cases (other MLX servers)")
+    assert train_line in figures and mined_line not in figures and "| M1 |" not in figures
+    assert mined_line in apart and "| M1 | D | P | no |" in apart and "| T1 |" not in apart
+    # How to run names the clone command of every repository, the mined split's included.
+    assert "git clone --mirror https://github.com/acme/mined   $MIRRORS/acme+mined" in text
+
+
+def test_case_selection_keeps_the_training_split_first(mirror: tuple[Path, str, str], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root, buggy, fix = mirror
+    train, mined = write_splits(tmp_path, buggy, fix)
+    args = ["--cases", str(train), "--cases", str(mined), "--mirrors", str(root), "--no-baselines"]
+    assert corpus.main([*args, "--case", "M1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "corpus: detected S 0/0, P 0/0; silent-at-fix 0/0; clean-file findings 0",
+        "corpus (mined): detected S 0/0, P 0/1; silent-at-fix 0/0; clean-file findings 0"]
+    assert corpus.main([*args, "--case", "T1"]) == 0
+    assert "(mined" not in capsys.readouterr().out  # an emptied mined split is left out
+
+
+def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    root, buggy, fix = mirror
+    # Missing mirrors of both splits are named together, before any case is checked.
+    train, mined = write_splits(tmp_path, buggy, fix, [bug("M1", [[1, 1]], None, buggy, fix, repo="other/two")])
+    train.write_text(json.dumps([bug("T1", [[1, 1]], None, buggy, fix, repo="other/one")]))
+    args = ["--cases", str(train), "--cases", str(mined), "--mirrors", str(root), "--no-baselines"]
+    assert corpus.main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    for repo in ("other/one", "other/two"):
+        assert f"git clone --mirror https://github.com/{repo}" in captured.err
+    # One id in two splits, or two splits of one name.
+    mined.write_text(json.dumps([bug("T1", [[1, 1]], None, buggy, fix)]))
+    assert corpus.main(args) == 2
+    assert "'T1' is also in" in capsys.readouterr().err
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "train.json").write_text("[]")
+    assert corpus.main(["--cases", str(train), "--cases", str(tmp_path / "again" / "train.json"),
+                        "--mirrors", str(root), "--no-baselines"]) == 2
+    assert "two case files named 'train'" in capsys.readouterr().err
+
+
+def test_shipped_case_files_are_well_formed() -> None:
+    """train.json and mined.json load, share no id, and the mined cases come from other repositories."""
+    from corpus_bench import cases as case_file
+
+    train, mined = case_file.load_splits(corpus.DEFAULT_CASES)
+    assert (train.name, mined.name) == ("train", "mined")
+    mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
+    assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
+    assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
+    raw = json.loads(mined.source.read_text())
+    for item in raw:
+        if item["kind"] != "bug":
+            assert item["notes"] and len(item["commit"]) == 40
+            continue
+        assert item["class"] == item["classes"][0] and set(item["classes"]) <= set("ABCDEFGHIJK")
+        assert len(item["span_labels"]) == len(item["spans"]) and item["functions"]
+        assert len(item["buggy_commit"]) == len(item["fix_commit"]) == 40
+        assert item["fix_note"] and item["notes"]
+        assert (item["fix_span"] is None) == (item["fix_span_kind"] is None)

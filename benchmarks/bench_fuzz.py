@@ -1,8 +1,11 @@
 """Fuzzer throughput and bite: examples/s on the reference engines (one engine reused across clean
 scenarios, and a fresh engine per scenario), and time and examples to the first failure for each
-planted seed bug (median of 5 seeds, no shrinking), in the `ci` profile.
+planted seed bug (median of 5 seeds, no shrinking), in the `ci` profile. `--observation` measures
+only what the drop-in observation (fuzz/observe.py: locks, work handed to threads, cancellation) costs:
+examples/s with it and without it (`MLX_INVARIANTS_OBSERVE=0`), rounds interleaved.
 
     .venv/bin/python benchmarks/bench_fuzz.py [--seeds 5] [--examples 300] [--budget 60]
+    .venv/bin/python benchmarks/bench_fuzz.py --observation [--rounds 3] [--throughput-examples 300]
 
 Not a test: it prints markdown tables for docs/fuzz.md. Every measurement runs in a fresh process
 (imports warmed first): MLX keeps an OS thread for every thread that ever ran MLX work, and each one
@@ -30,6 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 def _child(task: dict[str, Any]) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
+    from mlx_invariants.fuzz.sentinel import OBSERVE_ENV
+
+    os.environ[OBSERVE_ENV] = "1" if task.get("observe", True) else "0"
     import mlx.core  # noqa: F401  # imports are not the fuzzer's time
     import mlx_lm.generate  # noqa: F401
 
@@ -39,7 +45,7 @@ def _child(task: dict[str, Any]) -> dict[str, Any]:
     from mlx_invariants.mutants.copies import import_copy
 
     if task["kind"] == "throughput":
-        result = run_fuzz(Target.reference(task["engine"]),
+        result = run_fuzz(_throughput_target(task["engine"]),
                           FuzzSettings(examples=task["examples"], budget_s=600, explicit=(), debug_run=False,
                                        reuse=task["reuse"]))
         assert result.ok, result.failure and result.failure.headline
@@ -52,6 +58,18 @@ def _child(task: dict[str, Any]) -> dict[str, Any]:
     if result.failure is None or result.failure.violations[0].kind not in mutant.finds:
         return {"s": None, "examples": None}
     return {"s": result.first_failure_s, "examples": result.first_failure_examples}
+
+
+def _throughput_target(engine: str) -> Any:
+    """A reference route, or "toy": the fixed toy third-party engine of tests/fuzz, which marks nothing, so
+    every lock, job and cancel of it is observed (the observation's worst case per example)."""
+    from mlx_invariants.fuzz.target import Target
+
+    if engine != "toy":
+        return Target.reference(engine)
+    from tests.fuzz.toy_adapter import target
+
+    return target("make_drain", ("cancel", "disconnect", "cancel-twice"))
 
 
 def _hunted() -> dict[str, Any]:
@@ -70,6 +88,74 @@ def measure(task: dict[str, Any]) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def observation_table(rounds: int, examples: int) -> None:
+    """Examples/s on each reference engine and the toy engine (reused, `ci` profile) with and without the
+    drop-in observation; the two alternate round by round, so both see the same background load."""
+    print("| engine | examples | with observation: median examples/s (each round) | without | cost |")
+    print("|---|---|---|---|---|")
+    for engine in ("simple", "batched", "toy"):
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for round_ in range(rounds):
+            for observe in ((True, False) if round_ % 2 == 0 else (False, True)):
+                done = measure({"kind": "throughput", "engine": engine, "examples": examples, "reuse": True,
+                                "observe": observe})
+                rates[observe].append(done["examples"] / done["elapsed_s"])
+        on, off = statistics.median(rates[True]), statistics.median(rates[False])
+        print(f"| {engine} | {examples} | {on:.1f} ({', '.join(f'{r:.1f}' for r in rates[True])}) | "
+              f"{off:.1f} ({', '.join(f'{r:.1f}' for r in rates[False])}) | {100 * (off - on) / off:+.0f}% |",
+              flush=True)
+
+
+def observed_operations(repeats: int = 2000) -> None:
+    """Microseconds per observed operation, without and with the observation (median of 5 rounds of
+    `repeats`, in this process): what each lock, job and cancel of an engine costs on top."""
+    import asyncio
+    import threading
+    import time
+
+    from mlx_invariants.fuzz.sentinel import Sentinel
+
+    async def lock_round() -> None:
+        lock = asyncio.Lock()
+        for _ in range(repeats):
+            async with lock:
+                pass
+
+    async def to_thread_round() -> None:
+        for _ in range(repeats // 10):
+            await asyncio.to_thread(int)
+
+    async def cancel_round() -> None:
+        for _ in range(repeats // 10):
+            task = asyncio.ensure_future(asyncio.sleep(1))
+            await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def thread_lock_round() -> None:
+        lock = threading.Lock()
+        for _ in range(repeats):
+            with lock:
+                pass
+
+    operations = {"asyncio.Lock acquire + release": (lambda: asyncio.run(lock_round()), repeats),
+                  "threading.Lock acquire + release": (thread_lock_round, repeats),
+                  "asyncio.to_thread job": (lambda: asyncio.run(to_thread_round()), repeats // 10),
+                  "task created, cancelled, ended": (lambda: asyncio.run(cancel_round()), repeats // 10)}
+    print("| operation | without (us) | with observation (us) |")
+    print("|---|---|---|")
+    for name, (run, count) in operations.items():
+        timings: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(5):
+            for observe in (False, True):
+                with Sentinel(observe=observe):
+                    start = time.perf_counter()
+                    run()
+                    timings[observe].append((time.perf_counter() - start) / count * 1e6)
+        print(f"| {name} | {statistics.median(timings[False]):.1f} | {statistics.median(timings[True]):.1f} |",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=5)
@@ -79,6 +165,8 @@ def main() -> None:
     parser.add_argument("--fresh-examples", type=int, default=100, help="examples per engine, fresh each")
     parser.add_argument("--rounds", type=int, default=3, help="throughput rounds (modes alternate; median shown)")
     parser.add_argument("--only", nargs="*", default=None, help="planted bugs to hunt (default: all)")
+    parser.add_argument("--observation", action="store_true",
+                        help="only examples/s with and without the drop-in observation, side by side")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -88,6 +176,14 @@ def main() -> None:
 
     hunted = _hunted()
 
+    if args.observation:
+        print(f"machine: {platform.platform()}, {os.cpu_count()} cores, MLX {mx.__version__} on "
+              f"{mx.default_device()}, load average {os.getloadavg()[0]:.1f} at start\n")
+        observation_table(args.rounds, args.throughput_examples)
+        print()
+        observed_operations()
+        print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+        return
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
           f"MLX {mx.__version__} on {mx.default_device()}, load average {os.getloadavg()[0]:.1f} at start\n")
     print("| engine | engine per | examples | median examples/s (each round) | engines started | in MLX |")

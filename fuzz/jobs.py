@@ -6,7 +6,10 @@ scenario started and turns it into a crash report with a replay command.
 The parent hands each child its target and settings as one JSON argument
 (`Target.to_dict`, `FuzzSettings.to_dict`), so a child runs exactly what was
 asked; children talk to the parent in JSON lines on stdout: progress, then a
-result.
+result, or a setup error (a server that never came up), which the parent
+raises as a `SetupError` (exit 2), never as a crash. Each child writes its run
+folder (`fuzz.evidence`): one job its own `<time>-<target>` folder, several
+jobs `<time>-<target>-job<i>`.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from mlx_invariants.errors import UsageError
 from mlx_invariants.fuzz.case import load_case
+from mlx_invariants.fuzz.errors import SetupError
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.report import Failure, device_info, write_report
 from mlx_invariants.fuzz.runner import Progress, run_fuzz
@@ -36,10 +41,13 @@ class JobOutcome:
     job: int
     examples: int = 0
     elapsed_s: float = 0.0
-    headline: Optional[str] = None
-    report_dir: Optional[str] = None
+    headline: Optional[str] = None       # the first new finding's
+    report_dir: Optional[str] = None     # its report folder (or the crash report's)
     crashed: Optional[str] = None
     engines_started: int = 0
+    run_dir: Optional[str] = None
+    findings: list[dict[str, Any]] = field(default_factory=list)   # `Finding.to_json()` of each
+    setup_error: Optional[str] = None
 
     @property
     def failed(self) -> bool:
@@ -59,8 +67,12 @@ def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
     selector = selectors.DefaultSelector()
     states: list[dict[str, Any]] = [{"examples": 0, "failed": False, "elapsed_s": 0.0} for _ in range(jobs)]
     outcomes = [JobOutcome(i) for i in range(jobs)]
+    run_root = (f"{settings.report_dir}/{time.strftime('%Y%m%d-%H%M%S')}-"
+                f"{''.join(c if c.isalnum() or c in '_.-' else '-' for c in target.label)[:80]}")
     child_settings = [replace(settings, seed=None if base_seed is None else base_seed + i * 1000,
-                              workdir=str(workroot / f"job{i}")) for i in range(jobs)]
+                              workdir=str(workroot / f"job{i}"),
+                              run_dir=f"{run_root}-job{i}" if jobs > 1 and settings.report_dir else None)
+                      for i in range(jobs)]
     for i in range(jobs):
         message = json.dumps({"target": target.to_dict(), "settings": child_settings[i].to_dict()})
         process = subprocess.Popen([sys.executable, "-m", "mlx_invariants.fuzz.jobs", message],
@@ -81,6 +93,8 @@ def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
             progress(states)
         for i, process in children.items():
             code = process.wait()
+            if outcomes[i].setup_error is not None:
+                raise SetupError(outcomes[i].setup_error)
             if code != 0 and outcomes[i].headline is None:
                 outcomes[i].crashed = _describe_exit(code)
                 outcomes[i].report_dir = _crash_report(target, child_settings[i], outcomes[i].crashed)
@@ -98,6 +112,8 @@ def _take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
         return
     if "progress" in message:
         state.update(message["progress"])
+    elif "setup_error" in message:
+        outcome.setup_error = message["setup_error"]
     elif "result" in message:
         result = message["result"]
         outcome.examples = result["examples"]
@@ -105,6 +121,8 @@ def _take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
         outcome.headline = result.get("headline")
         outcome.report_dir = result.get("report_dir")
         outcome.engines_started = result.get("engines_started", 0)
+        outcome.run_dir = result.get("run_dir")
+        outcome.findings = result.get("findings", [])
         state.update(examples=outcome.examples, failed=outcome.failed)
 
 
@@ -134,14 +152,21 @@ def _child(message: dict[str, Any]) -> int:
         if now - last[0] >= 0.5:
             last[0] = now
             print(json.dumps({"progress": {"examples": state.examples, "failed": state.failed,
-                                           "elapsed_s": round(state.elapsed_s, 1)}}), flush=True)
+                                           "elapsed_s": round(state.elapsed_s, 1), "findings": state.findings,
+                                           "examples_cap": state.examples_cap}}), flush=True)
 
-    result = run_fuzz(target, settings, progress=progress)
+    try:
+        result = run_fuzz(target, settings, progress=progress)
+    except UsageError as exc:
+        print(json.dumps({"setup_error": str(exc)}), flush=True)
+        return 2
     print(json.dumps({"result": {
         "examples": result.examples, "elapsed_s": round(result.elapsed_s, 1),
         "engines_started": result.engines_started,
         "headline": result.failure.headline if result.failure else None,
         "report_dir": str(result.report_dir) if result.report_dir else None,
+        "run_dir": str(result.run_dir) if result.run_dir else None,
+        "findings": [f.to_json() for f in result.findings],
     }}), flush=True)
     return 0
 

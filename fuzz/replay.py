@@ -13,8 +13,9 @@ from typing import Any, Optional
 
 from mlx_invariants.fuzz.case import load_case
 from mlx_invariants.fuzz.driver import DriverSettings
-from mlx_invariants.fuzz.errors import ReplayError
+from mlx_invariants.fuzz.errors import ReplayError, SetupError
 from mlx_invariants.fuzz.oracles import Violation, judge
+from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.scenario import Scenario
 from mlx_invariants.fuzz.sentinel import Sentinel
@@ -44,11 +45,19 @@ def replay(path: str | Path, target: Target | Engines | None = None, *, times: i
     if chosen is None:
         raise ReplayError(f"{path} does not say which engine it ran on; pass --engine, --url or --server-cmd")
     engines = chosen if isinstance(chosen, Engines) else chosen.build()
-    settings = DriverSettings(strict=strict)
     result = ReplayResult(scenario, engines.target)
-    sentinel = Sentinel(strict=strict).install()
+    remote = engines.target.kind.http
+    sentinel = None
     try:
+        startup_s = engines.prepare()  # a server that cannot start is a setup error here too
+        sentinel = Sentinel(strict=strict).install()
+        # The liveness waits scale with the target's pace, measured on the baseline, as in a search.
+        settings, _ = driver_settings(DriverSettings(strict=strict), Pace(startup_s=startup_s), remote)
         baseline = run_scenario(engines, Scenario(()), sentinel=sentinel, settings=settings)
+        failed = baseline.first("check", "startup-failed")
+        if failed is not None:
+            raise SetupError(f"{engines.target.label}: the engine did not start: {failed.info.get('error')}")
+        settings, _ = driver_settings(DriverSettings(strict=strict), measure(baseline, startup_s), remote)
         expected: Any = baseline.meta.get("followup")
         last: Optional[Trace] = None
         for _ in range(times):
@@ -56,9 +65,11 @@ def replay(path: str | Path, target: Target | Engines | None = None, *, times: i
             violations = judge(last)
             result.runs.append(violations)
             if violations and result.failure is None:
-                result.failure = Failure(scenario, last, violations, engines.target, seed="replay")
+                result.failure = Failure(scenario, last, violations, engines.target, seed="replay",
+                                         server_log=engines.log_tail())
     finally:
-        sentinel.uninstall()
+        if sentinel is not None:
+            sentinel.uninstall()
         if engines is not chosen:
             engines.close()  # built here: a server it started stops here
     if result.failure is not None:

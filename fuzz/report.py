@@ -21,6 +21,7 @@ from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.scenario import Scenario
 from mlx_invariants.fuzz.target import Target
+from mlx_invariants.fuzz.timeline import write_timeline
 from mlx_invariants.fuzz.trace import Trace
 
 
@@ -36,6 +37,8 @@ class Failure:
     blob: Optional[str] = None            # Hypothesis's @reproduce_failure decorator
     reproduced: Optional[tuple[int, int]] = None
     device: dict[str, Any] = field(default_factory=dict)
+    server_log: str = ""                  # an HTTP target's last log lines when the failure was seen
+    verdict: str = "VIOLATION"            # what the report's first line calls it ("FINDING (unconfirmed ...)")
 
     @property
     def engine(self) -> str:
@@ -43,8 +46,35 @@ class Failure:
 
     @property
     def headline(self) -> str:
+        """The first violation, and the cause the trace shows when one is there to see (a refusal)."""
         first = self.violations[0]
-        return f"{first.kind}: {first.message}"
+        cause = cause_of(self.trace, first.kind)
+        return f"{first.kind}: {first.message}" + (f" [{cause}]" if cause else "")
+
+
+_BUSY_CODES = {"busy", "429", "503", "overloaded", "queue_full"}
+
+
+def cause_of(trace: Trace, kind: str) -> str:
+    """What the evidence shows behind a violation, in a few words, or "": a refused follow-up is why a
+    follow-up differs, and a busy refusal says busy wherever it appears."""
+    refused = [(e.rid, str(e.info.get("code", ""))) for e in trace.of("request", "end")
+               if e.info.get("outcome") == "refused"]
+    if kind == "followup-differs":
+        for end in trace.of("request", "end", "followup"):
+            outcome = end.info.get("outcome")
+            if outcome == "refused":
+                return f"cause: the follow-up was refused as {_refusal(end.info.get('code'))}"
+            if outcome not in (None, "completed"):
+                return f"cause: the follow-up ended {outcome}: {end.info.get('message') or end.info.get('error') or ''}".strip(": ")
+    if refused:
+        return "evidence: " + ", ".join(f"{rid} refused as {_refusal(code)}" for rid, code in refused)
+    return ""
+
+
+def _refusal(code: Any) -> str:
+    text = str(code or "").lower()
+    return f"busy ({code})" if text in _BUSY_CODES or "busy" in text else f"{code or 'refused'}"
 
 
 def replay_command(scenario_path: str | Path) -> str:
@@ -77,15 +107,16 @@ def device_info() -> dict[str, Any]:
     return info
 
 
-def write_report(directory: str | Path, failure: Failure) -> Path:
-    """Write the report into a new folder under `directory`; returns that folder."""
+def write_report(directory: str | Path, failure: Failure, name: Optional[str] = None) -> Path:
+    """Write the report into a new folder under `directory` (named `name`, or by time, engine and oracle);
+    returns that folder: scenario.json, report.json, report.txt, replay.sh, timeline.svg."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{failure.engine}-{failure.violations[0].kind}")
-    folder = Path(directory) / f"{stamp}-{slug}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name or f"{stamp}-{failure.engine}-{failure.violations[0].kind}")
+    folder = Path(directory) / slug
     suffix = 1
     while folder.exists():
         suffix += 1
-        folder = Path(directory) / f"{stamp}-{slug}-{suffix}"
+        folder = Path(directory) / f"{slug}-{suffix}"
     folder.mkdir(parents=True)
     scenario_path = folder / "scenario.json"
     scenario_path.write_text(dumps_case(failure.scenario, failure.target) + "\n")
@@ -100,21 +131,26 @@ def write_report(directory: str | Path, failure: Failure) -> Path:
         "reproduced": list(failure.reproduced) if failure.reproduced else None,
         "device": failure.device,
         "replay": replay_command(scenario_path),
+        "server_log": failure.server_log or None,
         "trace": failure.trace.to_json(),
     }, indent=2, default=str) + "\n")
     (folder / "report.txt").write_text(render(failure, scenario_path))
+    (folder / "replay.sh").write_text(f"#!/bin/sh\n{replay_command(scenario_path)}\n")
+    # Further views of the same failure are written here, beside the report.
+    write_timeline(folder / "timeline.svg", failure.trace, f"{failure.engine}: {failure.headline}",
+                   [f"scenario: {failure.scenario.describe()}"])
     return folder
 
 
 def render(failure: Failure, scenario_path: str | Path) -> str:
     """The human report: what to read first comes first."""
-    lines = [f"FUZZ VIOLATION in {failure.engine}: {failure.headline}", ""]
+    lines = [f"FUZZ {failure.verdict} in {failure.engine}: {failure.headline}", ""]
     lines.append(f"target:     {failure.target.describe()}")
     lines.append(f"scenario:   {failure.scenario.describe()}")
     if failure.reproduced:
         k, n = failure.reproduced
         lines.append(f"reproduced: {k}/{n} automatic replays")
-    lines.append(f"device:     {_device_line(failure.device)}")
+    lines.append(f"device:     {device_line(failure.device)}")
     lines.append(f"seed:       {failure.seed or 'n/a'}")
     if failure.blob:
         lines.append(f"blob:       {failure.blob}")
@@ -132,6 +168,10 @@ def render(failure: Failure, scenario_path: str | Path) -> str:
             lines.append("    detail:")
             lines.extend(f"      {line}" for line in violation.detail.splitlines()[:200])
         lines.append("")
+    if failure.server_log:
+        lines.append("server log (last lines):")
+        lines.extend(f"  {line}" for line in failure.server_log.splitlines())
+        lines.append("")
     lines.append("minimal scenario:")
     lines.extend(f"  {line}" for line in failure.scenario.dumps().splitlines())
     lines.append("")
@@ -140,7 +180,7 @@ def render(failure: Failure, scenario_path: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _device_line(device: dict[str, Any]) -> str:
+def device_line(device: dict[str, Any]) -> str:
     if not device:
         return "unknown"
     accel = "Metal " + str(device["metal"]) if device.get("metal") else ("CUDA" if device.get("cuda") else "CPU only")

@@ -1,4 +1,4 @@
-"""`run_fuzz`: generate scenarios with Hypothesis, run them on an engine, shrink what fails.
+"""`run_fuzz`: generate scenarios with Hypothesis, run them on an engine, confirm and shrink what fails.
 
 The programmatic entry point (the CLI, the fuzz-kill tests, the benchmark
 and `invariants mutants` all call it): what to fuzz is a `fuzz.target.Target`,
@@ -6,28 +6,42 @@ how is a `fuzz.settings.FuzzSettings`. Each scenario is written, with its
 target, to `workdir/current.json` before it runs, so a process that dies
 inside MLX still leaves the case that killed it, ready to replay.
 
+A violation becomes a finding (`fuzz.findings`) with a signature. A new
+signature is first re-run on fresh engines: it counts only if it repeats
+there often enough (`confirm` of `replays`) or its oracle is exact; one that
+does not is listed as unconfirmed and the search goes on. A confirmed one is
+shrunk (Hypothesis, on fresh engines), replayed ("reproduced k/N"), and then
+the run stops, or with `keep_going` searches on, skipping signatures it has,
+until the budget ends. The budget is wall time: the profile's example cap
+applies only when neither a budget nor a count was given.
+
 Scenarios share one started engine while they leave it clean (see
-`fuzz.session`); a violation seen on a reused engine counts only once it
-repeats on a fresh one, and shrinking, replays and the debug run use a fresh
-engine for every scenario, as `reuse=False` (`--fresh-engine`) does throughout.
+`fuzz.session`); confirmation, shrinking, replays and the debug run use a
+fresh engine for every scenario, as `reuse=False` (`--fresh-engine`) does
+throughout. Setup is not a finding: a server that does not come up, or an
+engine that does not start on the run's first try, raises a `UsageError`.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
+from mlx_invariants.fuzz.defaults import SHRINK_FLOOR_S
 from mlx_invariants.fuzz.driver import DriverSettings
-from mlx_invariants.fuzz.errors import ViolationFound
+from mlx_invariants.fuzz.errors import SetupError, ViolationFound
+from mlx_invariants.fuzz.findings import Finding, Status, confirmed, short_id, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
+from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.profiles import PROFILES, Profile, hypothesis_settings
-from mlx_invariants.fuzz.report import Failure, device_info, write_report
+from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultSpec,
                                            RequestSpec, Scenario)
 from mlx_invariants.fuzz.sentinel import Sentinel
@@ -41,14 +55,18 @@ DEBUG_SCENARIO = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4
                           (FaultSpec("cancel", At("r0", "BEFORE_DECODE", 1)),), debug=True)
 # Violations a cold baseline may show (first imports hold the GIL on the owner thread).
 _BASELINE_EXEMPT = {"loop-lag"}
-# A failure counts (and shrinks) only if it repeats this many times on a fresh engine.
+# While shrinking, a smaller candidate counts only if it repeats this many times on a fresh engine.
 CONFIRM_RUNS = 1
+# An unconfirmed signature is tried again at most this many times (a frequent flaky race would
+# otherwise spend the budget on confirmation re-runs); a confirmed one is never tried again.
+RETRIES = 5
 
 
 class Phase(Enum):
     """What the run is doing with the scenario it reports."""
 
     GENERATE = "generate"        # sampling new scenarios
+    CONFIRM = "confirm"          # re-running a new finding on fresh engines
     SHRINK = "shrink"            # making a failure smaller
     EXHAUSTIVE = "exhaustive"    # enumerating single-fault scenarios
 
@@ -58,9 +76,11 @@ class Progress:
     examples: int = 0
     elapsed_s: float = 0.0
     budget_s: float = 0.0
-    failed: bool = False
+    failed: bool = False                  # a new (run-failing) finding so far
     phase: Phase = Phase.GENERATE
     scenario: str = ""
+    examples_cap: Optional[int] = None    # the profile's example cap, when one applies
+    findings: int = 0                     # distinct findings so far, of any status
 
 
 @dataclass
@@ -68,162 +88,311 @@ class FuzzResult:
     engine: str
     examples: int
     elapsed_s: float
-    failure: Optional[Failure] = None
-    report_dir: Optional[Path] = None
+    findings: list[Finding] = field(default_factory=list)   # distinct, in the order found
+    report_dir: Optional[Path] = None                # the first new finding's report folder
+    run_dir: Optional[Path] = None                   # the run folder (`fuzz.evidence`), with report_dir set
     first_failure_s: Optional[float] = None          # time to the first violating example
     first_failure_examples: Optional[int] = None     # examples run up to and including it
     engines_started: int = 0                         # fresh engines, replays included
     mlx_s: float = 0.0                               # time spent inside MLX, summed over every scenario run
+    mlx_calls: int = 0                               # MLX entries the sentinel saw (a server's included)
+    mlx_threads: list[str] = field(default_factory=list)   # names of the threads that entered MLX
+    scenario_runs: int = 0                           # every scenario run: examples, confirmations, shrinking
+    counts: dict[str, int] = field(default_factory=dict)    # examples in which each oracle fired
+    seed: Optional[str] = None
+    budget_s: float = 0.0
+    examples_cap: Optional[int] = None
+    pace: Pace = field(default_factory=Pace)
+    target: Optional[Target] = None
+
+    @property
+    def new_findings(self) -> list[Finding]:
+        return [f for f in self.findings if f.new]
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        """The first new finding's failure: what fails the run (None if nothing new was confirmed)."""
+        new = self.new_findings
+        return new[0].failure if new else None
 
     @property
     def ok(self) -> bool:
-        return self.failure is None
+        return not self.new_findings
 
 
 _KIND_TYPES: dict[str, type] = {}
 
 
-def _violation_type(kind: str) -> type:
-    if kind not in _KIND_TYPES:
-        _KIND_TYPES[kind] = type(f"Violation_{kind.replace('-', '_')}", (ViolationFound,), {})
-    return _KIND_TYPES[kind]
+def _violation_type(sig: str) -> type:
+    """One exception type per signature, so Hypothesis shrinks towards the same bug."""
+    if sig not in _KIND_TYPES:
+        kind = sig.split(" ", 1)[0].replace("-", "_")
+        _KIND_TYPES[sig] = type(f"Violation_{kind}_{short_id(sig)}", (ViolationFound,), {})
+    return _KIND_TYPES[sig]
 
 
 def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), *, strategy: Any = None,
              progress: Optional[Callable[[Progress], None]] = None) -> FuzzResult:
-    """Fuzz one target until a violation, `examples` examples, or `budget_s` seconds, whichever comes first.
+    """Fuzz one target until its first new confirmed finding (every one with `keep_going`), `examples`
+    examples, or `budget_s` seconds of wall time, whichever comes first.
 
     `target` may also be the `Engines` built from one, to share what it started
     (a server) with other runs; otherwise it is built here and closed at the
     end. `strategy` replaces `fuzz.strategies.scenarios()` aimed at the
     target's fault kinds and points; `progress` is called before each scenario.
+    Raises a `UsageError` subclass if the target cannot be set up at all.
     """
     engines = target if isinstance(target, Engines) else target.build()
-    profile = PROFILES[settings.profile]
-    budget_s = profile.budget_s if settings.budget_s is None else settings.budget_s
-    examples = profile.examples if settings.examples is None else settings.examples
-    explicit = list(SEED_SCENARIOS.values()) if settings.explicit is None else list(settings.explicit)
-    debug_run = profile.debug_run if settings.debug_run is None else settings.debug_run
-    sentinel = Sentinel(strict=settings.strict).install()
-    fuzz = _Fuzz(engines, settings, profile, budget_s, examples, progress, sentinel)
-
-    def search() -> Optional[Failure]:
-        failure = fuzz.baseline()
-        if failure is None:
-            failure = fuzz.hypothesis(strategy, settings.seed, explicit)
-        if failure is None:
-            failure = fuzz.teardown()
-        if failure is None and debug_run:
-            failure = fuzz.debug_run()
-        return failure
-
     try:
+        profile = PROFILES[settings.profile]
+        if settings.budget_s is None and settings.examples is None:
+            budget_s, examples, cap = profile.budget_s, profile.examples, profile.examples
+        else:
+            budget_s = profile.budget_s if settings.budget_s is None else settings.budget_s
+            examples = settings.examples if settings.examples is not None else None
+            cap = examples
+        explicit = list(SEED_SCENARIOS.values()) if settings.explicit is None else list(settings.explicit)
+        debug_run = profile.debug_run if settings.debug_run is None else settings.debug_run
+        startup_s = engines.prepare()
+        sentinel = Sentinel(strict=settings.strict).install()
+        fuzz = _Fuzz(engines, settings, profile, budget_s, cap, progress, sentinel, startup_s)
+
+        def search() -> None:
+            fuzz.baseline()
+            if not fuzz.done():
+                fuzz.hypothesis(strategy, settings.seed, explicit)
+            fuzz.teardown()
+            if debug_run and not fuzz.done():
+                fuzz.debug_run()
+            if not fuzz.done():
+                fuzz.settle_deferred()
+
         return _conclude(fuzz, sentinel, search, settings)
     finally:
         if engines is not target:
             engines.close()
 
 
-def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], Optional[Failure]],
-              settings: FuzzSettings) -> FuzzResult:
-    """Run `search`, replay what it found on fresh engines, and always release the engine and the sentinel.
+def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], None], settings: FuzzSettings) -> FuzzResult:
+    """Run `search`, always release the engine and the sentinel, then write the run folder.
 
-    The report is written last, after the sentinel is gone, so a report that
+    The reports are written last, after the sentinel is gone, so a report that
     fails to write never leaves MLX wrapped.
     """
     try:
-        failure = search()
-        if failure is not None:
-            fuzz.session.close()
-            failure.reproduced = fuzz.replay_count(failure, settings.replays)
+        search()
     finally:
         try:
             fuzz.session.close()
         finally:
             sentinel.uninstall()
-    result = FuzzResult(fuzz.target.label, fuzz.state.examples, time.monotonic() - fuzz.started, failure,
-                        first_failure_s=fuzz.first_failure_s, first_failure_examples=fuzz.first_failure_examples,
-                        engines_started=fuzz.session.starts, mlx_s=fuzz.mlx_s)
-    if failure is not None:
-        failure.device = device_info()
-        if settings.report_dir is not None:
-            result.report_dir = write_report(settings.report_dir, failure)
+    result = fuzz.result()
+    if settings.report_dir is not None or settings.run_dir is not None:
+        from mlx_invariants.fuzz.evidence import write_run_folder
+
+        write_run_folder(result, settings.run_dir or settings.report_dir, server_log=fuzz.engines.server_log,
+                         new_folder=settings.run_dir is None)
     return result
 
 
 class _Fuzz:
-    """One run's state: the kept engine's session, the clock, and what failed so far."""
+    """One run's state: the kept engine's session, the clock, and the findings so far."""
 
-    def __init__(self, engines: Engines, settings: FuzzSettings, profile: Profile, budget_s: float, examples: int,
-                 progress: Optional[Callable[[Progress], None]], sentinel: Sentinel):
-        self.target, self.profile = engines.target, profile
+    def __init__(self, engines: Engines, settings: FuzzSettings, profile: Profile, budget_s: float,
+                 examples: Optional[int], progress: Optional[Callable[[Progress], None]], sentinel: Sentinel,
+                 startup_s: float = 0.0):
+        self.engines, self.target, self.profile = engines, engines.target, profile
+        self.settings = settings
         self.budget_s, self.examples = budget_s, examples
         self.progress = progress
         self.workdir = Path(settings.workdir) if settings.workdir else None
         reuse = profile.reuse_engine if settings.reuse is None else settings.reuse
-        self.session = EngineSession(engines, sentinel, DriverSettings(strict=settings.strict), reuse)
-        self.mlx_s = 0.0
+        self.remote = engines.target.kind.http
+        self.pace = Pace(startup_s=startup_s)
+        self._base_driver = DriverSettings(strict=settings.strict)
+        driver, self.stall_basis = driver_settings(self._base_driver, self.pace, self.remote)
+        self.session = EngineSession(engines, sentinel, driver, reuse)
+        self.mlx_s, self.mlx_calls, self.runs = 0.0, 0, 0
+        self.threads: set[str] = set()
+        self.counts: Counter[str] = Counter()
         # The fresh-engine output of the follow-up request: computed once per run, by the baseline.
         self.expected_followup: Optional[list[Any]] = None
         self.started = time.monotonic()
-        self.state = Progress(budget_s=budget_s)
+        self.state = Progress(budget_s=budget_s, examples_cap=examples)
         self.first_failure_s: Optional[float] = None
         self.first_failure_examples: Optional[int] = None
         self.seed_label: Optional[str] = None
         self.shrink_s, self.shrink = settings.shrink_s, settings.shrink
-        self.unconfirmed: list[Failure] = []
-        self._failing: set[str] = set()
+        self.findings: dict[str, Finding] = {}
+        self._tries: Counter[str] = Counter()
+        self._shrinking: Optional[str] = None     # the signature being shrunk
+        self._failing: set[str] = set()           # scenarios (JSON) that showed it
+        self._explicit_done: set[str] = set()
         self._shrink_deadline = 0.0
+        self._confirmation = (0, 0)               # how the finding being shrunk was confirmed
+        self._unshrunk: Optional[tuple[Scenario, Trace, list[Violation]]] = None   # ... and where it was seen
+        self._deferred: list[tuple[Scenario, Trace, list[Violation]]] = []
+        self._stop = False
 
+    # -- running one scenario ----------------------------------------------------------
     def run(self, scenario: Scenario, fresh: bool = False) -> tuple[Trace, list[Violation]]:
         """Run one scenario (on the kept engine unless `fresh`); save it first so a crash leaves it behind.
         While a failure is being shrunk every scenario gets a fresh engine, so shrinking stays exact."""
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "current.json").write_text(dumps_case(scenario, self.target))
-        if (fresh or self._failing) and self.session.engine is not None:
-            dropped = self.teardown()  # rare: a violation has normally retired the engine already
-            if dropped is not None and not self.unconfirmed:
-                self.unconfirmed.append(dropped)
-        trace = self.session.run(scenario, self.expected_followup,
-                                 keep=False if fresh or self._failing else None)
-        self.mlx_s += sum(span.duration for span in trace.of("mlx"))
+        fresh = fresh or self._shrinking is not None
+        if fresh and self.session.engine is not None:
+            self.teardown()  # rare: a violation has normally retired the engine already
+        trace = self.session.run(scenario, self.expected_followup, keep=False if fresh else None)
+        self.runs += 1
+        spans = trace.of("mlx")
+        self.mlx_s += sum(span.duration for span in spans)
+        self.mlx_calls += len(spans)
+        self.threads.update(span.thread_name for span in spans)
+        trace.meta["stall_basis"] = self.stall_basis
         return trace, judge(trace)
 
     def failure(self, scenario: Scenario, trace: Trace, violations: list[Violation]) -> Failure:
-        return Failure(scenario, trace, violations, self.target, seed=self.seed_label)
+        return Failure(scenario, trace, violations, self.target, seed=self.seed_label,
+                       server_log=self.engines.log_tail())
 
-    def baseline(self) -> Optional[Failure]:
-        """A request-free scenario on a fresh engine: warms imports, and its follow-up output is the
-        fresh-engine reference for the whole run (the engine goes on to the next scenario)."""
+    def done(self) -> bool:
+        """A new finding stopped the run (without keep-going)."""
+        return self._stop
+
+    def _out_of_time(self) -> bool:
+        return time.monotonic() - self.started > self.budget_s
+
+    # -- the fixed scenarios -------------------------------------------------------------
+    def baseline(self) -> None:
+        """A request-free scenario on a fresh engine: warms imports, measures the target's pace, and its
+        follow-up output is the fresh-engine reference for the whole run. An engine that does not start
+        here is a setup error, not a finding."""
         scenario = Scenario(())
         trace, violations = self.run(scenario)
+        failed = trace.first("check", "startup-failed")
+        if failed is not None:
+            tail = self.engines.log_tail()
+            raise SetupError(f"{self.target.label}: the engine did not start: {failed.info.get('error')}"
+                             + (f"\nthe server's last log lines:\n{tail}" if tail else ""))
         self.expected_followup = trace.meta.get("followup")
+        self.pace = measure(trace, self.pace.startup_s)
+        driver, self.stall_basis = driver_settings(self._base_driver, self.pace, self.remote)
+        self.session.settings = driver
         violations = [v for v in violations if v.kind not in _BASELINE_EXEMPT]
-        return self.failure(scenario, trace, violations) if violations else None
+        if violations:
+            # Judged at the end, if the search finds nothing steadier with the same signature: a race the
+            # empty scenario shows now and then would otherwise hide the scenario that always shows it.
+            self._deferred.append((scenario, trace, violations))
 
-    def debug_run(self) -> Optional[Failure]:
+    def settle_deferred(self) -> None:
+        """Judge the baseline's violations whose signatures the search did not settle."""
+        for scenario, trace, violations in self._deferred:
+            self.consider(scenario, trace, violations, shrinkable=False)
+        self._deferred.clear()
+
+    def debug_run(self) -> None:
         """The asyncio debug-mode scenario, on a fresh engine started on a debug-mode loop."""
         trace, violations = self.run(DEBUG_SCENARIO, fresh=True)
-        return self.failure(DEBUG_SCENARIO, trace, violations) if violations else None
+        if violations:
+            self.consider(DEBUG_SCENARIO, trace, violations, shrinkable=False)
 
-    def teardown(self) -> Optional[Failure]:
-        """Shut the kept engine down with the after-shutdown checks; a violation there is reported
+    def teardown(self) -> None:
+        """Shut the kept engine down with the after-shutdown checks; a violation there is a finding
         against the scenario it ran last (not shrunk: shutting down is not part of that scenario)."""
         last = self.session.last
         trace = self.session.close()
         violations = judge(trace) if trace is not None else []
-        if not violations or last is None:
+        if violations and last is not None:
+            self.consider(last, trace, violations, shrinkable=False,
+                          note="found when the reused engine was shut down after this scenario")
+
+    # -- findings --------------------------------------------------------------------
+    def _open(self, violation: Violation) -> bool:
+        """Whether a violation is worth confirming: its signature is not settled and has tries left."""
+        found = self.findings.get(signature(violation))
+        if found is None:
+            return True
+        return found.status is Status.UNCONFIRMED and self._tries[found.signature] < RETRIES
+
+    def consider(self, scenario: Scenario, trace: Trace, violations: list[Violation], *, shrinkable: bool,
+                 note: str = "") -> Optional[tuple[str, Trace, list[Violation]]]:
+        """A violating scenario: count it; if it shows a signature not settled yet, re-run it on fresh
+        engines to confirm it. Returns (signature, trace, violations) to shrink when it counts and repeats
+        (and `shrinkable`); otherwise records the finding as it stands and returns None."""
+        for kind in {v.kind for v in violations}:
+            self.counts[kind] += 1
+        for sig in {signature(v) for v in violations} & set(self.findings):
+            self.findings[sig].seen += 1
+        chosen = next((v for v in violations if self._open(v)), None)
+        if chosen is None:
             return None
-        failure = self.failure(last, trace, violations)
-        failure.blob = "found when the reused engine was shut down after this scenario; not shrunk"
-        return failure
+        sig = signature(chosen)
+        self._tries[sig] += 1
+        hits, runs, fresh_hit = self._confirm(scenario, chosen.kind)
+        counted = confirmed(chosen.kind, hits, runs, self.settings.confirm if self.settings.replays else 0)
+        if fresh_hit is not None and trace.meta.get("reused", 0):
+            trace, violations = fresh_hit  # report the fresh-engine run: it is what replays reproduce
+        if counted and hits and shrinkable and self.shrink:
+            self._confirmation = (hits, runs)
+            self._unshrunk = (scenario, trace, _first(violations, chosen.kind))
+            return sig, trace, _first(violations, chosen.kind)
+        failure = self.failure(scenario, trace, _first(violations, chosen.kind))
+        failure.reproduced = (hits, runs)
+        notes = [note] if note else []
+        if trace.meta.get("reused", 0) and not hits:
+            notes.append(f"seen on an engine reused after {trace.meta['reused']} scenario(s)")
+        notes.append("not shrunk")
+        failure.blob = "; ".join(notes)
+        self._record(failure, sig, (hits, runs), counted, shrunk=False)
+        return None
 
-    def replay_count(self, failure: Failure, times: int) -> tuple[int, int]:
-        kind = failure.violations[0].kind
-        hits = sum(any(v.kind == kind for v in self.run(failure.scenario, fresh=True)[1]) for _ in range(times))
-        return hits, times
+    def _confirm(self, scenario: Scenario, kind: str) -> tuple[int, int, Optional[tuple[Trace, list[Violation]]]]:
+        """Re-run `scenario` on fresh engines: (runs that showed `kind`, runs, the first such run)."""
+        runs = max(self.settings.replays, 1)
+        hits, first = 0, None
+        self._tick(scenario, Phase.CONFIRM)
+        for _ in range(runs):
+            rerun = self.run(scenario, fresh=True)
+            if any(v.kind == kind for v in rerun[1]):
+                hits += 1
+                first = first or rerun
+        return hits, runs, first
 
+    def _record(self, failure: Failure, sig: str, confirmation: tuple[int, int], counted: bool,
+                shrunk: bool) -> Finding:
+        """Keep `failure` as the finding for `sig` (replacing an unconfirmed one), judged against the baseline."""
+        if not counted:
+            status = Status.UNCONFIRMED
+        elif sig in self.settings.baseline:
+            status = Status.ACCEPTED
+        else:
+            status = Status.VIOLATION
+        failure.device = failure.device or device_info()
+        earlier = self.findings.get(sig)
+        if earlier is not None and status is Status.UNCONFIRMED:
+            if confirmation[0] * earlier.confirmation[1] > earlier.confirmation[0] * confirmation[1]:
+                earlier.failure, earlier.confirmation = failure, confirmation  # keep the steadier scenario
+            return earlier
+        finding = Finding(failure, sig, status, confirmation, shrunk=shrunk,
+                          seen=earlier.seen if earlier else 1)
+        if status is Status.UNCONFIRMED:
+            failure.verdict = f"FINDING (unconfirmed: {confirmation[0]} of {confirmation[1]} re-runs showed it)"
+        elif status is Status.ACCEPTED:
+            failure.verdict = "FINDING (accepted: in the baseline)"
+        self.findings.pop(sig, None)
+        self.findings[sig] = finding
+        if finding.new:
+            if self.first_failure_s is None:
+                self.first_failure_s = time.monotonic() - self.started
+                self.first_failure_examples = self.state.examples
+            self.state.failed = True
+            self._stop = not self.settings.keep_going
+        self.state.findings = len(self.findings)
+        return finding
+
+    # -- search ----------------------------------------------------------------------
     def _tick(self, scenario: Scenario, phase: Phase) -> None:
         self.state.elapsed_s = time.monotonic() - self.started
         self.state.phase = phase
@@ -231,7 +400,14 @@ class _Fuzz:
         if self.progress is not None:
             self.progress(self.state)
 
-    def hypothesis(self, strategy: Any, seed: Optional[int], explicit: list[Scenario]) -> Optional[Failure]:
+    def _searching(self) -> bool:
+        cap_left = self.examples is None or self.state.examples < self.examples
+        return cap_left and not self._stop and not self._out_of_time()
+
+    def hypothesis(self, strategy: Any, seed: Optional[int], explicit: list[Scenario]) -> None:
+        """Rounds of Hypothesis until the budget, the example cap or a new finding (without keep-going)
+        ends the search. Each round that finds something shrinks it and records it; the next round starts
+        on a new seed, with the explicit scenarios not yet run, and skips the signatures already settled."""
         from hypothesis import example, given
         from hypothesis import seed as fixed_seed
         from hypothesis.errors import Flaky
@@ -241,122 +417,123 @@ class _Fuzz:
         if strategy is None:
             strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points)
         derandomize = self.profile.derandomize and seed is None
-        base_seed = seed if seed is not None else (None if derandomize else random.getrandbits(32))
+        base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
 
         def property_(scenario: Scenario) -> None:
             self._example(scenario)
 
         round_number = 0
-        while True:
-            remaining = self.examples - self.state.examples
-            if remaining <= 0 or time.monotonic() - self.started > self.budget_s:
-                break
-            count = remaining if derandomize else min(remaining, self.profile.round_examples)
+        while self._searching():
+            remaining = None if self.examples is None else self.examples - self.state.examples
+            count = self.profile.round_examples if remaining is None else min(remaining, self.profile.round_examples)
             test = given(strategy)(property_)
-            if round_number == 0:
-                for scenario in reversed(explicit):
-                    test = example(scenario)(test)
-            if base_seed is not None:
+            for scenario in reversed([s for s in explicit if s.dumps() not in self._explicit_done]):
+                test = example(scenario)(test)
+            first_round = derandomize and round_number == 0
+            if not first_round:
                 test = fixed_seed(base_seed + round_number)(test)
-            test = hypothesis_settings(self.profile, count, derandomize=derandomize, shrink=self.shrink)(test)
+            test = hypothesis_settings(self.profile, count, derandomize=first_round, shrink=self.shrink)(test)
             try:
                 test()
             except ViolationFound as found:
-                return self._found(found)
+                self._found(found)
             except Flaky as flaky:
                 inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ViolationFound)]
                 if not inner:
                     raise
-                return self._found(inner[0], note="Hypothesis reported the failure as flaky")
-            if derandomize:
-                break
+                self._found(inner[0], note="Hypothesis reported the failure as flaky")
+            finally:
+                self._shrinking = None
+                self._failing.clear()
             round_number += 1
-        return self._unconfirmed()
 
     def _example(self, scenario: Scenario) -> None:
-        """One Hypothesis example: run it; raise (per violation kind) only if the failure repeats."""
+        """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding."""
         key = scenario.dumps()
-        if self._failing:
+        if self._shrinking is not None:
             if time.monotonic() > self._shrink_deadline and key not in self._failing:
                 return  # shrinking ran out of time: only the known failures still run
-        elif time.monotonic() - self.started > self.budget_s:
+        elif not self._searching():
             return
-        self._tick(scenario, Phase.SHRINK if self._failing else Phase.GENERATE)
+        self._explicit_done.add(key)
+        self._tick(scenario, Phase.SHRINK if self._shrinking else Phase.GENERATE)
         trace, violations = self.run(scenario)
-        if not self._failing:
+        if self._shrinking is None:
             self.state.examples += 1
-        if not violations:
-            return
-        found = self._confirmed(scenario, trace, violations)
-        if found is None:
-            return
-        trace, violations = found
-        kind = violations[0].kind
-        if not self._failing:
-            self.first_failure_s = time.monotonic() - self.started
-            self.first_failure_examples = self.state.examples
-            self._shrink_deadline = time.monotonic() + self.shrink_s
-            self.state.failed = True
+            shown = self.consider(scenario, trace, violations, shrinkable=True) if violations else None
+            if shown is None:
+                return
+            sig, trace, violations = shown
+            self._shrinking = sig
+            now = time.monotonic()
+            self._shrink_deadline = min(now + self.shrink_s,
+                                        max(self.started + self.budget_s, now + min(SHRINK_FLOOR_S, self.shrink_s)))
+        else:
+            same = [v for v in violations if signature(v) == self._shrinking]
+            if not same or not self._repeats(scenario, same[0].kind):
+                return
+            violations = _first(violations, same[0].kind)
         self._failing.add(key)
-        raise _violation_type(kind)(scenario, trace, violations)
+        raise _violation_type(self._shrinking)(scenario, trace, violations)
 
-    def _confirmed(self, scenario: Scenario, trace: Trace,
-                   violations: list[Violation]) -> Optional[tuple[Trace, list[Violation]]]:
-        """The failure as seen on a fresh engine, if it repeats there (`CONFIRM_RUNS` times); else None.
+    def _repeats(self, scenario: Scenario, kind: str) -> bool:
+        """While shrinking: a smaller candidate counts only if it shows `kind` again on a fresh engine,
+        so shrinking never builds on a one-off race."""
+        return all(any(v.kind == kind for v in self.run(scenario, fresh=True)[1]) for _ in range(CONFIRM_RUNS))
 
-        The violation retired the engine, so the re-runs start fresh. A race that did not repeat is kept
-        in case nothing steadier turns up, but neither generation nor shrinking builds on it."""
-        kind = violations[0].kind
-        reruns = []
-        for _ in range(CONFIRM_RUNS):
-            rerun = self.run(scenario, fresh=True)
-            if not any(v.kind == kind for v in rerun[1]):
-                if not self.unconfirmed:
-                    failure = self.failure(scenario, trace, violations)
-                    served = trace.meta.get("reused", 0)
-                    if served:
-                        failure.blob = (f"seen on an engine reused after {served} scenario(s); "
-                                        "it did not repeat on a fresh engine")
-                    self.unconfirmed.append(failure)
-                return None
-            reruns.append(rerun)
-        if trace.meta.get("reused", 0) and reruns:
-            return reruns[0]  # report the fresh-engine run: it is what replays reproduce
-        return trace, violations
-
-    def _unconfirmed(self) -> Optional[Failure]:
-        """A failure seen once and not on the immediate re-run: reported only if nothing steadier was found."""
-        if not self.unconfirmed:
-            return None
-        failure = self.unconfirmed[0]
-        note = "not shrunk: the failure did not repeat on an immediate re-run"
-        failure.blob = f"{note} ({failure.blob})" if failure.blob else note
-        if self.first_failure_s is None:
-            self.state.failed = True
-        return failure
-
-    def enumerate(self, todo: list[Scenario]) -> Optional[Failure]:
-        """Run `todo` in order after the baseline; the first failure that repeats on a fresh engine."""
-        failure = self.baseline()
-        for scenario in todo if failure is None else ():
-            self._tick(scenario, Phase.EXHAUSTIVE)
-            trace, violations = self.run(scenario)
-            self.state.examples += 1
-            found = self._confirmed(scenario, trace, violations) if violations else None
-            if found is not None:
-                self.first_failure_s = time.monotonic() - self.started
-                self.first_failure_examples = self.state.examples
-                return self.failure(scenario, *found)
-        return failure or self.teardown() or self._unconfirmed()
-
-    def _found(self, found: ViolationFound, note: str = "") -> Failure:
+    def _found(self, found: ViolationFound, note: str = "") -> None:
+        """Hypothesis's minimal failure for the signature being shrunk: replay it and record the finding."""
+        sig = self._shrinking or signature(found.violations[0])
+        self._shrinking = None
         failure = self.failure(found.scenario, found.trace, found.violations)
         notes = getattr(found, "__notes__", [])
         failure.blob = next((n.strip() for n in notes if "@reproduce_failure" in n), None)
         if note:
             failure.blob = f"{failure.blob or ''} ({note})".strip()
-        return failure
+        kind = found.violations[0].kind
+        runs = self.settings.replays
+        hits = sum(any(v.kind == kind for v in self.run(found.scenario, fresh=True)[1]) for _ in range(runs))
+        failure.reproduced = (hits, runs)
+        shrunk = True
+        if runs and self._unshrunk is not None and not confirmed(kind, hits, runs, self.settings.confirm):
+            # Shrinking slid onto a scenario that rarely shows it: report the one that was confirmed.
+            failure = self.failure(*self._unshrunk)
+            failure.reproduced, shrunk = self._confirmation, False
+            failure.blob = f"not shrunk: the smallest failing scenario replayed only {hits}/{runs}"
+        self._unshrunk = None
+        self._record(failure, sig, self._confirmation, True, shrunk=shrunk)
+
+    def enumerate(self, todo: list[Scenario]) -> None:
+        """Run `todo` in order after the baseline, each violation confirmed as in a search (not shrunk:
+        every scenario has one fault already), until a new finding stops the run."""
+        self.baseline()
+        for scenario in todo:
+            if self.done():
+                break
+            self._tick(scenario, Phase.EXHAUSTIVE)
+            trace, violations = self.run(scenario)
+            self.state.examples += 1
+            if violations:
+                self.consider(scenario, trace, violations, shrinkable=False)
+        self.teardown()
+        if not self.done():
+            self.settle_deferred()
+
+    def result(self) -> FuzzResult:
+        return FuzzResult(
+            self.target.label, self.state.examples, time.monotonic() - self.started, list(self.findings.values()),
+            first_failure_s=self.first_failure_s, first_failure_examples=self.first_failure_examples,
+            engines_started=self.session.starts, mlx_s=self.mlx_s, mlx_calls=self.mlx_calls,
+            mlx_threads=sorted(self.threads), scenario_runs=self.runs, counts=dict(self.counts),
+            seed=self.seed_label, budget_s=self.budget_s, examples_cap=self.examples, pace=self.pace,
+            target=self.target)
+
+
+def _first(violations: list[Violation], kind: str) -> list[Violation]:
+    """`violations` with the first one of `kind` first (the report's headline is the first)."""
+    lead = next(v for v in violations if v.kind == kind)
+    return [lead] + [v for v in violations if v is not lead]
 
 
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS,
@@ -377,14 +554,15 @@ def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS
 
 def run_exhaustive(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), *, max_tokens: int = 3,
                    progress: Optional[Callable[[Progress], None]] = None) -> FuzzResult:
-    """Run `exhaustive_scenarios()` in order; stop at the first violation that repeats on a fresh engine.
-    Of `settings`, the budget, examples, seed and shrinking do not apply."""
+    """Run `exhaustive_scenarios()` in order; stop at the first new confirmed finding (go through them all
+    with `keep_going`). Of `settings`, the budget, examples, seed and shrinking do not apply."""
     engines = target if isinstance(target, Engines) else target.build()
-    sentinel = Sentinel(strict=settings.strict).install()
-    fuzz = _Fuzz(engines, settings, PROFILES[settings.profile], float("inf"), 0, progress, sentinel)
-    fuzz.seed_label = "exhaustive"
-    todo = exhaustive_scenarios(max_tokens, engines.target.fault_kinds, engines.target.points)
     try:
+        startup_s = engines.prepare()
+        sentinel = Sentinel(strict=settings.strict).install()
+        fuzz = _Fuzz(engines, settings, PROFILES[settings.profile], float("inf"), None, progress, sentinel, startup_s)
+        fuzz.seed_label = "exhaustive"
+        todo = exhaustive_scenarios(max_tokens, engines.target.fault_kinds, engines.target.points)
         return _conclude(fuzz, sentinel, lambda: fuzz.enumerate(todo), settings)
     finally:
         if engines is not target:

@@ -7,6 +7,13 @@ calls on the same thread count once); the oracles decide what is wrong. In
 strict mode the sentinel also refuses the second entrant (and an entrant off
 the owner thread) by raising `SentinelError` instead of letting it in.
 
+With `observe` (the default; `MLX_INVARIANTS_OBSERVE=0` turns it off) it
+also installs the drop-in `Observer` (`fuzz/observe.py`): locks, work handed
+to threads and cancellation, recorded into the same trace, so the ownership
+oracles judge an engine that marks nothing. With no owner declared, the first
+thread to enter MLX (the one that loaded the model) is remembered, and a span
+from any other thread carries `off_loader`.
+
 Targets are "module:qualname" strings; the module part may be a glob
 ("mlx_lm.models.*:Model.__call__"). Modules not imported yet are wrapped when
 they are imported, so the same code serves a process started with the
@@ -20,6 +27,7 @@ import functools
 import importlib.abc
 import inspect
 import json
+import os
 import sys
 import threading
 import types
@@ -27,6 +35,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator
 
 from mlx_invariants.fuzz.errors import SentinelError
+from mlx_invariants.fuzz.observe import Observer
 from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
 
 DEFAULT_TARGETS: tuple[str, ...] = (
@@ -47,6 +56,7 @@ DEFAULT_TARGETS: tuple[str, ...] = (
 )
 NO_STREAM = "There is no Stream("
 STICKY = "sticky"
+OBSERVE_ENV = "MLX_INVARIANTS_OBSERVE"
 
 
 class Sentinel:
@@ -59,7 +69,7 @@ class Sentinel:
 
     def __init__(self, targets: Iterable[str] = DEFAULT_TARGETS, *, owner: str | None = None,
                  strict: bool = False, trace: Trace | None = None,
-                 emit: Callable[[Event], None] | None = None):
+                 emit: Callable[[Event], None] | None = None, observe: bool | None = None):
         self.targets = tuple(targets)
         self.owner = owner
         self.strict = strict
@@ -68,6 +78,10 @@ class Sentinel:
         self._lock = threading.Lock()
         self._inside: dict[int, Event] = {}
         self._owner_token: int | None = None
+        self._loader_token: int | None = None  # with no owner declared: the first thread into MLX
+        if observe is None:
+            observe = os.environ.get(OBSERVE_ENV, "1") != "0"
+        self.observer = Observer(self.trace, emit) if observe else None
         self._tls = threading.local()
         self._patches: list[tuple[Any, str, Any, bool, Any]] = []
         self._wrapped: set[tuple[str, str]] = set()
@@ -79,6 +93,8 @@ class Sentinel:
         if self._finder is not None:
             raise RuntimeError("this sentinel is already installed")
         self._active = True
+        if self.observer is not None:
+            self.observer.install()
         self._finder = _PostImportFinder(self._on_import, [t.split(":", 1)[0] for t in self.targets])
         sys.meta_path.insert(0, self._finder)
         for name, module in list(sys.modules.items()):
@@ -92,6 +108,8 @@ class Sentinel:
             sys.meta_path.remove(self._finder)
         self._finder = None
         self._active = False
+        if self.observer is not None:
+            self.observer.uninstall()
         self._unbind_late_aliases()
         for obj, attr, original, had_own, wrapper in reversed(self._patches):
             if vars(obj).get(attr) is not wrapper:
@@ -123,12 +141,16 @@ class Sentinel:
 
     def attach(self, trace: Trace, forget_owner: bool = True) -> None:
         """Record into a fresh trace (one per scenario) and forget who was inside; a "sticky" owner is
-        forgotten too unless the same engine goes on (`forget_owner=False`)."""
+        forgotten too unless the same engine goes on (`forget_owner=False`), and so is the loader."""
         with self._lock:
             self.trace = trace
             self._inside.clear()
             if self.owner == STICKY and forget_owner:
                 self._owner_token = None
+            if forget_owner:
+                self._loader_token = None
+        if self.observer is not None:
+            self.observer.attach(trace)
 
     def declare_owner(self) -> None:
         """The calling thread is the only one allowed into MLX from now on."""
@@ -149,6 +171,11 @@ class Sentinel:
             info: dict[str, Any] = {}
             if off_owner:
                 info["off_owner"] = True
+            if self.owner is None and self._owner_token is None:
+                if self._loader_token is None:
+                    self._loader_token = token
+                elif token != self._loader_token:
+                    info["off_loader"] = True
             if others:
                 info["while"] = others[0].seq
             refused = self.strict and (off_owner or bool(others))
@@ -267,9 +294,24 @@ class _GuardedGenerator:
 
     def __init__(self, sentinel: Sentinel, label: str, inner: Any):
         self._sentinel, self._label, self._inner = sentinel, label, inner
+        self._born = thread_token()
+        self._born_name = threading.current_thread().name
 
     def __iter__(self) -> "_GuardedGenerator":
         return self
+
+    def __del__(self) -> None:
+        """Dropped while suspended inside its body: the inner generator's finalizer closes it here, running its
+        `with mx.stream(...)` exits and `finally` blocks on this thread. Off the creating thread that is MLX
+        state torn down where it does not live (a real server logs "[StreamContext] Destroyed in a
+        different thread than it was constructed in")."""
+        if not self._sentinel._active or not getattr(self._inner, "gi_suspended", False):
+            return
+        if thread_token() != self._born:
+            event = self._sentinel.trace.record(
+                "mlx-gc", "finalized-off-thread",
+                info={"target": self._label, "created_by": self._born_name}, stack=capture_stack(1))
+            self._sentinel._publish(event)
 
     def __next__(self) -> Any:
         return self._resume(self._inner.__next__)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from mlx_invariants.fuzz.defaults import REPLAYS, SHRINK_S
+from mlx_invariants.fuzz.defaults import CONFIRM, REPLAYS, SHRINK_S
 from mlx_invariants.fuzz.errors import SettingsError
 from mlx_invariants.fuzz.profiles import PROFILES
 from mlx_invariants.fuzz.scenario import Scenario
@@ -21,11 +21,20 @@ from mlx_invariants.fuzz.scenario import Scenario
 class FuzzSettings:
     """None means "the profile's" (budget, examples, reuse, debug run) or "none" (seed, report, workdir).
 
-    `explicit` scenarios run first (None: the seed-bug corpus, `fuzz.corpus`;
-    `()` measures what generation alone finds). `shrink=False` stops at the
-    first failure as found. `reuse=False` starts a fresh engine for every
-    scenario. Each scenario is written to `workdir/current.json` before it
-    runs, so a process that dies inside MLX leaves it behind.
+    A budget given without examples is wall time alone: the profile's example
+    cap applies only when neither is given. `explicit` scenarios run first
+    (None: the seed-bug corpus, `fuzz.corpus`; `()` measures what generation
+    alone finds). `shrink=False` keeps each failure as found. `reuse=False`
+    starts a fresh engine for every scenario. Each scenario is written to
+    `workdir/current.json` before it runs, so a process that dies inside MLX
+    leaves it behind.
+
+    A new finding is re-run `replays` times on fresh engines and counts only if
+    `confirm` of them show it again (or its oracle is exact, see
+    `oracles.EXACT_KINDS`); `replays=0` counts everything. `keep_going` searches
+    on after a finding until the budget ends; `baseline` holds the signatures
+    of accepted findings (`fuzz.baseline`). With `report_dir`, the run folder
+    (`fuzz.evidence`) is written under it, or at `run_dir` if that is given.
     """
 
     profile: str = "ci"
@@ -33,6 +42,9 @@ class FuzzSettings:
     examples: Optional[int] = None
     seed: Optional[int] = None
     replays: int = REPLAYS
+    confirm: int = CONFIRM
+    keep_going: bool = False
+    baseline: tuple[str, ...] = ()
     shrink_s: float = SHRINK_S
     shrink: bool = True
     reuse: Optional[bool] = None
@@ -41,6 +53,7 @@ class FuzzSettings:
     explicit: Optional[tuple[Scenario, ...]] = None
     report_dir: Optional[str | Path] = None
     workdir: Optional[str | Path] = None
+    run_dir: Optional[str | Path] = None
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -51,8 +64,11 @@ class FuzzSettings:
             raise SettingsError(f"the budget must be a positive number of seconds, got {self.budget_s}")
         if self.replays < 0 or self.shrink_s < 0:
             raise SettingsError("replays and the shrink time must not be negative")
+        if self.confirm < 1:
+            raise SettingsError(f"confirm must be at least 1 replay, got {self.confirm}")
         # Normalized in place (the dataclass is frozen): folders may be given as Paths, scenarios as any iterable.
-        for name in ("report_dir", "workdir"):
+        object.__setattr__(self, "baseline", tuple(self.baseline))
+        for name in ("report_dir", "workdir", "run_dir"):
             if isinstance(getattr(self, name), Path):
                 object.__setattr__(self, name, str(getattr(self, name)))
         if self.explicit is not None:
@@ -63,6 +79,7 @@ class FuzzSettings:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.explicit is not None:
             data["explicit"] = [s.to_json() for s in self.explicit]
+        data["baseline"] = list(self.baseline)
         return data
 
     @classmethod

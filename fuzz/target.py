@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Adapter
@@ -179,6 +180,24 @@ class Engines:
 
     def __call__(self) -> Adapter:
         return self._make()
+
+    def prepare(self) -> float:
+        """Start what is shared (a server) now, so a server that cannot start is a setup error
+        (`ServerError`, with its log) before any scenario runs; the seconds it took to answer (0.0 if
+        nothing needed starting)."""
+        if self._server is None:
+            return 0.0
+        self._server.ensure()
+        return self._server.ready_s
+
+    @property
+    def server_log(self) -> Optional[Path]:
+        """The started server's log file (stdout and stderr), if this target starts one."""
+        return self._server.log if self._server is not None else None
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The server's last log lines ("" when there is no server), for reports."""
+        return self._server.log_tail(lines) if self._server is not None else ""
 
     def close(self) -> None:
         if self._server is not None:

@@ -46,7 +46,7 @@ class Event:
     """One fact. `kind` groups events for the oracles; `name` says which one."""
 
     seq: int
-    kind: str  # point | mlx | fault | request | lock | loop | check
+    kind: str  # point | mlx | fault | request | lock | loop | check; drop-in observation: sync | work | task | mlx-gc
     name: str
     rid: str | None = None
     thread: int = 0
@@ -114,6 +114,8 @@ class Trace:
                 event.seq = renumber[event.seq]
                 event.end = renumber[event.end] if event.end is not None else None
                 self.events.append(event)
+            if renumber:  # which numbers came from elsewhere: ordered among themselves, not against ours
+                self.meta.setdefault("merged", []).append([min(renumber.values()), max(renumber.values())])
 
     # -- queries (oracles) -------------------------------------------------
     def of(self, kind: str, name: str | None = None, rid: str | None = None) -> list[Event]:

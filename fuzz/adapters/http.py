@@ -16,6 +16,7 @@ import atexit
 import ipaddress
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -34,6 +35,8 @@ from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
 
 HTTP_KINDS = ("cancel", "disconnect")
+# A log line that names why a server stopped: an exception, a missing module or command, a bind failure.
+_ERROR_LINE = re.compile(r"\w(Error|Exception)\b|No module named|not found|[Aa]ddress already in use|^error\b")
 HTTP_POINTS = ("ADMITTED", "CHUNK_SENT")
 
 
@@ -60,6 +63,7 @@ class ServerProcess:
         self.log = self.folder / "server.log"
         self.process: Optional[subprocess.Popen] = None
         self.url = ""
+        self.ready_s = 0.0  # how long the last start took until the port answered
 
     def ensure(self) -> str:
         if self.process is not None and self.process.poll() is None:
@@ -67,27 +71,35 @@ class ServerProcess:
         port = _free_port()
         env = sentinel_env(self.records, self.owner)
         argv = shlex.split(self.command.replace("{port}", str(port)))
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+        started = time.monotonic()
+        try:
+            with open(self.log, "ab") as log:
+                self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+        except OSError as exc:
+            raise ServerError(f"the server command {self.command!r} could not be started: {exc}") from None
         atexit.register(self.stop)
         self.url = f"http://127.0.0.1:{port}"
         self._wait_ready(port)
+        self.ready_s = time.monotonic() - started
         return self.url
 
     def _wait_ready(self, port: int) -> None:
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerError(f"server exited with status {self.process.returncode} before answering:\n"
-                                  f"{self.log_tail()}")
+                tail = self.log_tail()
+                raise ServerError(f"the server command exited with status {self.process.returncode} before it "
+                                  f"listened on its port{_cause(tail)}; its last log lines ({self.log}):\n{tail}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.2)  # polling a process we started; no scenario event is ordered by this
         self.stop()
-        raise ServerError(f"server did not answer on 127.0.0.1:{port} within {self.startup_s:g}s:\n{self.log_tail()}")
+        tail = self.log_tail()
+        raise ServerError(f"the server never became ready: nothing answered on 127.0.0.1:{port} within "
+                          f"{self.startup_s:g}s{_cause(tail)}; its last log lines ({self.log}):\n{tail}")
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -105,6 +117,12 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _cause(log_tail: str) -> str:
+    """": <the last line that names an error>" if the log has one ("No module named 'x'"), else ""."""
+    errors = [line.strip() for line in log_tail.splitlines() if _ERROR_LINE.search(line)]
+    return f": {errors[-1]}" if errors else ""
 
 
 def _free_port() -> int:

@@ -3,13 +3,15 @@
 Works on every route of `mlx_invariants.engine` (its `ENGINES` registry), and on any copy of the
 engine package under another import path (the fuzz-kill tests, `invariants
 mutants`): the messages, errors and points modules are looked up next to the
-engine class, so a copy is fuzzed through its own `points.set_hook`.
+engine class (or the nearest base class that has them: a user's subclass in a
+plain module), so a copy is fuzzed through its own `points.set_hook`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 from typing import Any, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
@@ -78,7 +80,7 @@ class ReferenceAdapter:
 
     async def start(self) -> None:
         self.engine = self.factory()
-        package = type(self.engine).__module__.rsplit(".", 1)[0]
+        package = _engine_package(type(self.engine))
         self._points = importlib.import_module(f"{package}.points")
         self._messages = importlib.import_module(f"{package}.messages")
         self._errors = importlib.import_module(f"{package}.errors")
@@ -126,6 +128,24 @@ class ReferenceAdapter:
         if isinstance(status.get("requests"), dict):
             held["requests"] = len(status["requests"])  # requests the engine still tracks
         return held
+
+
+def _engine_package(engine_class: type) -> str:
+    """The package whose points, messages and errors modules the engine uses: the nearest class in its
+    MRO that lives in such a package, so a user's subclass in a plain module (`myengine.py`) works."""
+    for cls in engine_class.__mro__:
+        package = cls.__module__.rsplit(".", 1)[0]
+        if _has_module(package, "points"):
+            return package
+    raise TargetError(f"{engine_class.__qualname__} has no points, messages and errors modules beside it "
+                      "or beside a base class; return an adapter from the factory instead")
+
+
+def _has_module(package: str, name: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"{package}.{name}") is not None
+    except ImportError:  # `package` is missing, or a plain module rather than a package
+        return False
 
 
 def reference_engine(route: str, package: str = ENGINE_PACKAGE, **config: Any) -> Callable[[], ReferenceAdapter]:

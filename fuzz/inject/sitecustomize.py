@@ -2,12 +2,14 @@
 
 The fuzz runner sets MLX_INVARIANTS_SENTINEL to a JSON object: {"out": file,
 "owner": glob or "sticky" or null, "strict": bool, "targets": [...] or null,
-"packages": [[name, [folder, ...]], ...]} (`fuzz/injection.py` writes it).
+"observe": bool (default true), "packages": [[name, [folder, ...]], ...]}
+(`fuzz/injection.py` writes it).
 The packages are loaded from those folders, parents first, so the child needs
 no other entry on its path to import the sentinel.
 Every finished MLX span and every "no Stream" error is appended to `out` as
-one JSON line, so the runner sees violations inside a server nobody here
-wrote. A sitecustomize further down sys.path still runs afterwards.
+one JSON line, and so (with "observe") is every lock, thread-work and
+cancellation event of the drop-in observation, so the runner sees violations
+inside a server nobody here wrote. A sitecustomize further down sys.path still runs afterwards.
 """
 
 import json
@@ -30,7 +32,7 @@ def _install() -> None:
         return
     sentinel = Sentinel(config.get("targets") or DEFAULT_TARGETS, owner=config.get("owner"),
                         strict=bool(config.get("strict")), trace=Trace(keep=False),
-                        emit=file_emitter(config["out"]))
+                        emit=file_emitter(config["out"]), observe=config.get("observe", True))
     sentinel.install()
     sys.modules[__name__].sentinel = sentinel
 
@@ -55,13 +57,14 @@ def _load_packages(packages: list) -> None:
 def _chain() -> None:
     """Run the sitecustomize this one shadows, if any."""
     here = os.path.dirname(os.path.abspath(__file__))
-    del sys.modules[__name__]
+    me = sys.modules.pop(__name__)
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
         import sitecustomize  # noqa: F401  (the next one on the path)
     except ImportError:
-        pass
+        # None further down: the import of this one, still finishing, expects to find itself.
+        sys.modules[__name__] = me
     finally:
         sys.path[:] = saved
 

@@ -1,7 +1,7 @@
 """Cancellation-fuzz an engine: concurrent requests, cancels, aborts, disconnects, MLX errors and
 shutdowns at named points, with the MLX access sentinel watching every entry into MLX.
 
-Exit status: 0 no violation found, 1 a violation (report written), 2 usage error.
+Exit status: 0 no new finding, 1 new finding(s) (reports written), 2 usage or setup error.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from mlx_invariants.errors import UsageError
-from mlx_invariants.fuzz.defaults import HTTP_MODEL, REPLAYS, REPORT_DIR, ROUTE
+from mlx_invariants.fuzz.defaults import CONFIRM, HTTP_MODEL, REPLAYS, REPORT_DIR, ROUTE
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
 
@@ -36,8 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--model", help=f"--url/--server-cmd: the model name sent in requests "
                                         f"(default: {HTTP_MODEL}, as mlx_lm.server expects)")
     run_group = parser.add_argument_group("how long")
-    run_group.add_argument("--budget", type=float, metavar="SECONDS", help="wall-clock budget (profile default)")
-    run_group.add_argument("--examples", type=int, metavar="N", help="examples to generate (profile default)")
+    run_group.add_argument("--budget", type=float, metavar="SECONDS",
+                           help="wall-clock budget; alone, no example cap applies (default: the profile's "
+                                "budget and example cap)")
+    run_group.add_argument("--examples", type=int, metavar="N", help="stop after N examples (default: none with "
+                                                                     "--budget, else the profile's cap)")
+    run_group.add_argument("--keep-going", action="store_true",
+                           help="after a finding, search on until the budget ends; each distinct finding "
+                                "(oracle and engine frames) is shrunk and reported once")
     run_group.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed (default: derandomized in ci)")
     run_group.add_argument("--profile", choices=("ci", "runner"), default="ci")
     run_group.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -54,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "it names, or on the one given")
     out.add_argument("--replays", type=int, default=REPLAYS, metavar="N",
                      help=f"automatic replays of a failure, reported as 'reproduced k/N' (default: {REPLAYS})")
+    out.add_argument("--confirm", type=int, default=CONFIRM, metavar="K",
+                     help=f"a finding of an inexact oracle counts only if K of the --replays re-runs show it "
+                          f"again (default: {CONFIRM}); others are listed as unconfirmed")
+    out.add_argument("--baseline", metavar="FILE",
+                     help="accepted findings (from --write-baseline): listed, not failing the run")
+    out.add_argument("--write-baseline", metavar="FILE",
+                     help="write every finding of this run (and --baseline's) to FILE as accepted; exits 0")
     out.add_argument("--strict", action="store_true", help="the sentinel refuses bad MLX entries (raises)")
 
 
@@ -65,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--jobs must be >= 0")
     if args.replay and args.exhaustive:
         raise UsageError("--replay and --exhaustive do not mix")
+    if args.replay and (args.baseline or args.write_baseline or args.keep_going):
+        raise UsageError("--baseline, --write-baseline and --keep-going apply to a search, not to --replay")
     target = target_of(args)
     if args.replay:
         return _replay(args, target)
@@ -72,10 +87,21 @@ def run(args: argparse.Namespace) -> int:
         target = Target.reference(ROUTE)
     settings = settings_of(args)
     if args.exhaustive:
-        return _exhaustive(target, settings)
+        return _exhaustive(target, settings, args)
     if args.jobs == 0:
-        return _in_process(target, settings)
-    return _children(target, settings, args.jobs)
+        return _in_process(target, settings, args)
+    return _children(target, settings, args.jobs, args)
+
+
+def _accept(args: argparse.Namespace, settings: FuzzSettings, findings: list[dict[str, Any]], code: int) -> int:
+    """With --write-baseline, accept what was found (and what the baseline read held); the run then passes."""
+    if not args.write_baseline:
+        return code
+    from mlx_invariants.fuzz.baseline import write_baseline
+
+    path = write_baseline(args.write_baseline, findings, keep=settings.baseline)
+    print(f"baseline: wrote {path} accepting {len(findings) + len(settings.baseline)} signature(s)")
+    return 0
 
 
 def target_of(args: argparse.Namespace) -> Optional[Target]:
@@ -95,48 +121,64 @@ def target_of(args: argparse.Namespace) -> Optional[Target]:
 
 
 def settings_of(args: argparse.Namespace) -> FuzzSettings:
+    from mlx_invariants.fuzz.baseline import load_baseline
+
     report = Path(args.report).resolve()
+    baseline = tuple(sorted(load_baseline(args.baseline))) if args.baseline else ()
     return FuzzSettings(profile=args.profile, budget_s=args.budget, examples=args.examples, seed=args.seed,
-                        replays=args.replays, reuse=False if args.fresh_engine else None, strict=args.strict,
+                        replays=args.replays, confirm=args.confirm, keep_going=args.keep_going, baseline=baseline,
+                        reuse=False if args.fresh_engine else None, strict=args.strict,
                         report_dir=str(report), workdir=str(report / "work"))
 
 
-def _in_process(target: Target, settings: FuzzSettings) -> int:
+def _in_process(target: Target, settings: FuzzSettings, args: argparse.Namespace) -> int:
     from mlx_invariants.fuzz.runner import run_fuzz
 
     line = _ProgressLine()
     result = run_fuzz(target, settings, progress=line.update)
     line.done()
-    return _result_summary(result)
+    return _result_summary(result, args, settings)
 
 
-def _exhaustive(target: Target, settings: FuzzSettings) -> int:
+def _exhaustive(target: Target, settings: FuzzSettings, args: argparse.Namespace) -> int:
     from mlx_invariants.fuzz.runner import run_exhaustive
 
     line = _ProgressLine()
     result = run_exhaustive(target, settings, progress=line.update)
     line.done()
-    return _result_summary(result)
+    return _result_summary(result, args, settings)
 
 
-def _children(target: Target, settings: FuzzSettings, jobs: int) -> int:
+def _children(target: Target, settings: FuzzSettings, jobs: int, args: argparse.Namespace) -> int:
     from mlx_invariants.fuzz.jobs import run_jobs
 
     line = _ProgressLine()
 
     def progress(states: list[dict[str, Any]]) -> None:
-        line.show(f"{sum(s['examples'] for s in states)} examples in {jobs} job(s), "
-                  f"{sum(bool(s['failed']) for s in states)} failing, "
+        cap = states[0].get("examples_cap")
+        line.show(f"{sum(s['examples'] for s in states)}{f'/{cap * jobs}' if cap else ''} examples in {jobs} "
+                  f"job(s), {sum(s.get('findings', 0) for s in states)} finding(s), "
+                  f"{sum(bool(s['failed']) for s in states)} job(s) failing, "
                   f"{max(s['elapsed_s'] for s in states):.0f}s")
     outcomes = run_jobs(target, settings, jobs, Path(settings.workdir), progress)
     line.done()
-    failed = [o for o in outcomes if o.failed]
-    examples = sum(o.examples for o in outcomes)
-    elapsed = max((o.elapsed_s for o in outcomes), default=0.0)
-    if not failed:
-        return _summary(target.label, examples, elapsed, None, None)
-    first = failed[0]
-    return _summary(target.label, examples, elapsed, first.headline or first.crashed, first.report_dir)
+    findings = _distinct([f for o in outcomes for f in o.findings])
+    crashes = [(o.crashed, o.report_dir) for o in outcomes if o.crashed]
+    code = _summary(target.label, sum(o.examples for o in outcomes),
+                    max((o.elapsed_s for o in outcomes), default=0.0), findings,
+                    [o.run_dir for o in outcomes if o.run_dir], crashes)
+    return _accept(args, settings, findings, code)
+
+
+def _distinct(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One finding per signature across jobs; a job that confirmed it outranks one that did not."""
+    rank = {"violation": 0, "accepted": 1, "unconfirmed": 2}
+    best: dict[str, dict[str, Any]] = {}
+    for finding in findings:
+        held = best.get(finding["signature"])
+        if held is None or rank[finding["status"]] < rank[held["status"]]:
+            best[finding["signature"]] = finding
+    return list(best.values())
 
 
 def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
@@ -154,22 +196,47 @@ def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
     return 1
 
 
-def _result_summary(result: "FuzzResult") -> int:
-    return _summary(result.engine, result.examples, result.elapsed_s,
-                    result.failure.headline if result.failure else None, result.report_dir)
+def _result_summary(result: "FuzzResult", args: argparse.Namespace, settings: FuzzSettings) -> int:
+    findings = [f.to_json() for f in result.findings]
+    cap = f"capped at {result.examples_cap} examples" if result.examples_cap else "no example cap"
+    code = _summary(result.engine, result.examples, result.elapsed_s, findings,
+                    [str(result.run_dir)] if result.run_dir else [], [],
+                    limits=f"budget {result.budget_s:g}s, {cap}")
+    return _accept(args, settings, findings, code)
 
 
-def _summary(engine: str, examples: int, elapsed: float, headline: Optional[str], report: Any) -> int:
+def _summary(engine: str, examples: int, elapsed: float, findings: list[dict[str, Any]], run_dirs: list[str],
+             crashes: list[tuple[str, Optional[str]]], limits: str = "") -> int:
+    """Print the verdict, each finding (new ones with their report and replay command), the run folder(s);
+    1 if anything new was found or a job crashed, else 0."""
     from mlx_invariants.fuzz.report import replay_command
 
-    if headline is None:
-        print(f"{engine}: no violation in {examples} example(s), {elapsed:.1f}s")
-        return 0
-    print(f"{engine}: VIOLATION after {examples} example(s), {elapsed:.1f}s: {headline}")
-    if report:
-        print(f"report: {report}/report.txt")
-        print(f"replay: {replay_command(Path(report) / 'scenario.json')}")
-    return 1
+    new = [f for f in findings if f["status"] == "violation"]
+    others = [f for f in findings if f["status"] != "violation"]
+    noted = ", ".join(f"{sum(f['status'] == s for f in others)} {s}" for s in ("accepted", "unconfirmed")
+                      if any(f["status"] == s for f in others))
+    where = f"in {examples} example(s), {elapsed:.1f}s" + (f" ({limits})" if limits else "")
+    if not new and not crashes:
+        print(f"{engine}: no new finding {where}" + (f"; {noted}" if noted else ""))
+    else:
+        print(f"{engine}: {len(new) + len(crashes)} new finding(s) {where}" + (f"; {noted}" if noted else ""))
+    for finding in new:
+        print(f"  VIOLATION {finding['headline']}")
+        if finding["report"]:
+            print(f"    report: {Path(finding['report']) / 'report.txt'}")
+            print(f"    replay: {replay_command(Path(finding['report']) / 'scenario.json')}")
+    for headline, report in crashes:
+        print(f"  VIOLATION process-crashed: {headline}")
+        if report:
+            print(f"    report: {report}/report.txt")
+            print(f"    replay: {replay_command(Path(report) / 'scenario.json')}")
+    for finding in others:
+        k, n = finding["confirmation"]
+        why = "accepted (baseline)" if finding["status"] == "accepted" else f"unconfirmed ({k} of {n} re-runs)"
+        print(f"  {why}: {finding['headline']}")
+    for folder in run_dirs:
+        print(f"run folder: {folder} (summary.md, summary.json, junit.xml)")
+    return 1 if new or crashes else 0
 
 
 class _ProgressLine:
@@ -182,7 +249,9 @@ class _ProgressLine:
 
     def update(self, state: "Progress") -> None:
         phase = state.phase.value
-        self.show(f"{state.examples} examples, {state.elapsed_s:.0f}s/{state.budget_s:.0f}s, "
+        cap = f"/{state.examples_cap} (cap)" if state.examples_cap else ""
+        self.show(f"{state.examples}{cap} examples, {state.elapsed_s:.0f}s/{state.budget_s:.0f}s, "
+                  f"{state.findings} finding(s), "
                   f"{'FAILING, ' + phase if state.failed else phase}: {state.scenario[:70]}")
 
     def show(self, text: str) -> None:

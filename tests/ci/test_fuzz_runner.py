@@ -21,7 +21,7 @@ def test_runner_records_the_device_and_fuzzes_a_route(tmp_path: Path) -> None:
     device = json.loads((reports / "device.json").read_text())
     assert device["verdict"] and device["mlx"]["default_device"]
     log = (reports / "simple.log").read_text()
-    assert "no violation in" in log
+    assert "no new finding in" in log
     assert "== simple: exit 0" in done.stdout
 
 

@@ -103,13 +103,13 @@ def test_hosted_macos_job_records_the_device_without_gating_on_metal() -> None:
 
 
 def test_apple_silicon_fuzz_targets_a_labelled_self_hosted_runner_and_keeps_reports() -> None:
+    # It goes through the reusable workflow (tests/ci/test_fuzz_workflow.py: that one always uploads the run folder).
     apple = _load(ROOT / ".github" / "workflows" / "apple-silicon-fuzz.yml")["jobs"]["fuzz-apple-silicon"]
-    labels = apple["runs-on"]
-    assert labels[:3] == ["self-hosted", "macOS", "ARM64"]
-    assert "inputs.runner_label" in labels[3], "the fourth label must be configurable"
-    assert apple["env"]["FUZZ_PROFILE"] == "runner"
-    upload = next(step for step in apple["steps"] if str(step.get("uses", "")).startswith("actions/upload-artifact"))
-    assert upload["if"] == "always()" and "fuzz-reports" in upload["with"]["path"]
+    assert apple["uses"] == "./.github/workflows/fuzz-reusable.yml"
+    labels = apple["with"]["runner"]
+    assert labels.startswith('["self-hosted", "macOS", "ARM64", ')
+    assert "inputs.runner_label" in labels, "the fourth label must be configurable"
+    assert apple["with"]["profile"] == "runner"
 
 
 def test_code_scanning_uploads_sarif_from_a_base_install() -> None:

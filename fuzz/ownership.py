@@ -1,0 +1,122 @@
+"""Ownership oracles for engines that mark nothing: judged from the drop-in observation alone.
+
+`fuzz/observe.py` records locks, work handed to threads and cancellation;
+the sentinel records MLX spans (and, with no owner declared, which thread
+entered MLX first). From those, for any engine:
+
+- a lock or semaphore released while work submitted under it was still
+  running in MLX, because its holder stopped waiting (the release happened
+  while an exception, typically a cancellation, unwound through it): the
+  next holder's work then races the worker it believes finished;
+- MLX entered off the thread that first entered it (the one that loaded the
+  model), when the adapter declares no owner;
+- an MLX generator (mlx-lm's `generate_step`, or any generator target of the
+  sentinel) dropped mid-body on a thread other than the one that made it:
+  its `with mx.stream(...)` exits and `finally` blocks run there;
+- a task whose cancel was delivered ended as if nothing happened (returned
+  normally, with no `uncancel()` to say it took the cancel on purpose).
+  `asyncio.shield` and a drain that re-raises end cancelled, and
+  `asyncio.timeout` and `TaskGroup` uncancel what they cancel, so none of
+  them is reported.
+
+"Two threads inside MLX at once" is `oracles.mlx_never_concurrent`, which
+needs nothing marked either.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterator
+
+from mlx_invariants.fuzz.violation import Violation
+from mlx_invariants.fuzz.trace import Event, Trace
+
+
+def lock_kept_over_its_work(trace: Trace) -> Iterator[Violation]:
+    """A lock or semaphore was let go, while its holder unwound, with work submitted under it still in MLX."""
+    releases = [e for e in trace.of("sync", "release") if e.info.get("unwinding")]
+    if not releases:
+        return
+    starts = {e.info["work"]: e for e in trace.of("work", "start")}
+    finishes = {e.info["work"]: e for e in trace.of("work", "finish")}
+    spans = trace.of("mlx")
+    reported: set[int] = set()
+    for submit in trace.of("work", "submit"):
+        work = submit.info["work"]
+        start = starts.get(work)
+        if start is None:
+            continue
+        for held in submit.info.get("under", ()):
+            release = next((r for r in releases if r.info["lock"] == held["lock"] and r.seq > submit.seq
+                            and r.info.get("holder") == held["holder"]), None)
+            if release is None or release.seq in reported:
+                continue
+            finish = finishes.get(work)
+            end = finish.seq if finish is not None else sys.maxsize
+            if finish is not None and finish.seq < release.seq:
+                continue
+            late = _mlx_after(spans, start, end, release.seq)
+            if late is None:
+                continue
+            reported.add(release.seq)
+            yield Violation(
+                "lock-released-early",
+                f"{release.info['type']} released at #{release.seq} by {release.info['holder']} while unwinding "
+                f"{release.info['unwinding']}, but {submit.info['via']} job {submit.info['fn']} submitted under it "
+                f"(#{submit.seq}) was still in MLX ({late.name} #{late.seq} on {late.who}; "
+                f"{'finished at #' + str(finish.seq) if finish else 'never finished'})",
+                stacks=(release.stack, late.stack))
+
+
+def _mlx_after(spans: list[Event], start: Event, end: int, released: int) -> Event | None:
+    """The first MLX span of the job that began at `start` (on its thread, before `end`) still open at
+    `released` or entered after it."""
+    for span in spans:
+        if span.thread == start.thread and start.seq < span.seq < end:
+            if span.end is None or span.end > released:
+                return span
+    return None
+
+
+def mlx_only_on_loader(trace: Trace) -> Iterator[Violation]:
+    """With no owner declared, MLX was entered off the thread that entered it first (reported once per thread)."""
+    loader = next((e for e in trace.of("mlx") if not e.info.get("off_loader")), None)
+    seen: set[int] = set()
+    for span in trace.of("mlx"):
+        if span.info.get("off_loader") and not span.info.get("off_owner") and span.thread not in seen:
+            seen.add(span.thread)
+            where = f" ({loader.who} entered it first)" if loader is not None else ""
+            yield Violation("mlx-off-loader",
+                            f"{span.who} entered {span.name} off the thread that loaded the model{where}",
+                            stacks=((loader.stack if loader else ()), span.stack))
+
+
+def cancel_is_honoured(trace: Trace) -> Iterator[Violation]:
+    """A task whose cancel was delivered returned normally and never called `uncancel()`: it swallowed
+    the cancel. (Cancels requested before the task runs again arrive as one `CancelledError`, so one
+    `uncancel()` is taken to answer them all.)"""
+    cancels: dict[int, int] = {}
+    answered: set[int] = set()
+    for event in trace.of("task"):
+        task = event.info["task"]
+        if event.name == "cancel":
+            cancels[task] = cancels.get(task, 0) + 1
+        elif event.name == "uncancel":
+            answered.add(task)
+        elif event.name == "end" and event.info.get("outcome") == "returned" and cancels.get(task) \
+                and task not in answered:
+            yield Violation("cancel-swallowed",
+                            f"task {event.info['name']} ({event.info.get('coro')}) was cancelled "
+                            f"{cancels[task]} time(s) but returned normally at #{event.seq}")
+
+
+def mlx_finalized_where_it_lives(trace: Trace) -> Iterator[Violation]:
+    """An MLX generator (e.g. mlx-lm's generate_step) was dropped mid-body on another thread than made it."""
+    for event in trace.of("mlx-gc", "finalized-off-thread"):
+        yield Violation("mlx-finalized-off-thread",
+                        f"{event.info['target']} made on {event.info['created_by']} was finalized mid-generation "
+                        f"on {event.who}, which ran its stream exits and finally blocks there",
+                        stacks=(event.stack,))
+
+
+OWNERSHIP_ORACLES = (lock_kept_over_its_work, mlx_only_on_loader, mlx_finalized_where_it_lives, cancel_is_honoured)

@@ -1,0 +1,291 @@
+"""Drop-in observation: an engine that marks nothing is still judged on its locks, threads and cancels.
+
+The toy engine (`toy_engine.py`) imports nothing of ours and calls no point hooks; its adapter
+(`toy_adapter.py`) uses its public API only. The fuzzer must find its seed-000 bug (the lock let go while
+the worker is still in MLX) and the double-cancel variant, and pass the fixed engine.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import concurrent.futures
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from mlx_invariants.fuzz.injection import sentinel_env
+from mlx_invariants.fuzz.observe import ObservedThreadLock
+from mlx_invariants.fuzz.ownership import (cancel_is_honoured, lock_kept_over_its_work,
+                                           mlx_finalized_where_it_lives, mlx_only_on_loader)
+from mlx_invariants.fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.sentinel import DEFAULT_TARGETS, Sentinel, read_records
+from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.trace import Trace
+from tests.fuzz import mlx_work, toy_adapter
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SINGLE = ("cancel", "disconnect")
+DOUBLE = ("cancel", "disconnect", "cancel-twice")
+
+
+def kinds(oracle, trace: Trace) -> list[str]:
+    return [v.kind for v in oracle(trace)]
+
+
+def fuzz(factory: str, fault_kinds: tuple[str, ...], tmp_path: Path, examples: int = 40):
+    return run_fuzz(toy_adapter.target(factory, fault_kinds),
+                    FuzzSettings(examples=examples, budget_s=60, explicit=(), replays=0, shrink=False,
+                                 debug_run=False, report_dir=tmp_path))
+
+
+# -- the toy third-party engine, fuzzed -----------------------------------------------------------
+def test_the_toy_engine_is_unmodified_third_party_code():
+    source = (HERE / "toy_engine.py").read_text()
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source))
+                if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
+    assert imported <= {"__future__", "asyncio", "concurrent", "typing", "mlx"}, imported
+    assert "hook" not in source and "reach" not in source and "Point" not in source
+
+
+def test_the_seed_000_bug_is_found_in_an_unmodified_engine(tmp_path: Path):
+    result = fuzz("make_plain", SINGLE, tmp_path)
+    assert result.failure is not None, f"clean after {result.examples} examples"
+    assert result.failure.violations[0].kind == "lock-released-early", result.failure.headline
+    assert result.first_failure_s < 60
+
+
+def test_the_drained_engine_is_clean_even_under_double_cancels(tmp_path: Path):
+    result = fuzz("make_drain", DOUBLE, tmp_path)
+    assert result.ok, result.failure and result.failure.headline
+    assert result.examples >= 40
+
+
+def test_a_drain_that_survives_one_cancel_but_not_two_is_found(tmp_path: Path):
+    result = fuzz("make_drain_once", DOUBLE, tmp_path)
+    assert result.failure is not None, f"clean after {result.examples} examples"
+    assert result.failure.violations[0].kind == "lock-released-early", result.failure.headline
+    assert "cancel-twice" in json.dumps(result.failure.scenario.to_json())
+    assert result.first_failure_s < 60
+
+
+def test_the_drain_once_engine_passes_single_cancels(tmp_path: Path):
+    """So the double-cancel variant is found by the second cancel, not by anything else."""
+    result = fuzz("make_drain_once", SINGLE, tmp_path, examples=25)
+    assert result.ok, result.failure and result.failure.headline
+
+
+# -- what is observed ----------------------------------------------------------------------------
+def test_uninstall_puts_every_patched_attribute_back():
+    import asyncio.locks
+    import asyncio.tasks
+
+    places = [(asyncio.locks.Lock, "acquire"), (asyncio.locks.Lock, "release"), (asyncio.locks.Semaphore, "acquire"),
+              (asyncio.locks.Semaphore, "release"), (threading, "Lock"), (threading.Thread, "start"),
+              (concurrent.futures.ThreadPoolExecutor, "submit"), (asyncio.tasks, "Task")]
+    before = [vars(owner)[attr] for owner, attr in places]
+    with Sentinel(observe=True):
+        assert all(vars(owner)[attr] is not was for (owner, attr), was in zip(places, before))
+    assert [vars(owner)[attr] for owner, attr in places] == before
+    with Sentinel(observe=False):
+        assert [vars(owner)[attr] for owner, attr in places] == before
+
+
+def _spin(started: threading.Event, gate: threading.Event) -> None:
+    """Inside MLX before and after the gate opens."""
+    mx.eval(mx.ones(4) * 2)
+    started.set()
+    gate.wait(10)
+    mx.eval(mx.ones(4) * 3)
+
+
+async def _hold_and_cancel(drain: bool) -> None:
+    lock, started, gate = asyncio.Lock(), threading.Event(), threading.Event()
+
+    async def holder() -> None:
+        async with lock:
+            job = asyncio.ensure_future(asyncio.to_thread(_spin, started, gate))
+            try:
+                await asyncio.shield(job)
+            except asyncio.CancelledError:
+                if drain:
+                    gate.set()
+                    await asyncio.wait({job})
+                raise
+
+    task = asyncio.get_running_loop().create_task(holder())
+    while not started.is_set():
+        await asyncio.sleep(0.001)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    gate.set()
+    await asyncio.sleep(0.05)  # the undrained worker finishes its last MLX call
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_lock_let_go_while_its_worker_is_in_mlx(drain: bool):
+    with Sentinel() as sentinel:
+        asyncio.run(_hold_and_cancel(drain))
+    trace = sentinel.trace
+    submit = trace.first("work", "submit")
+    release = trace.first("sync", "release")
+    assert submit.info["via"] == "to_thread"  # in a task of its own, which the holder created
+    assert submit.info["under"] == [{"lock": release.info["lock"], "holder": release.info["holder"]}]
+    assert release.info["unwinding"] == "CancelledError"
+    assert kinds(lock_kept_over_its_work, trace) == ([] if drain else ["lock-released-early"])
+
+
+def test_work_handed_to_threads_is_recorded_where_it_runs():
+    with Sentinel() as sentinel:
+        made = threading.Lock()
+        with made:
+            thread = threading.Thread(target=lambda: None, name="engine-thread")
+            thread.start()
+            thread.join()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(int, "1").result()
+
+        async def main() -> None:
+            await asyncio.to_thread(int, "2")
+            await asyncio.get_running_loop().run_in_executor(None, int, "3")
+        asyncio.run(main())
+    trace = sentinel.trace
+    assert isinstance(made, ObservedThreadLock) and not isinstance(threading.Event()._cond._lock, ObservedThreadLock)
+    submits = trace.of("work", "submit")
+    assert [s.info["via"] for s in submits] == ["thread", "submit", "to_thread", "run_in_executor"]
+    assert [held["lock"] for held in submits[0].info["under"]] == [trace.first("sync", "acquire").info["lock"]]
+    for submit in submits:
+        work = submit.info["work"]
+        start = next(e for e in trace.of("work", "start") if e.info["work"] == work)
+        finish = next(e for e in trace.of("work", "finish") if e.info["work"] == work)
+        assert submit.seq < start.seq < finish.seq and start.thread == finish.thread != submit.thread
+
+
+async def _ends(body) -> None:
+    task = asyncio.get_running_loop().create_task(body())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _swallows() -> None:
+    try:
+        await asyncio.sleep(1)
+    except asyncio.CancelledError:
+        return
+
+
+async def _shields() -> None:
+    await asyncio.shield(asyncio.sleep(0.02))
+
+
+async def _drains() -> None:
+    inner = asyncio.ensure_future(asyncio.sleep(0.02))
+    try:
+        await asyncio.shield(inner)
+    except asyncio.CancelledError:
+        await inner
+        raise
+
+
+async def _uncancels() -> None:
+    try:
+        await asyncio.sleep(1)
+    except asyncio.CancelledError:
+        asyncio.current_task().uncancel()  # taken on purpose, as asyncio.timeout and TaskGroup do
+
+
+@pytest.mark.parametrize("body,found", [(_swallows, ["cancel-swallowed"]), (_shields, []), (_drains, []),
+                                        (_uncancels, [])])
+def test_a_swallowed_cancel_is_told_from_shield_drain_and_uncancel(body, found):
+    with Sentinel() as sentinel:
+        asyncio.run(_ends(body))
+    assert sentinel.trace.of("task", "cancel") and sentinel.trace.of("task", "end")
+    assert kinds(cancel_is_honoured, sentinel.trace) == found
+
+
+def test_asyncio_timeout_is_not_a_swallowed_cancel():
+    async def main() -> None:
+        try:
+            async with asyncio.timeout(0.005):
+                await asyncio.sleep(1)
+        except TimeoutError:
+            pass
+
+    with Sentinel() as sentinel:
+        asyncio.run(main())
+    assert sentinel.trace.of("task", "uncancel")
+    assert kinds(cancel_is_honoured, sentinel.trace) == []
+
+
+@pytest.mark.parametrize("owner,second_thread,found", [(None, True, ["mlx-off-loader"]), (None, False, []),
+                                                        ("declared*", True, [])])
+def test_mlx_off_the_thread_that_loaded_the_model(owner, second_thread, found):
+    def touch() -> None:
+        mx.eval(mx.ones(3))
+
+    with Sentinel(owner=owner) as sentinel:
+        with concurrent.futures.ThreadPoolExecutor(1) as loader:
+            loader.submit(touch).result()
+            if second_thread:
+                other = threading.Thread(target=touch)
+                other.start()
+                other.join()
+            else:
+                loader.submit(touch).result()
+    assert kinds(mlx_only_on_loader, sentinel.trace) == found
+
+
+def test_an_mlx_generator_finalized_off_the_thread_that_made_it():
+    held = []
+
+    def start_one() -> None:
+        generator = mlx_work.steps(3)
+        next(generator)
+        held.append(generator)
+
+    with Sentinel(DEFAULT_TARGETS + ("tests.fuzz.mlx_work:steps",)) as sentinel:
+        maker = threading.Thread(target=start_one)
+        maker.start()
+        maker.join()
+        held.clear()  # the last reference goes here, on the main thread, mid-generation
+        start_one()
+        held.clear()  # made and dropped on the same thread
+    assert kinds(mlx_finalized_where_it_lives, sentinel.trace) == ["mlx-finalized-off-thread"]
+
+
+# -- injected into a launched process ---------------------------------------------------------------
+SEED_000 = """
+import asyncio
+from tests.fuzz.toy_engine import ToyEngine
+
+async def main():
+    engine = ToyEngine("plain")
+    await engine.start()
+    request = asyncio.ensure_future(engine.generate("a b c", 300))
+    await asyncio.sleep(0.05)
+    request.cancel()
+    await asyncio.gather(request, return_exceptions=True)
+    await engine.shutdown()
+
+asyncio.run(main())
+"""
+
+
+def test_an_injected_process_is_observed_too(tmp_path: Path):
+    out = tmp_path / "records.jsonl"
+    done = subprocess.run([sys.executable, "-c", SEED_000], cwd=ROOT, env=sentinel_env(out, None), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    events, _ = read_records(str(out))
+    trace = Trace()
+    trace.merge(events)
+    assert {e.kind for e in events} >= {"mlx", "sync", "work", "task"}
+    assert kinds(lock_kept_over_its_work, trace) == ["lock-released-early"]

@@ -1,0 +1,8 @@
+"""The zoo: public MLX servers from the package index, pinned, installed apart, fuzzed over HTTP.
+
+`recipes` says what each server is (pinned requirements, the command that starts it on
+127.0.0.1 with a local model folder, what it answers on); `install` puts each into its own
+venv under a cache folder, never into ours; `run` fuzzes every recipe through
+`invariants fuzz --server-cmd` and re-runs the standalone reproducers in `reproducers/`;
+`doc` writes docs/zoo.md from the result. `bash ci/zoo.sh install|run` is the front door.
+"""

@@ -1,0 +1,96 @@
+"""`python -m mlx_invariants.fuzz.zoo install|run|doc|list` (ci/zoo.sh is the documented front door).
+
+install  put each recipe's pinned server into its venv under the zoo cache
+run      install, fuzz each recipe for --budget seconds, run its reproducers, save zoo.json, write docs/zoo.md
+         (naming recipes re-runs only those and keeps the other servers' entries of the saved zoo.json)
+doc      rewrite docs/zoo.md from a saved zoo.json
+list     the recipes and the servers that do not run here
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from mlx_invariants.fuzz.zoo import doc, install
+from mlx_invariants.fuzz.zoo.recipes import ALL, BLOCKED, find
+
+RESULT = Path("fuzz/zoo/results/zoo.json")
+DOC = Path("docs/zoo.md")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlx_invariants.fuzz.zoo", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("install", "run"):
+        command = sub.add_parser(name)
+        command.add_argument("names", nargs="*", help="recipe names (default: all)")
+        if name == "run":
+            command.add_argument("--budget", type=float, default=90.0, help="seconds of fuzzing per server")
+            command.add_argument("--repro-runs", type=int, default=2, help="runs of each reproducer")
+            command.add_argument("--result", type=Path, default=RESULT)
+            command.add_argument("--doc", type=Path, default=DOC)
+    rewrite = sub.add_parser("doc")
+    rewrite.add_argument("--result", type=Path, default=RESULT)
+    rewrite.add_argument("--doc", type=Path, default=DOC)
+    sub.add_parser("list")
+    args = parser.parse_args(argv)
+    try:
+        recipes = [find(name) for name in getattr(args, "names", [])] or list(ALL)
+    except KeyError as exc:
+        parser.error(exc.args[0])
+    if args.command == "list":
+        for recipe in ALL:
+            print(f"{recipe.name:24} {recipe.package + '==' + recipe.version:26} {install.venv_dir(recipe)}")
+        for blocked in BLOCKED:
+            print(f"{blocked.name:24} {blocked.package + '==' + blocked.version:26} (does not run here: {blocked.error})")
+        return 0
+    if args.command == "install":
+        return _install(recipes)
+    if args.command == "doc":
+        args.doc.write_text(doc.write(json.loads(args.result.read_text())))
+        print(f"wrote {args.doc}")
+        return 0
+    return _run(recipes, args)
+
+
+def _install(recipes: list) -> int:
+    failed = 0
+    for recipe in recipes:
+        try:
+            print(f"{recipe.name}: {install.install(recipe)}")
+        except install.InstallError as exc:
+            failed += 1
+            print(f"{recipe.name}: {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _run(recipes: list, args: argparse.Namespace) -> int:
+    from mlx_invariants.engine import tiny_model_path
+    from mlx_invariants.fuzz.zoo.run import run_zoo
+
+    if args.budget <= 0 or args.repro_runs < 1:
+        print("--budget must be positive and --repro-runs at least 1", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="mlx-invariants-zoo-"))
+    result = run_zoo(recipes, args.budget, str(tiny_model_path()), work, args.repro_runs)
+    if args.names and args.result.exists():
+        result["servers"] = _merged(json.loads(args.result.read_text())["servers"], result["servers"])
+    args.result.parent.mkdir(parents=True, exist_ok=True)
+    args.result.write_text(json.dumps(result, indent=1) + "\n")
+    args.doc.write_text(doc.write(result))
+    print(f"wrote {args.result} and {args.doc}; fuzz reports under {work}")
+    return 0
+
+
+def _merged(kept: list[dict], fresh: list[dict]) -> list[dict]:
+    """A run of some recipes updates their entries in the saved result and keeps the others', in recipe order."""
+    by_name = {server["name"]: server for server in kept + fresh}
+    return [by_name[recipe.name] for recipe in ALL if recipe.name in by_name]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""What each public MLX server of the zoo is: pinned, how it starts, what it answers on.
+
+Data only, so a test can check every pin and template without installing anything. A
+`Recipe` is a server that installs from the package index and serves the tiny local model
+on Linux CPU MLX; a `Blocked` one is a server tried here that does not, with the error line
+that stops it, so docs/zoo.md says why it is missing instead of leaving it out silently.
+
+Command templates take `{venv}` (the recipe's venv folder), `{model}` (a local mlx-lm model
+folder: weights cannot be downloaded here) and `{port}` (which `invariants fuzz
+--server-cmd` fills in). Every server binds 127.0.0.1 only. A recipe with an `engine`
+(MODULE:FACTORY) is fuzzed in-process instead, by its venv's python, with mlx-invariants
+installed into that venv from this checkout (without dependencies, next to `FUZZ_DEPS`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PIN = re.compile(r"^[A-Za-z0-9_.\-]+(\[[a-z0-9,\-]+\])?==[0-9][0-9A-Za-z.+\-]*$")
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+# What the fuzzer needs in an in-process recipe's venv besides the engine (the project's own
+# `fuzz` extra would pull mlx-lm 0.32, which vllm-mlx excludes).
+FUZZ_DEPS = ("hypothesis==6.170.17", "httpx==0.28.1", "pytest==9.2.0", "pytest-timeout==2.4.0",
+             "libcst==1.9.0", "pathspec==1.1.1")
+
+
+@dataclass(frozen=True)
+class Known:
+    """A bug a standalone reproducer shows on this recipe, whether or not the fuzzer finds it.
+
+    `script` is a file of `reproducers/`; `args` go before `--` and the server command.
+    The script exits 1 when the bug shows, 0 when it does not, 2 when inconclusive.
+    A fuzzer finding by one of `oracles` on this recipe is checked with this reproducer.
+    """
+
+    slug: str
+    title: str
+    script: str
+    args: tuple[str, ...]            # "{model}" is replaced by the model folder
+    oracles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    package: str
+    version: str
+    requirements: tuple[str, ...]        # every one pinned with ==; installed together
+    command: str                         # template with {venv}, {model}, {port}; "" for an in-process recipe
+    model_name: str                      # the "model" field the server accepts
+    ready_path: str                      # answers (< 500) once the model is loaded
+    endpoints: tuple[str, ...]           # the OpenAI routes it serves
+    engine: str = ""                     # MODULE:FACTORY: fuzzed in-process by the venv's python
+    venv: str = ""                       # venv folder name; recipes of one package share one
+    overrides: tuple[str, ...] = ()      # uv --override lines (a dependency's pin replaced)
+    notes: str = ""
+    known: tuple[Known, ...] = field(default=())
+
+    @property
+    def in_process(self) -> bool:
+        return bool(self.engine)
+
+    @property
+    def venv_name(self) -> str:
+        return self.venv or f"{self.package}-{self.version}"
+
+    def server_command(self, venv: str, model: str) -> str:
+        """The command for `invariants fuzz --server-cmd`: {port} is left for the fuzzer."""
+        return self.command.replace("{venv}", venv).replace("{model}", model)
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A server tried here that does not run on Linux CPU MLX, and the line that says why."""
+
+    name: str
+    package: str
+    version: str
+    reason: str
+    error: str
+
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        name="mlx-lm",
+        package="mlx-lm",
+        version="0.32.2",
+        requirements=("mlx-lm==0.32.2", "mlx[cpu]==0.32.4"),
+        command="{venv}/bin/mlx_lm.server --model {model} --host 127.0.0.1 --port {port}",
+        model_name="default_model",
+        ready_path="/v1/models",
+        endpoints=(COMPLETIONS, CHAT),
+        notes="`mlx_lm.server`: a ThreadingHTTPServer in front of one generation thread that batches requests.",
+        known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
+                     "gone_client_keeps_decoding.py",
+                     ("--model", "default_model", "--tokens", "1500", "--mode", "nonstream"),
+                     ("abort-ignored",)),),
+    ),
+    Recipe(
+        name="vllm-mlx",
+        package="vllm-mlx",
+        version="0.6.0",
+        requirements=("vllm-mlx==0.6.0", "mlx[cpu]==0.32.4"),
+        command="{venv}/bin/vllm-mlx serve {model} --served-model-name tiny --host 127.0.0.1 --port {port}",
+        model_name="tiny",
+        ready_path="/health",
+        endpoints=(COMPLETIONS, CHAT),
+        notes="Default mode: `SimpleEngine`, one request at a time; a second concurrent request gets "
+              "\"serialized route is busy\" as an error frame inside an HTTP 200 stream.",
+        known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
+                     "gone_client_keeps_decoding.py",
+                     ("--model", "tiny", "--tokens", "1500", "--mode", "nonstream"),
+                     ("abort-ignored",)),
+               Known("cancelled-stream-blocks-next", "after a client cancels a streaming request, the next "
+                     "request gets HTTP 200 with an \"Internal server error\" frame and no text (the engine still "
+                     "counts the cancelled request as running: \"SimpleEngine serialized route is busy\")",
+                     "cancelled_stream_then_followup.py", ("--model", "tiny"), ("followup-differs",)),
+               Known("usage-over-max", "non-streaming chat reports more completion tokens than max_tokens "
+                     "(it re-encodes the decoded text to count them)",
+                     "usage_over_max_tokens.py", ("--model", "tiny", "--routes", "chat"), ())),
+    ),
+    Recipe(
+        name="vllm-mlx-batched",
+        package="vllm-mlx",
+        version="0.6.0",
+        requirements=("vllm-mlx==0.6.0", "mlx[cpu]==0.32.4"),
+        command="{venv}/bin/vllm-mlx serve {model} --served-model-name tiny --continuous-batching "
+                "--host 127.0.0.1 --port {port}",
+        model_name="tiny",
+        ready_path="/health",
+        endpoints=(COMPLETIONS, CHAT),
+        notes="`--continuous-batching`: `BatchedEngine` on mlx-lm's BatchGenerator.",
+    ),
+    Recipe(
+        name="mlx-openai-server",
+        package="mlx-openai-server",
+        version="1.8.1",
+        requirements=("mlx-openai-server==1.8.1", "mlx[cpu]==0.31.2"),
+        # mflux (image generation, optional at run time) pins mlx[cuda13] on Linux, which has no
+        # CPU build: without the override the install fails to resolve.
+        overrides=("mlx[cpu]==0.31.2",),
+        command="{venv}/bin/mlx-openai-server launch --model-path {model} --model-type lm "
+                "--served-model-name tiny --no-log-file --host 127.0.0.1 --port {port}",
+        model_name="tiny",
+        ready_path="/health",
+        endpoints=(CHAT,),
+        notes="Chat only: `/v1/completions` answers 404. The fuzzer cannot be told so (a target has no list of "
+              "routes), and its follow-up request, which checks each scenario's aftermath against a fresh "
+              "engine, always takes the completions route: every follow-up is refused with a 404, and the first "
+              "scenario already reports `followup-differs` (\"the follow-up was refused as 404\"). That finding "
+              "is the fuzzer's artefact, not the server's, and the run stops there.",
+    ),
+)
+
+IN_PROCESS: tuple[Recipe, ...] = tuple(
+    Recipe(
+        name=f"vllm-mlx-{kind}-inproc",
+        package="vllm-mlx",
+        version="0.6.0",
+        requirements=("vllm-mlx==0.6.0", "mlx[cpu]==0.32.4") + FUZZ_DEPS,
+        command="",
+        model_name="",
+        ready_path="",
+        endpoints=(),
+        engine=f"mlx_invariants.fuzz.zoo.vllm_engines:{kind}",
+        venv="vllm-mlx-0.6.0-inproc",
+        notes=f"`vllm_mlx.engine.{cls}` fuzzed in-process through its public API (`fuzz/zoo/vllm_engines.py`): "
+              "no HTTP server; faults land at the points a caller sees (handed over, each output).",
+        known=known,
+    )
+    for kind, cls, known in (
+        ("simple", "SimpleEngine",
+         (Known("double-cancel-slot", "a stream cancelled twice frees the generation slot while its step still "
+                "runs on the generation thread", "vllm_simple_double_cancel.py", ("--model", "{model}"),
+                ("lock-released-early",)),)),
+        ("batched", "BatchedEngine",
+         (Known("stop-strands-request", "stop() leaves a request that was just handed to the engine waiting forever",
+                "vllm_batched_stop_strands_request.py", ("--model", "{model}"), ("shutdown-left-waiter",)),)),
+    )
+)
+
+BLOCKED: tuple[Blocked, ...] = (
+    Blocked(
+        name="mlx-omni-server",
+        package="mlx-omni-server",
+        version="0.5.3",
+        reason="Installs only with mlx[cuda13] overridden (its mflux dependency pins the CUDA build on "
+               "Linux); then it cannot start without the network: at import it downloads the spaCy "
+               "model en_core_web_sm (for text-to-speech), which is not on the package index.",
+        error="requests.exceptions.ConnectionError: HTTPSConnectionPool(host='raw.githubusercontent.com', "
+              "port=443): Max retries exceeded with url: /explosion/spacy-models/master/compatibility.json",
+    ),
+    Blocked(
+        name="fastmlx",
+        package="fastmlx",
+        version="0.2.1",
+        reason="Written against mlx-lm < 0.21: with today's mlx-lm its guarded imports fail and it dies at "
+               "start; pinned to mlx-lm 0.20.6 / mlx 0.21.1 it answers non-streaming chat only, and every "
+               "streamed answer needs Metal (mlx-lm 0.20's wired_limit); it has no /v1/completions.",
+        error="RuntimeError: [metal::device_info] Cannot get device info without metal backend",
+    ),
+)
+
+
+ALL: tuple[Recipe, ...] = RECIPES + IN_PROCESS
+
+
+def find(name: str) -> Recipe:
+    for recipe in ALL:
+        if recipe.name == name:
+            return recipe
+    raise KeyError(f"no zoo recipe named {name!r}; known: {', '.join(r.name for r in ALL)}")

@@ -1,0 +1,5 @@
+"""Standalone reproducers of the zoo's findings: each file is a script, run as `python FILE -- SERVER-CMD`.
+
+They import nothing of mlx-invariants (only the standard library and httpx), so a server's
+maintainers can run one without our harness; they ship in the package so `zoo run` finds them.
+"""

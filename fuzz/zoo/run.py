@@ -1,0 +1,199 @@
+"""Fuzz every zoo recipe for a fixed budget and check each finding with a standalone reproducer.
+
+Each recipe runs as a user would run it: `invariants fuzz --server-cmd CMD` in a child
+process, with the server from the recipe's own venv and the embedded tiny model (an
+in-process recipe: `invariants fuzz --engine MODULE:FACTORY` by that venv's python). The run
+folder's summary.json gives the findings; the child's progress lines give the wall time at
+which the finding count first rose (time to first find, server start-up included). A
+finding counts as a bug only where a reproducer of `reproducers/` shows it on the same
+version; the rest are listed as unconfirmed. Each recipe's known reproducers run too, so a
+bug the fuzzer misses within its budget is still reported, marked as such.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from mlx_invariants.fuzz.zoo import install
+from mlx_invariants.fuzz.zoo.recipes import BLOCKED, Known, Recipe
+from mlx_invariants.fuzz.zoo.vllm_engines import MODEL_ENV
+
+REPRODUCERS = Path(__file__).resolve().parent / "reproducers"
+FOUND = re.compile(r"(\d+) (?:new )?(?:finding\(s\)|failing)")
+EXAMPLES_CAP = 1_000_000  # the budget, not an example count, ends each run
+BUG, NOT_SHOWN, INCONCLUSIVE = 1, 0, 2
+
+
+def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repro_runs: int,
+            say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Install (if needed), fuzz and reproduce every recipe; the JSON-able result docs/zoo.md is written from."""
+    servers = []
+    for recipe in recipes:
+        say(f"== {recipe.name} {recipe.version}")
+        try:
+            venv = install.install(recipe)
+        except install.InstallError as exc:
+            servers.append(_entry(recipe, "", error=f"install failed: {exc}"))
+            continue
+        command = recipe.server_command(str(venv), model)
+        entry = _entry(recipe, command or f"invariants fuzz --engine {recipe.engine}")
+        entry.update(run_at=_now(), budget_s=budget_s)
+        entry.update(fuzz_recipe(recipe, venv, command, model, budget_s, work / recipe.name, say))
+        linked = set()
+        for finding in entry["findings"]:
+            known = _reproducer_for(recipe, finding["oracle"])
+            if known is not None:
+                linked.add(known.slug)
+                finding["reproducer"] = dict(reproduce(known, recipe, venv, command, model, repro_runs, say),
+                                             title=known.title)
+        entry["known"] = [dict(reproduce(k, recipe, venv, command, model, repro_runs, say), title=k.title)
+                          for k in recipe.known if k.slug not in linked]
+        servers.append(entry)
+    return {
+        "generated": _now(),
+        "budget_s": budget_s,
+        "host": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "servers": servers,
+        "blocked": [{"name": b.name, "package": b.package, "version": b.version, "reason": b.reason,
+                     "error": b.error} for b in BLOCKED],
+    }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _entry(recipe: Recipe, command: str, error: str = "") -> dict[str, Any]:
+    return {"name": recipe.name, "package": recipe.package, "version": recipe.version,
+            "versions": install.versions(recipe), "command": command, "endpoints": list(recipe.endpoints),
+            "notes": recipe.notes, "error": error, "findings": [], "known": []}
+
+
+def _reproducer_for(recipe: Recipe, oracle: str) -> Optional[Known]:
+    return next((k for k in recipe.known if oracle in k.oracles), None)
+
+
+def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: float, report: Path,
+                say: Callable[[str], None]) -> dict[str, Any]:
+    """One `invariants fuzz` run (`--server-cmd`, or `--engine` by the recipe's python): its counts,
+    findings and time to each first find."""
+    if report.exists():
+        shutil.rmtree(report)
+    report.mkdir(parents=True)
+    if recipe.in_process:
+        argv = [str(venv / "bin" / "python"), "-m", "mlx_invariants", "fuzz", "--engine", recipe.engine]
+    else:
+        argv = [sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command, "--model", recipe.model_name]
+    argv += ["--budget", f"{budget_s:g}", "--examples", str(EXAMPLES_CAP), "--report", str(report)]
+    say("$ " + shlex.join(argv))
+    started = time.monotonic()
+    found_at: list[float] = []
+    tail: list[str] = []
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                             env={**os.environ, MODEL_ENV: model})
+    # Shrinking, replays and the server's start-up come on top of the budget.
+    killer = threading.Timer(3 * budget_s + 600, os.killpg, (child.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        for line in _lines(child):
+            tail = (tail + [line])[-30:]
+            match = FOUND.search(line)
+            while match and int(match.group(1)) > len(found_at):
+                found_at.append(round(time.monotonic() - started, 1))
+        code = child.wait()
+    finally:
+        killer.cancel()
+        if child.poll() is None:  # this runner was interrupted: the fuzz run (and its server) go with it
+            os.killpg(child.pid, signal.SIGTERM)
+    result: dict[str, Any] = {"fuzz_exit": code, "wall_s": round(time.monotonic() - started, 1)}
+    summary = _summary(report)
+    if code not in (0, 1) or summary is None:
+        result["error"] = f"invariants fuzz exited with {code}:\n" + "\n".join(tail[-12:])
+        return result
+    result.update(examples=summary.get("examples", 0), scenario_runs=summary.get("scenario_runs", 0),
+                  elapsed_s=summary.get("elapsed_s"), pace=summary.get("pace", {}),
+                  sentinel=summary.get("sentinel", {}), fuzz_versions=summary.get("versions", {}))
+    result["findings"] = [_finding(f, i, found_at) for i, f in enumerate(summary.get("findings", []))]
+    return result
+
+
+def _lines(child: subprocess.Popen) -> Iterator[str]:
+    """The child's output lines, split on carriage returns too (progress lines redraw in place)."""
+    buffer = b""
+    while True:
+        chunk = child.stdout.read1(4096)
+        if not chunk:
+            break
+        buffer += chunk
+        *done, buffer = re.split(rb"[\r\n]", buffer)
+        for raw in done:
+            if raw.strip():
+                yield raw.decode(errors="replace")
+    if buffer.strip():
+        yield buffer.decode(errors="replace")
+
+
+def _summary(report: Path) -> Optional[dict]:
+    runs = sorted(report.glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        return None
+    return json.loads(runs[-1].read_text())
+
+
+def _finding(raw: dict, index: int, found_at: list[float]) -> dict[str, Any]:
+    folder = Path(raw.get("report", ""))
+    scenario = folder / "scenario.json"
+    return {
+        "id": raw.get("id", ""),
+        "status": raw.get("status", ""),
+        "oracle": raw.get("oracle", ""),
+        "headline": raw.get("headline", ""),
+        "scenario": raw.get("scenario", ""),
+        "scenario_json": json.loads(scenario.read_text()) if scenario.exists() else None,
+        "replayed": raw.get("reproduced") or raw.get("confirmation"),
+        "shrunk": raw.get("shrunk"),
+        "first_find_s": found_at[index] if index < len(found_at) else None,
+        "reproducer": None,
+    }
+
+
+def reproduce(known: Known, recipe: Recipe, venv: Path, command: str, model: str, runs: int,
+              say: Callable[[str], None]) -> dict[str, Any]:
+    """Run `known`'s script `runs` times (a fresh server or engine each time); its exit codes. An
+    in-process reproducer runs on the recipe's python, an HTTP one on ours against the server command."""
+    script = REPRODUCERS / known.script
+    args = [arg.replace("{model}", model) for arg in known.args]
+    if recipe.in_process:
+        argv = [str(venv / "bin" / "python"), str(script), *args]
+    else:
+        argv = [sys.executable, str(script), *args, "--ready-path", recipe.ready_path, "--", *shlex.split(command)]
+    codes, last = [], ""
+    for _ in range(runs):
+        say("$ " + shlex.join(argv))
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+            codes.append(done.returncode)
+            last = (done.stdout + done.stderr).strip()
+        except subprocess.TimeoutExpired:
+            codes.append(INCONCLUSIVE)
+            last = "(timed out after 900 s)"
+        say(last)
+    return {"slug": known.slug, "script": known.script, "args": list(known.args), "codes": codes, "output": last}
+
+
+def shown(reproducer: Optional[dict]) -> bool:
+    """A reproducer shows its bug if at least one of its runs exited 1."""
+    return bool(reproducer) and BUG in reproducer["codes"]

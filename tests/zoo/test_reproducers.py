@@ -1,0 +1,51 @@
+"""Nightly: every zoo reproducer still shows its bug on the pinned version (`pytest -m slow`).
+
+Each needs its recipe installed (`bash ci/zoo.sh install`); one that is not is skipped with
+that command in the reason. A control run of each script checks it can also say "not shown": the same script where
+the server behaves (a streaming client, the batched engine, a single cancel, a settled stop).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_invariants.fuzz.zoo import install
+from mlx_invariants.fuzz.zoo.recipes import ALL, Known, find
+from mlx_invariants.fuzz.zoo.run import BUG, NOT_SHOWN, reproduce
+
+pytestmark = pytest.mark.slow
+
+CASES = [(recipe, known) for recipe in ALL for known in recipe.known]
+
+
+def _reproduce(recipe, known) -> dict:
+    if not install.installed(recipe):
+        pytest.skip(f"{recipe.name} is not installed: bash ci/zoo.sh install {recipe.name}")
+    from mlx_invariants.engine import tiny_model_path
+
+    venv, model = install.venv_dir(recipe), str(tiny_model_path())
+    return reproduce(known, recipe, venv, recipe.server_command(str(venv), model), model, runs=1, say=lambda _: None)
+
+
+@pytest.mark.parametrize("recipe, known", CASES, ids=[f"{r.name}-{k.slug}" for r, k in CASES])
+def test_reproducer_shows_its_bug(recipe, known):
+    result = _reproduce(recipe, known)
+    assert result["codes"] == [BUG], result["output"]
+
+
+@pytest.mark.parametrize("recipe, control", [
+    ("mlx-lm", Known("stream", "a streaming client leaves", "gone_client_keeps_decoding.py",
+                     ("--model", "default_model", "--tokens", "1500", "--mode", "stream"), ())),
+    ("vllm-mlx-batched", Known("usage", "usage on the batched engine", "usage_over_max_tokens.py",
+                               ("--model", "tiny", "--routes", "chat"), ())),
+    ("vllm-mlx-batched", Known("followup", "the batched engine after a cancelled stream",
+                               "cancelled_stream_then_followup.py", ("--model", "tiny"), ())),
+    ("vllm-mlx-simple-inproc", Known("one-cancel", "a single cancel", "vllm_simple_double_cancel.py",
+                                     ("--model", "{model}", "--cancels", "1"), ())),
+    ("vllm-mlx-batched-inproc", Known("settled", "stop after the request ended", "vllm_batched_stop_strands_request.py",
+                                      ("--model", "{model}", "--before-stop-s", "5"), ())),
+], ids=lambda v: v if isinstance(v, str) else v.slug)
+def test_reproducer_can_say_not_shown(recipe, control):
+    """Each reproducer's control case, where the server behaves, exits 0: the check can fail."""
+    result = _reproduce(find(recipe), control)
+    assert result["codes"] == [NOT_SHOWN], result["output"]

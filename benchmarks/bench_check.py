@@ -1,4 +1,5 @@
-"""Time `invariants check` side by side with flake8-async and Fixit on large real trees.
+"""Time `invariants check` side by side with flake8-async and Fixit on large real trees,
+and against its floor: libcst's own parse of the same files.
 
 A script, not a test. It installs flake8 + flake8-async and Fixit into a throwaway venv
 (never into the project's), then prints lines/second for each tool, cold and for a
@@ -12,6 +13,16 @@ larger than --competitor-lines they run on an evenly spread sample of its files 
 that many lines, and the table says so; invariants always runs on the whole tree. Every
 tool reads a copy of the tree's .py files in a temporary folder outside any git checkout
 (Fixit skips files its nearest .gitignore ignores, such as anything under .venv/).
+
+`--floor` instead compares a cold `invariants check` (empty cache) with a bare libcst
+parse of the same files, each in a fresh process, and prints the ratio, the re-run of
+the unchanged tree and the peak RSS of each; on vllm-mlx's HEAD (`--vllm-mlx` takes a git
+mirror and checks the `vllm_mlx` package of its HEAD) and on the generated 1.9 MB module of
+benchmarks/hostile_trees.py (12 200 small async handlers, every one a finding). Repeats
+are interleaved (round k runs every measurement once, the order rotating with k) and the
+table shows medians; the ratio is the median of each round's own ratio:
+
+    .venv/bin/python benchmarks/bench_check.py --floor --vllm-mlx /path/to/vllm-mlx.git --repeats 3
 """
 
 from __future__ import annotations
@@ -20,12 +31,13 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 VENV = Path(tempfile.gettempdir()) / "invariants-bench-venv"
@@ -144,6 +156,122 @@ def bench_fixit(python: Path, files: list[Path], jobs: int, work: Path) -> tuple
     return timed(cmd, work, env), timed(cmd, work, env)
 
 
+# The floor: read and parse every file with libcst, nothing else, in a fresh process as the checker runs.
+PARSE_DRIVER = '''
+import sys
+from pathlib import Path
+
+import libcst
+
+for path in Path(sys.argv[1]).read_text().split("\\n"):
+    if path:
+        libcst.parse_module(Path(path).read_text(encoding="utf-8"))
+'''
+
+
+@dataclass
+class FloorRow:
+    target: str
+    files: int
+    lines: int
+    megabytes: float
+    cold: list[float] = field(default_factory=list)
+    parse: list[float] = field(default_factory=list)
+    warm: list[float] = field(default_factory=list)
+    cold_rss: list[float] = field(default_factory=list)
+    parse_rss: list[float] = field(default_factory=list)
+
+
+def measured(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one child process."""
+    start = time.perf_counter()
+    child = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    elapsed = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    err = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if child.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} failed ({child.returncode}): {err.strip()[-500:]}")
+    return elapsed, usage.ru_maxrss / 1024  # Linux reports KB
+
+
+def floor_targets(args: argparse.Namespace, work: Path) -> list[tuple[str, Path]]:
+    """(label, folder) of each tree to measure: vllm-mlx HEAD's package, --floor-tree folders, the dense module."""
+    targets = []
+    if args.vllm_mlx:
+        head = work / "vllm-mlx-head"
+        head.mkdir()
+        archive = subprocess.run(["git", "--git-dir", str(args.vllm_mlx), "archive", "HEAD"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(head)], input=archive.stdout, check=True)
+        commit = subprocess.run(["git", "--git-dir", str(args.vllm_mlx), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        targets.append((f"vllm-mlx HEAD {commit} (vllm_mlx/)", head / "vllm_mlx"))
+    for tree in args.floor_tree or []:
+        targets.append((tree.name, copy_tree(tree.resolve(), work)))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hostile_trees import _huge_module  # the reliability run's "large-module" case, the same bytes
+
+    dense = work / "dense"
+    _huge_module(dense / "large.py", 1.9)
+    targets.append(("generated dense module (1.9 MB)", dense))
+    return targets
+
+
+def bench_floor(args: argparse.Namespace) -> list[FloorRow]:
+    rows: list[FloorRow] = []
+    with tempfile.TemporaryDirectory(prefix="invariants-floor-") as tmp:
+        work = Path(tmp)
+        targets = floor_targets(args, work)
+        plans = []
+        for label, tree in targets:
+            files = python_files(tree)
+            listing = work / f"files-{len(plans)}.txt"
+            listing.write_text("\n".join(str(p) for p in files))
+            cache = work / f"cache-{len(plans)}"
+            config = work / f"pyproject-{len(plans)}.toml"
+            config.write_text(f'[tool.invariants]\ncache-dir = "{cache}"\n')
+            check = [sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--config", str(config), str(tree)]
+            parse = [sys.executable, "-c", PARSE_DRIVER, str(listing)]
+            megabytes = sum(p.stat().st_size for p in files) / 1e6
+            rows.append(FloorRow(label, len(files), count_lines(files), megabytes))
+            plans.append((rows[-1], check, parse, cache))
+        # Untimed: compile the checker's bytecode and load libcst once, as any installed copy already has.
+        warm = work / "warm-up"
+        warm.mkdir()
+        (warm / "warm.py").write_text("import asyncio\n\n\nasync def f(step):\n    return await asyncio.to_thread(step)\n")
+        measured([sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--no-cache", str(warm)], work)
+        for k in range(args.repeats):
+            for row, check, parse, cache in plans[k % len(plans):] + plans[: k % len(plans)]:
+                steps = ["cold", "parse"] if k % 2 == 0 else ["parse", "cold"]
+                for step in steps:
+                    if step == "parse":
+                        seconds, rss = measured(parse, work)
+                        row.parse.append(seconds)
+                        row.parse_rss.append(rss)
+                        continue
+                    shutil.rmtree(cache, ignore_errors=True)
+                    seconds, rss = measured(check, work)
+                    row.cold.append(seconds)
+                    row.cold_rss.append(rss)
+                    row.warm.append(measured(check, work)[0])
+                print(f"  round {k + 1}: {row.target}: check {row.cold[-1]:.2f}s, parse {row.parse[-1]:.2f}s, "
+                      f"re-run {row.warm[-1]:.2f}s", file=sys.stderr)
+    return rows
+
+
+def print_floor(rows: list[FloorRow], repeats: int) -> None:
+    med = statistics.median
+    print(f"| target | files | lines | MB | checker cold s | bare libcst parse s | ratio | warm re-run s "
+          f"| checker peak RSS MB | parse peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = med(c / p for c, p in zip(r.cold, r.parse))
+        print(f"| {r.target} | {r.files} | {r.lines:,} | {r.megabytes:.1f} | {med(r.cold):.2f} | {med(r.parse):.2f} | "
+              f"{ratio:.2f}x | {med(r.warm):.2f} | {max(r.cold_rss):.0f} | {max(r.parse_rss):.0f} |")
+    print(f"\nMedians of {repeats} interleaved round(s); ratio: median of each round's checker / parse; "
+          "peak RSS: the largest of the rounds.")
+
+
 def default_trees() -> list[Path]:
     site = Path(sysconfig.get_paths()["purelib"])
     return [site / name for name in ("mlx_lm", "transformers") if (site / name).is_dir()]
@@ -156,7 +284,18 @@ def main() -> int:
     parser.add_argument("--competitor-lines", type=int, default=30_000,
                         help="run flake8-async and Fixit on a sample of about this many lines per tree")
     parser.add_argument("--skip-competitors", action="store_true", help="time invariants only")
+    parser.add_argument("--floor", action="store_true",
+                        help="compare a cold check with a bare libcst parse of the same files instead")
+    parser.add_argument("--vllm-mlx", type=Path, metavar="GITDIR", help="with --floor: a vllm-mlx git mirror; checks HEAD's vllm_mlx/")
+    parser.add_argument("--floor-tree", action="append", type=Path, metavar="PATH", help="with --floor: another folder (repeatable)")
+    parser.add_argument("--repeats", type=int, default=3, help="with --floor: interleaved rounds (default 3)")
     args = parser.parse_args()
+    if args.floor:
+        rows = bench_floor(args)
+        print(f"\nMachine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}\n")
+        print_floor(rows, args.repeats)
+        return 0
     trees = [t.resolve() for t in (args.tree or default_trees())]
     python = None if args.skip_competitors else ensure_venv(args.venv)
     rows: list[Row] = []

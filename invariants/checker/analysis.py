@@ -12,14 +12,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from mlx_invariants.checker import source, suppress
 from mlx_invariants.checker.config import Settings
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.rule import Rule
 from mlx_invariants.checker.rules import RULES
-from mlx_invariants.checker.walker import COMPOUND, RawFinding, check_module
+from mlx_invariants.checker.positions import positions as positions_of
+from mlx_invariants.checker.walker import COMPOUND, RawFinding, check_module, located_nodes
 
 UNREADABLE = "INV000"
 _RULES_BY_ID = {r.id: r for r in RULES}
@@ -73,7 +73,7 @@ def _header_end(statement: cst.CSTNode, start: int, positions: Any) -> int:
 
 
 def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: list[suppress.Suppression]) -> list:
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = positions_of(module, located_nodes(raw))
     lines = text.splitlines()
     seen = set()
     located = []

@@ -49,6 +49,10 @@ SHARED_DEFAULTS: dict[str, Any] = {
     "model-names": [
         "model", "_model", "draft_model", "_draft_model", "text_model", "_text_model", "language_model",
     ],
+    # Receivers whose insert/remove/next run MLX, like mlx-lm's BatchGenerator, when not built in the file.
+    "batch-generator-names": ["*batch_generator", "*batch_gen"],
+    # Dotted calls of the project's own that run MLX (a scheduler step).
+    "mlx-calls": ["*scheduler.step"],
     "event-names": ["*event*", "*ready*", "*started*", "*stopped*", "*done*", "*finished*", "*_evt"],
     "readiness-waits": ["wait_ready", "wait_until_ready", "wait_for_ready", "wait_started", "wait_idle", "wait_stopped"],
 }

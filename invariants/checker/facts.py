@@ -8,6 +8,7 @@ Names are resolved when the call is seen, so function-local imports count.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import libcst as cst
 
@@ -52,6 +53,8 @@ class Facts:
         self.assigned: dict[str, list[Assignment]] = {}
         self.constants: dict[str, float] = {}
         self.imports_mlx = False
+        # Answers computed once from these facts, at the end, by whichever rule asks first.
+        self.memo: dict[str, Any] = {}
 
     def add_function(self, facts: FunctionFacts) -> None:
         self.functions[id(facts.node)] = facts

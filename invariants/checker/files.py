@@ -1,4 +1,8 @@
-"""Which files a run checks: the paths given, recursed, minus excludes and .gitignore."""
+"""Which files a run checks: the paths given, recursed, minus excludes and .gitignore.
+
+A folder that cannot be listed is part of the answer too, with its reason: skipping it
+would report a clean run over code nobody checked.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass
 import pathspec
 
 from mlx_invariants.checker.config import Settings
+from mlx_invariants.checker.source import os_reason
 from mlx_invariants.errors import UsageError
 
 
@@ -15,6 +20,7 @@ class SourceFile:
     display: str  # as the user will see it: relative to the current folder when inside it
     path: str  # absolute
     relpath: str  # relative to the project root, '/'-separated, for config globs
+    problem: str | None = None  # set for a folder that cannot be listed: why, as INV000 says it
 
 
 def _excludes(settings: Settings) -> pathspec.GitIgnoreSpec:
@@ -44,9 +50,13 @@ def discover(paths: list[str], settings: Settings, force_exclude: bool = False) 
     cwd = os.getcwd()
     found: dict[str, SourceFile] = {}
 
-    def add(path: str) -> None:
+    def add(path: str, problem: str | None = None) -> None:
         rel = _relative(path, root) or _display(path, cwd).replace(os.sep, "/")
-        found.setdefault(path, SourceFile(_display(path, cwd), path, rel))
+        found.setdefault(path, SourceFile(_display(path, cwd), path, rel, problem))
+
+    def unlistable(exc: OSError) -> None:
+        folder = exc.filename if isinstance(exc.filename, str) else path
+        add(folder, f"cannot check this folder: {os_reason(exc, folder)}")
 
     for given in paths:
         path = os.path.abspath(given)
@@ -64,7 +74,7 @@ def discover(paths: list[str], settings: Settings, force_exclude: bool = False) 
         if excluded_itself and force_exclude:
             continue
         base = path if rel_root is None or excluded_itself else root
-        for folder, dirs, files in os.walk(path):
+        for folder, dirs, files in os.walk(path, onerror=unlistable):
             dirs[:] = sorted(
                 d for d in dirs
                 if not os.path.islink(os.path.join(folder, d))

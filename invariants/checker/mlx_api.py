@@ -26,6 +26,22 @@ GENERATORS = frozenset(
     for fn in ("stream_generate", "generate_step", "speculative_generate_step")
 )
 BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES for mod in ("", ".generate"))
+# Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.
+LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
+_LOAD_NAMES = ["*load_model*"]
+# Parts of mlx-lm that only do Python work (tokenizers, samplers, configs).
+PYTHON_ONLY = ("tokenizer", "sample_utils", "make_sampler", "make_logits_processors", "load_config", "get_model_path")  # an engine's own loader (`load_model_with_fallback`)
+# Engines wrap the model in their own class; these methods of a model-named receiver
+# (`self._model.chat(...)`) run a whole generation, or return a generator that does.
+MODEL_GENERATION = frozenset({"generate", "chat", "batch_generate"})
+MODEL_STREAMS = frozenset({"stream_generate", "stream_chat", "generate_step"})
+# A BatchGenerator's methods that only read Python state; every other one runs MLX.
+_GENERATOR_HARMLESS = frozenset({"stats", "stream", "prompt_cache_nbytes"})
+# A look-alike generator (an engine's own `MLLMBatchGenerator`, or one known only by
+# name) is judged by mlx-lm's API: these are the methods that run MLX there.
+_GENERATOR_MLX_METHODS = frozenset({
+    "insert", "insert_segments", "extract_cache", "remove", "next", "next_generated", "close", "step", "prefill",
+})
 BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
 # mlx.core calls that read counters or settings and never encode GPU work.
 _HARMLESS_CORE = (
@@ -48,24 +64,77 @@ def is_batch_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     return bool(ctx.facts.constructed_by(ctx.key(expr)) & BATCH_GENERATORS)
 
 
+def _looks_like_batch_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    """Built here from a class named `*BatchGenerator`, or named so (batch-generator-names)."""
+    built = ctx.facts.constructed_by(ctx.key(expr))
+    if any(q.rsplit(".", 1)[-1].endswith("BatchGenerator") for q in built):
+        return True
+    return matches_name(dotted(expr), ctx.shared["batch-generator-names"])
+
+
+def is_model(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    """A receiver named like the model (model-names): `self._model`, `text_model`."""
+    return matches_name(dotted(expr), ctx.shared["model-names"])
+
+
 def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
-    """A call to, or a name assigned from, `stream_generate` / `generate_step`."""
+    """A call to, or a name assigned from, `stream_generate` / `generate_step`, or a model's stream method."""
     if isinstance(expr, cst.Call):
-        return ctx.resolve(expr.func) in GENERATORS
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx):
+            return True
+        return ctx.resolve(func) in GENERATORS
     return bool(ctx.facts.constructed_by(ctx.key(expr)) & GENERATORS)
 
 
-def blocking(site: CallSite, ctx: FileContext) -> str | None:
-    """The MLX call that blocks the calling thread, or binds MLX state to it, or None."""
-    if site.qual in GENERATE or site.qual in BLOCKING_CORE or site.qual in BATCH_GENERATORS:
-        return site.text or site.qual
+def is_load(site: CallSite) -> bool:
+    """Loading model weights: mlx-lm's `load`, or a call named like a model loader."""
+    if site.qual in LOADS:
+        return True
+    return not (site.qual or "").startswith(("mlx", "transformers")) and matches_name(site.text, _LOAD_NAMES)
+
+
+def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:
+    """The MLX call that blocks the calling thread, or binds MLX state to it, or None.
+
+    `loads=False` leaves out loading weights: at start-up nothing else is served yet.
+    """
+    qual = site.qual
+    if qual in GENERATE or qual in BLOCKING_CORE or qual in BATCH_GENERATORS:
+        return site.text or qual
+    if loads and is_load(site):
+        return site.text or qual
     func = site.node.func
-    if isinstance(func, cst.Attribute) and is_batch_generator(func.value, ctx):
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        if method not in _GENERATOR_HARMLESS and is_batch_generator(func.value, ctx):
+            return site.text
+        if method in _GENERATOR_MLX_METHODS and _looks_like_batch_generator(func.value, ctx):
+            return site.text
+        if method in MODEL_GENERATION and is_model(func.value, ctx):
+            return site.text
+    if matches_name(site.text, ctx.shared["mlx-calls"]):
         return site.text
-    if site.qual == "next" or (isinstance(func, cst.Name) and func.value == "next"):
+    if qual == "next" or (isinstance(func, cst.Name) and func.value == "next"):
         args = site.node.args
         if args and is_mlx_generator(args[0].value, ctx):
             return "next() on an MLX generator"
+    return None
+
+
+def runs_mlx(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:
+    """What `blocking` finds, or a call that makes a generator MLX runs in when iterated.
+
+    For calls inside a helper: a helper that calls `stream_generate(...)` iterates it.
+    """
+    found = blocking(site, ctx, loads)
+    if found:
+        return found
+    if site.qual in GENERATORS:
+        return site.text or site.qual
+    func = site.node.func
+    if isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx):
+        return site.text
     return None
 
 

@@ -90,3 +90,73 @@ def unwrap_callable(expr: cst.BaseExpression | None, ctx: FileContext) -> cst.Ba
     while isinstance(expr, cst.Call) and ctx.resolve(expr.func) in ("functools.partial", "contextvars.copy_context"):
         expr = positional(expr, 0)
     return expr
+
+
+def forwarders(ctx: FileContext) -> dict[str, int]:
+    """Defs of this file that hand one of their parameters to a worker thread, by key -> argument index.
+
+    `async def _run_blocking_serialized(self, func, *args)` that runs `func` through
+    `asyncio.to_thread` (directly, through `functools.partial`, or inside a nested def or
+    lambda it hands over) is itself a handoff: `await self._run_blocking_serialized(work)`
+    runs `work` on a worker thread. The index counts call arguments, so `self` is left out.
+    Computed once per file, from the calls the walk recorded.
+    """
+    found = ctx.facts.memo.get("forwarders")
+    if found is not None:
+        return found
+    found = {}
+    facts = ctx.facts
+    candidates = []
+    for function in facts.functions.values():
+        node = function.node
+        if not isinstance(node, cst.FunctionDef) or not function.key:
+            continue
+        params = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
+        if function.key.count(".") == 1 and params[:1] in (["self"], ["cls"]):
+            params = params[1:]
+        if params:
+            candidates.append((function, params))
+    changed = True
+    while changed:  # a helper that forwards to a forwarder forwards too
+        changed = False
+        for function, params in candidates:
+            if function.key in found:
+                continue
+            for site in function.calls:
+                if terminal(site.node.func) in HANDOFF_NAMES:
+                    work = handoff(site.node, ctx)
+                else:
+                    index = found.get(ctx.key(site.node.func) or "")
+                    work = None if index is None else Handoff(site.node, "", positional(site.node, index), None)
+                target = unwrap_callable(work.target, ctx) if work is not None else None
+                name = _forwarded(target, params, ctx)
+                if name is not None:
+                    found[function.key] = params.index(name)
+                    changed = True
+                    break
+    ctx.facts.memo["forwarders"] = found
+    return found
+
+
+def _forwarded(target: cst.BaseExpression | None, params: list[str], ctx: FileContext) -> str | None:
+    """The parameter `target` is, or calls (a lambda, or a nested def handed over by name)."""
+    if isinstance(target, cst.Name) and target.value in params:
+        return target.value
+    bodies = []
+    if isinstance(target, cst.Lambda):
+        bodies = [ctx.function_facts(target)]
+    elif isinstance(target, cst.Name):
+        bodies = list(ctx.facts.by_key.get(target.value, ()))
+    for body in bodies:
+        for site in body.calls if body is not None else ():
+            if isinstance(site.node.func, cst.Name) and site.node.func.value in params:
+                return site.node.func.value
+    return None
+
+
+def forwarded_handoff(call: cst.Call, ctx: FileContext) -> Handoff | None:
+    """`helper(work, ...)` where `helper` is one of this file's forwarders: a handoff of `work`."""
+    index = forwarders(ctx).get(ctx.key(call.func) or "")
+    if index is None:
+        return None
+    return Handoff(call, dotted(call.func) or "a helper", positional(call, index), None)

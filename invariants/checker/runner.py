@@ -8,8 +8,11 @@ findings pay for positions. `--jobs N` spreads the parsing over N processes.
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +54,9 @@ def check_paths(
     reports: dict[str, Report] = {}
     todo: list[tuple[SourceFile, os.stat_result, str, str]] = []
     for file in files:
+        if file.problem is not None:
+            reports[file.path] = {"findings": [[UNREADABLE, 1, 1, file.problem, 0]], "suppressions": []}
+            continue
         try:
             info = os.stat(file.path)
         except OSError:
@@ -77,17 +83,37 @@ def check_paths(
         if cache is not None:
             cache.put(file.path, info, digest, report)
     if cache is not None:
-        cache.save({f.path for f in files})
-    result = RunResult(files=len(files), analyzed=len(todo))
+        cache.save({f.path for f in files if f.problem is None})
+    result = RunResult(files=sum(f.problem is None for f in files), analyzed=len(todo))
     for file in files:
         result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused))
     result.findings.sort()
     return result
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Analysis allocates millions of objects and keeps each file's tree alive while it works,
+    so Python's cyclic collector keeps traversing trees it cannot free (they hold no cycles):
+    3 s of a 10 s run on a 1.9 MB module, 7% on vllm-mlx. The analysis itself leaves about a
+    dozen cyclic objects per file (1 474 over vllm-mlx's 120 files), collected once it is back on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _analyze_all(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
     if not texts:
         return []
+    with _cyclic_gc_paused():  # worker processes fork with it paused too
+        return _analyze(texts, settings, jobs)
+
+
+def _analyze(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
     from mlx_invariants.checker import analysis  # libcst and the rules: only when something must be parsed
 
     rules = analysis.rules_for(settings)

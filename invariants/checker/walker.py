@@ -9,6 +9,7 @@ overflow Python's stack here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import libcst as cst
@@ -45,6 +46,23 @@ def _child_fields(cls: type) -> tuple[str, ...]:
             )
         _fields[cls] = names
     return names
+
+
+class _Classes(dict):
+    """Whether a class is a subclass of `bases`, remembered per class: CSTNode is an ABC,
+    and `isinstance` against an ABC was about a quarter of the walk's time."""
+
+    def __init__(self, bases: type | tuple[type, ...]) -> None:
+        super().__init__()
+        self.bases = bases
+
+    def __missing__(self, cls: type) -> bool:
+        answer = self[cls] = issubclass(cls, self.bases)
+        return answer
+
+
+_IS_NODE = _Classes(cst.CSTNode)
+_STOPS: dict[tuple[type, ...], _Classes] = {}
 
 
 class RawFinding(NamedTuple):
@@ -277,7 +295,7 @@ def check_module(
 
 
 def _walk(module: cst.Module, ctx: FileContext, enter: dict[type, list[Any]], leave: dict[type, list[Any]]) -> None:
-    node_type = cst.CSTNode
+    is_node = _IS_NODE
     # Entries are (node, None) to enter, or (node, frame_opened) to leave.
     stack: list[tuple[cst.CSTNode, bool | None]] = [(module, None)]
     while stack:
@@ -297,28 +315,46 @@ def _walk(module: cst.Module, ctx: FileContext, enter: dict[type, list[Any]], le
         children: list[cst.CSTNode] = []
         for name in _child_fields(kind):
             value = getattr(node, name)
-            if isinstance(value, node_type):
+            cls = type(value)
+            if cls is tuple or cls is list:
+                children.extend(v for v in value if is_node[type(v)])
+            elif is_node[cls]:
                 children.append(value)
-            elif type(value) is tuple or type(value) is list:
-                children.extend(v for v in value if isinstance(v, node_type))
         for child in reversed(children):
             stack.append((child, None))
+
+
+def located_nodes(raw: list[RawFinding]) -> Iterator[cst.CSTNode]:
+    """The nodes whose positions place these findings: each node, its statement, and the
+    statement's first body line (a compound statement's header ends above it)."""
+    for finding in raw:
+        yield finding.node
+        statement = finding.statement
+        if statement is not None:
+            yield statement
+            body = getattr(statement, "body", None)
+            if isinstance(body, cst.IndentedBlock) and body.body:
+                yield body.body[0]
 
 
 def descendants(node: cst.CSTNode, stop: tuple[type, ...] = ()) -> list[cst.CSTNode]:
     """Every node below `node`, not entering nodes of the `stop` types (they are included)."""
     found: list[cst.CSTNode] = []
     stack = [node]
-    node_type = cst.CSTNode
+    is_node = _IS_NODE
+    stops = _STOPS.get(stop)
+    if stops is None:
+        stops = _STOPS[stop] = _Classes(stop)
     while stack:
         current = stack.pop()
         for name in _child_fields(type(current)):
             value = getattr(current, name)
             items = value if type(value) is tuple or type(value) is list else (value,)
             for child in items:
-                if isinstance(child, node_type):
+                cls = type(child)
+                if is_node[cls]:
                     found.append(child)
-                    if not isinstance(child, stop):
+                    if not stops[cls]:
                         stack.append(child)
     return found
 
@@ -329,7 +365,7 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     for name in _child_fields(type(node)):
         value = getattr(node, name)
         items = value if type(value) is tuple or type(value) is list else (value,)
-        found.extend(child for child in items if isinstance(child, cst.CSTNode))
+        found.extend(child for child in items if _IS_NODE[type(child)])
     return found
 
 

@@ -19,6 +19,14 @@ from mlx_invariants.checker.rules.inv113_task_reference_dropped import TaskRefer
 from mlx_invariants.checker.rules.inv114_thread_lock_on_event_loop import ThreadLockOnEventLoop
 from mlx_invariants.checker.rules.inv115_thread_join_unchecked import ThreadJoinUnchecked
 from mlx_invariants.checker.rules.inv116_executor_never_shut_down import ExecutorNeverShutDown
+from mlx_invariants.checker.rules.inv117_shield_reawaited_after_cancel import ShieldReawaitedAfterCancel
+from mlx_invariants.checker.rules.inv118_stream_binding_skipped import StreamBindingSkipped
+from mlx_invariants.checker.rules.inv119_mlx_callable_offloaded_and_inline import MlxCallableOffloadedAndInline
+from mlx_invariants.checker.rules.inv120_mlx_on_loop_beside_worker import MlxOnLoopBesideWorker
+from mlx_invariants.checker.rules.inv121_worker_loop_ignores_cancel import WorkerLoopIgnoresCancel
+from mlx_invariants.checker.rules.inv122_worker_stops_without_waking_waiters import WorkerStopsWithoutWakingWaiters
+from mlx_invariants.checker.rules.inv123_stream_deadline_from_start import StreamDeadlineFromStart
+from mlx_invariants.checker.rules.inv124_state_locked_inconsistently import StateLockedInconsistently
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -37,6 +45,14 @@ RULES: list[type[Rule]] = [
     ThreadLockOnEventLoop,
     ThreadJoinUnchecked,
     ExecutorNeverShutDown,
+    ShieldReawaitedAfterCancel,
+    StreamBindingSkipped,
+    MlxCallableOffloadedAndInline,
+    MlxOnLoopBesideWorker,
+    WorkerLoopIgnoresCancel,
+    WorkerStopsWithoutWakingWaiters,
+    StreamDeadlineFromStart,
+    StateLockedInconsistently,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

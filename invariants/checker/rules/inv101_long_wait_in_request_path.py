@@ -49,8 +49,9 @@ class LongWaitInRequestPath(Rule):
                "or any wait_for on a lock's acquire() outside tests")
     message = "{what}: fail fast with a retryable busy error (503 + Retry-After) instead of queueing the request"
     known_problems = (
-        "Sees constant timeouts only (literals, arithmetic on them, module-level constants); a timeout read "
-        "from config or a parameter is not judged. A wait exactly max-seconds long is allowed (the limit is "
+        "Sees constant timeouts only (literals, arithmetic on them, module-level constants, and the default "
+        "of `x or DEFAULT`, also through one local assignment `timeout = request.timeout or DEFAULT`); a "
+        "timeout read from config or a parameter is not judged. A wait exactly max-seconds long is allowed (the limit is "
         "the longest acceptable wait). Request paths are found by name within one file: a handler routed "
         "without a decorator (a raw ASGI `__call__`, `Route(path, endpoint)`) or named otherwise is not a "
         "request path unless `request-names` names it, and a helper reached only from another file is not "
@@ -100,6 +101,15 @@ class LongWaitInRequestPath(Rule):
 
                 async def _wait_for_slot(self):
                     await asyncio.wait_for(self._slot_free.wait(), timeout=300)  # expect: INV101
+        '''),
+        Invalid('''
+            import asyncio
+
+            DEFAULT_TIMEOUT = 300.0
+
+            async def create_completion(engine, request):
+                timeout = request.timeout or DEFAULT_TIMEOUT
+                return await asyncio.wait_for(engine.generate(request.prompt), timeout=timeout)  # expect: INV101
         '''),
         Invalid('''
             import asyncio
@@ -161,6 +171,15 @@ class LongWaitInRequestPath(Rule):
 
             async def handle(engine, request, deadline):
                 return await asyncio.wait_for(engine.generate(request), timeout=deadline)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def create_completion(engine, request):
+                if engine.busy():
+                    raise Busy(retry_after=1)
+                timeout = request.timeout or 5
+                return await asyncio.wait_for(engine.generate(request.prompt), timeout=timeout)
         '''),
         Valid('''
             import asyncio
@@ -240,10 +259,34 @@ class LongWaitInRequestPath(Rule):
     def _is_io(self, awaited: cst.BaseExpression | None) -> bool:
         return isinstance(awaited, cst.Call) and matches_name(dotted(awaited.func), self.opts["io-names"])
 
+    def _seconds(self, value: cst.BaseExpression) -> float | None:
+        """A constant timeout, or the default a local name falls back to.
+
+        `timeout = request.timeout or DEFAULT_TIMEOUT` waits DEFAULT_TIMEOUT for every
+        request that does not say otherwise: the default is what the code promises.
+        """
+        if isinstance(value, cst.Name) and value.value not in self.ctx.facts.constants:
+            value = self._local_value(value.value) or value
+        while isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or):
+            value = value.right
+        return number(value, self.ctx.facts.constants)
+
+    def _local_value(self, name: str) -> cst.BaseExpression | None:
+        """The value of the one assignment to `name` in the enclosing def, if it has exactly one."""
+        frame = self.ctx.scope.function()
+        if frame is None:
+            return None
+        values = [
+            n.value for n in descendants(frame.node, OWN_BODY_STOP)
+            if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name
+                                                 for t in n.targets)
+        ]
+        return values[0] if len(values) == 1 else None
+
     def _judge(self, node: cst.Call, name: str, value: cst.BaseExpression | None,
                awaited: list[cst.BaseExpression | None]) -> None:
         limit = float(self.opts["max-seconds"])
-        seconds = None if value is None else number(value, self.ctx.facts.constants)
+        seconds = None if value is None else self._seconds(value)
         if seconds is None or seconds <= limit:
             return
         functions = tuple(id(f.node) for f in self.ctx.scope.frames if f.kind in FUNCTION_KINDS)

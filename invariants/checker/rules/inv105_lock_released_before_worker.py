@@ -44,14 +44,16 @@ class LockReleasedBeforeWorker(Rule):
     lock while the worker thread is still inside MLX. The next request takes the
     lock and enters MLX alongside it, and Metal aborts ("A command encoder is
     already encoding to this command buffer"). The lock must stay held until the
-    worker returns: run it as a task, await it through `asyncio.shield`, and on
+    worker returns: run it as a task, await it through a shield (`asyncio.shield`, or
+    from CPython 3.14 a helper that waits on a plain future, see INV117), and on
     cancellation await the task again before re-raising."""
 
     id = "INV105"
     catches = "a worker thread awaited inside `async with lock` without shield + drain on cancel"
     message = (
         "cancelling this await leaves `async with {lock}` while the worker thread still runs: "
-        "create a task, `await asyncio.shield(task)`, and on CancelledError keep awaiting it until done, then re-raise"
+        "create a task, await it through a shield (`asyncio.shield`; on CPython 3.14+ a `shield_task` helper, "
+        "INV117), and on CancelledError keep awaiting it until done, then re-raise"
     )
     known_problems = (
         "Sees the worker only when it is awaited in the lock's block itself (directly, through "
@@ -97,11 +99,11 @@ class LockReleasedBeforeWorker(Rule):
                     async with self._mlx_lock:
                         task = asyncio.create_task(asyncio.to_thread(step))
                         try:
-                            return await asyncio.shield(task)
+                            return await shield_task(task)  # asyncio.shield, quiet on CPython 3.14 (INV117)
                         except asyncio.CancelledError:
                             while not task.done():  # a second cancel must not end the drain
                                 try:
-                                    await asyncio.shield(task)
+                                    await shield_task(task)
                                 except asyncio.CancelledError:
                                     continue
                                 except Exception:
@@ -193,7 +195,9 @@ class LockReleasedBeforeWorker(Rule):
         if not locks:
             return
         expr = node.expression
-        shielded = isinstance(expr, cst.Call) and self.ctx.resolve(expr.func) == "asyncio.shield"
+        shielded = isinstance(expr, cst.Call) and (
+            self.ctx.resolve(expr.func) == "asyncio.shield" or "shield" in (terminal(expr.func) or "").lower()
+        )
         if shielded:
             expr = positional(expr, 0)
         task = expr.value if isinstance(expr, cst.Name) else None

@@ -18,7 +18,8 @@ _KEEPS_WORKER = frozenset({"asyncio.shield", "asyncio.wait", "asyncio.tasks.shie
 # Waits that pass a cancellation on to what they wait for.
 _CANCELS_WORKER = frozenset({"asyncio.gather", "asyncio.wait_for", "asyncio.tasks.gather", "asyncio.tasks.wait_for"})
 LOOP_IT = ("await it until it is done, whatever cancels you meanwhile: `while not {w}.done(): try: await "
-           "asyncio.shield({w}) except asyncio.CancelledError: continue`, then re-raise")
+           "shield_task({w}) except asyncio.CancelledError: continue`, then re-raise (`shield_task`: a shield that "
+           "waits on a plain future; `asyncio.shield` there logs {w}'s error on CPython 3.14+, see INV117)")
 LOG_IT = "log it (exc_info=True), then re-raise the CancelledError"
 
 
@@ -87,10 +88,10 @@ class CancellationDrainHidesErrors(Rule):
             async def read_entry(read, release_budget):
                 worker = asyncio.ensure_future(asyncio.to_thread(read))
                 try:
-                    return await asyncio.shield(worker)
+                    return await shield_task(worker)
                 except asyncio.CancelledError:
                     try:
-                        await asyncio.shield(worker)  # expect: INV106
+                        await shield_task(worker)  # expect: INV106
                     except Exception:
                         logger.warning("read failed while draining", exc_info=True)
                     release_budget()
@@ -130,11 +131,11 @@ class CancellationDrainHidesErrors(Rule):
             async def run(step):
                 task = asyncio.create_task(asyncio.to_thread(step))
                 try:
-                    return await asyncio.shield(task)
+                    return await shield_task(task)
                 except asyncio.CancelledError:
                     while not task.done():
                         try:
-                            await asyncio.shield(task)
+                            await shield_task(task)
                         except asyncio.CancelledError:
                             continue
                         except Exception:
@@ -147,11 +148,11 @@ class CancellationDrainHidesErrors(Rule):
             async def read_entry(read, release_budget):
                 worker = asyncio.ensure_future(asyncio.to_thread(read))
                 try:
-                    return await asyncio.shield(worker)
+                    return await shield_task(worker)
                 except asyncio.CancelledError:
                     while not worker.done():
                         try:
-                            await asyncio.shield(worker)
+                            await shield_task(worker)
                         except asyncio.CancelledError:
                             continue
                         except Exception:

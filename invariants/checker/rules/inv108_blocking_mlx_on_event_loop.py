@@ -16,16 +16,36 @@ class BlockingMlxOnEventLoop(Rule):
     overlap with the owner's work inside Metal. A `BatchGenerator` built there
     binds its generation stream to the loop thread, and stepping it on the owner
     thread later fails with "There is no Stream(gpu, 1) in current thread". Hand
-    the work to the owner thread and await its result."""
+    the work to the owner thread and await its result.
+
+    Engines reach MLX through their own wrappers, so these count too: a model's
+    `generate`/`chat` (and a loop over its `stream_generate`/`stream_chat`) on a
+    receiver named like the model (model-names), `insert`/`remove`/`next` of a
+    batch generator built here or named like one (batch-generator-names), the
+    project's own MLX calls (mlx-calls, `scheduler.step` by default), and a sync
+    def of the same file that makes any of these calls, directly or through other
+    defs of the file: vllm-mlx's `_engine_loop` stepped the scheduler inline this
+    way (engine_core.py@4b06de6:192, and through `_step_on_model_thread()` at
+    4b654c0:326), and its first SimpleEngine called `self._model.generate(...)`
+    straight from `async def generate` under a `wait_for` that could never fire
+    (engine/simple.py@1740909:123). Loading weights is left out: at start-up
+    nothing else is being served (INV119 judges a load that also runs on a
+    worker)."""
 
     id = "INV108"
-    catches = "mlx-lm generation, mx.eval/synchronize or an MLX generator loop in an async def"
+    catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's generate/chat, a "
+               "scheduler step or a sync helper that makes one, in an async def")
     message = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
     known_problems = (
-        "Sees direct calls in the async def body only: a sync helper that calls `mx.eval`, called from an "
-        "async def, is not followed. `mx.async_eval` and array methods such as `.item()` are not judged."
+        "Follows sync helpers only within the file (by name, or `self.name` in the same class); a helper "
+        "in another module is not followed. Wrappers are recognised by name (model-names, "
+        "batch-generator-names, mlx-calls), so a differently named model or scheduler is not seen, and a "
+        "model-named object whose `generate` is not MLX is flagged. `mx.async_eval`, array methods such as "
+        "`.item()`, and a single MLX op such as `mx.array(...)` are not judged here. When the loop steps an "
+        "object itself (its `next`/`step` runs in an async def), only the steps are reported, not the other "
+        "calls on that object there (its `close()` at shutdown)."
     )
-    triggers = (("async",), ("mlx",))
+    triggers = (("async",), ("mlx", "model", "generat", "scheduler"))
 
     INVALID = [
         Invalid('''
@@ -61,8 +81,69 @@ class BlockingMlxOnEventLoop(Rule):
                     await self._owner.started()
                     self._owner.generator = BatchGenerator(self._owner.model)  # expect: INV108
         '''),
+        Invalid('''
+            class SimpleEngine:
+                async def chat(self, messages, timeout):
+                    output = self._model.chat(messages=messages)  # expect: INV108
+                    return output.text
+        '''),
+        Invalid('''
+            import asyncio
+            import mlx.core as mx
+
+            class EngineCore:
+                def _step_inline(self):
+                    output = self.scheduler.step()
+                    mx.clear_cache()
+                    return output
+
+                async def _engine_loop(self):
+                    while self._running:
+                        self._publish(self._step_inline())  # expect: INV108
+                        await asyncio.sleep(0)
+        '''),
+        Invalid('''
+            class SimpleEngine:
+                async def stream_chat(self, messages):
+                    for chunk in self._model.stream_chat(messages=messages):  # expect: INV108
+                        yield chunk.text
+        '''),
+        Invalid('''
+            class MlxServicer:
+                def __init__(self, batch_generator):
+                    self._batch_generator = batch_generator
+
+                async def Abort(self, request, context):
+                    self._batch_generator.remove([request.uid])  # expect: INV108
+        '''),
+        Invalid('''
+            class MLLMScheduler:
+                def step(self):
+                    return self.batch_generator.next()
+
+                async def _process_loop(self):
+                    while self._running:
+                        self._publish(self.step())  # expect: INV108
+
+                async def stop(self):
+                    self._running = False
+                    self.batch_generator.close()
+        '''),
     ]
     VALID = [
+        Valid('''
+            class MLLMScheduler:
+                def step(self):
+                    return self.batch_generator.next()
+
+                async def _process_loop(self):
+                    while self._running:
+                        self._publish(await self._owner.run(self.step))
+
+                async def stop(self):
+                    self._running = False
+                    await self._owner.run(self.batch_generator.close)
+        '''),
         Valid('''
             import asyncio
             import mlx.core as mx
@@ -106,17 +187,68 @@ class BlockingMlxOnEventLoop(Rule):
                     mx.eval(model(tokens))
                 return run
         '''),
+        Valid('''
+            class SimpleEngine:
+                async def chat(self, messages, timeout):
+                    output = await self._owner.run(self._model.chat, messages=messages)
+                    return output.text
+        '''),
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+            from concurrent.futures import ThreadPoolExecutor
+
+            class EngineCore:
+                def __init__(self):
+                    self._mlx_executor = ThreadPoolExecutor(max_workers=1)
+
+                def _step_on_worker(self):
+                    output = self.scheduler.step()
+                    mx.clear_cache()
+                    return output
+
+                async def _engine_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while self._running:
+                        self._publish(await loop.run_in_executor(self._mlx_executor, self._step_on_worker))
+        '''),
+        Valid('''
+            class SimpleEngine:
+                async def stream_chat(self, messages):
+                    async for chunk in self._owner.stream(self._model.stream_chat, messages=messages):
+                        yield chunk.text
+        '''),
+        Valid('''
+            class MlxServicer:
+                def __init__(self, batch_generator):
+                    self._batch_generator = batch_generator
+
+                async def Abort(self, request, context):
+                    self._removals.put_nowait(request.uid)
+                    self._batch_generator.stats()
+        '''),
+        Valid('''
+            from mlx_lm import load
+
+            async def serve(path):
+                model, tokenizer = load(path)
+                await run_server(model, tokenizer)
+        '''),
     ]
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
         self.calls: list[tuple[CallSite, cst.CSTNode | None]] = []
         self.loops: list[tuple[cst.For, cst.CSTNode | None]] = []
+        self.awaited: set[int] = set()
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.awaited.add(id(node.expression))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.in_async:
             func = node.func
-            self.calls.append((CallSite(node, self.ctx.resolve(func), dotted(func), None), self.ctx.statement))
+            self.calls.append((CallSite(node, self.ctx.resolve(func), dotted(func), self.ctx.key(func)), self.ctx.statement))
 
     def visit_For(self, node: cst.For) -> None:
         if self.ctx.in_async and node.asynchronous is None:
@@ -124,12 +256,47 @@ class BlockingMlxOnEventLoop(Rule):
             self.loops.append((node, self.ctx.statement))
 
     def end(self) -> None:
+        found: list[tuple[CallSite, cst.CSTNode | None, str, str | None]] = []  # site, statement, what, step
         for site, statement in self.calls:
-            what = mlx_api.blocking(site, self.ctx)
-            if what:
-                self.ctx.report_at(self.id, site.node, statement, self.message.format(what=f"`{what}`"))
+            if id(site.node) in self.awaited:
+                continue  # a coroutine: `await self._model.generate(...)` does not block
+            direct = mlx_api.blocking(site, self.ctx, loads=False)
+            if direct:
+                found.append((site, statement, f"`{direct}`", direct))
+            else:
+                step = self._through_helper(site)
+                if step:
+                    found.append((site, statement, f"`{site.text}()`, which calls `{step}`,", step))
+        # An object the loop steps itself (`self.step()` -> `self.batch_generator.next()`) belongs to
+        # the loop: that step is the finding, and closing or trimming it there adds no new hazard.
+        owned = {step.rsplit(".", 1)[0] for _, _, _, step in found if step and _steps(step)}
+        for site, statement, what, _ in found:
+            func = site.node.func
+            if isinstance(func, cst.Attribute) and not _steps(site.text or "") and dotted(func.value) in owned:
+                continue
+            self.ctx.report_at(self.id, site.node, statement, self.message.format(what=what))
         for loop, statement in self.loops:
             if mlx_api.is_mlx_generator(loop.iter, self.ctx):
                 text = dotted(loop.iter.func) if isinstance(loop.iter, cst.Call) else dotted(loop.iter)
                 what = f"iterating `{text or 'an MLX generator'}`"
                 self.ctx.report_at(self.id, loop, statement, self.message.format(what=what))
+
+    def _through_helper(self, site: CallSite) -> str | None:
+        """`self._step()` where `_step` is a sync def of this file that (transitively) runs MLX: what it runs."""
+        if mlx_api.is_load(site):
+            return None  # a model loader: start-up work, whatever it evaluates on the way
+        facts = self.ctx.facts
+        direct = lambda inner: mlx_api.runs_mlx(inner, self.ctx, loads=False)  # noqa: E731
+        for helper in facts.by_key.get(site.key or "", ()):
+            node = helper.node
+            if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
+                continue
+            found = facts.first_reaching(helper, direct)
+            if found:
+                return found
+        return None
+
+
+def _steps(call: str) -> bool:
+    """`self.batch_generator.next`, `self.scheduler.step`: a call that advances generation."""
+    return call.rsplit(".", 1)[-1] in ("next", "next_generated", "step")

@@ -66,7 +66,7 @@ class CancellationSwallowed(Rule):
                 async def _engine_loop(self):
                     while self._running:
                         try:
-                            self.scheduler.step()
+                            await self._step_once()
                             await asyncio.sleep(0.001)
                         except asyncio.CancelledError:
                             break  # expect: INV112
@@ -122,7 +122,7 @@ class CancellationSwallowed(Rule):
                 async def _engine_loop(self):
                     while self._running:
                         try:
-                            self.scheduler.step()
+                            await self._step_once()
                             await asyncio.sleep(0.001)
                         except asyncio.CancelledError:
                             raise

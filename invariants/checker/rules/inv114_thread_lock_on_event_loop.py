@@ -88,7 +88,7 @@ class ThreadLockOnEventLoop(Rule):
                 async def Abort(self, request, context):
                     uid = self._uids.get(request.request_id)
                     with self._gen_lock:  # expect: INV114
-                        self.batch_generator.remove([uid])
+                        self._aborted.add(uid)
         '''),
         Invalid('''
             from threading import RLock as _RLock

@@ -28,6 +28,11 @@ class _Join:
 class _Function:
     joins: list[_Join] = field(default_factory=list)
     checks: dict[str, int] = field(default_factory=dict)  # receiver key -> order of its last is_alive() call
+    # Names read by an `assert` or an `if` test, with the order they were read at: a test of
+    # what the thread's target wrote (`assert answers[0].ok`) tells whether it finished.
+    tested: list[tuple[int, set[str]]] = field(default_factory=list)
+    # Statements that do more than log or return: their order and the names they use.
+    acting: list[tuple[int, set[str]]] = field(default_factory=list)
     polling: list[set[str]] = field(default_factory=list)  # keys whose is_alive() the enclosing while loops test
     members: dict[str, str] = field(default_factory=dict)  # loop variable -> the collection it runs over
 
@@ -40,9 +45,12 @@ class ThreadJoinUnchecked(Rule):
     model down, a cache writer still spilling into an index already closed.
     vllm-mlx's SSD cache tier did exactly that in `close()`
     (ssd_cache.py@61fab4b:1230: join(timeout=5.0), then close the index), fixed in
-    2cd2230 to check `is_alive()` and raise; smg's MLX servicer still stops its
-    generation loop with `self._gen_thread.join(timeout=5.0)` and never looks
-    again (servicer.py `stop_generation_loop`, the teardown of the corpus's S2e)."""
+    2cd2230 to check `is_alive()` and raise. What counts as checking: `is_alive()`
+    after the join, or an `assert`/`if` on what the thread's target writes (a test
+    that joins a client thread, then asserts on the answer it appended). A join
+    that nothing after it relies on is a bounded wait and is not judged: only
+    logging follows, or (when the thread's code is in the file) what follows
+    touches nothing the thread's target or its `args` use."""
 
     id = "INV115"
     catches = "`thread.join(timeout)` with no `is_alive()` check after it in the same function"
@@ -55,7 +63,12 @@ class ThreadJoinUnchecked(Rule):
         "`thread`; a Thread subclass joining itself (`self.join(5)`) and multiprocessing processes are not "
         "judged. Any `is_alive()` of the same thread later in the function counts, as does one in the test "
         "of an enclosing `while` loop; for a loop variable, an `is_alive()` of any member of the same "
-        "collection (`[t for t in threads if t.is_alive()]`) counts."
+        "collection (`[t for t in threads if t.is_alive()]`) counts. So does an `assert` or `if` after the join "
+        "that reads a name the thread's target (a lambda, or a def of this file) uses, whether or not that "
+        "test really tells the thread finished. A join followed only by logging, or by statements sharing no "
+        "name or attribute with the thread's code (when that code is in this file), is not judged, even when "
+        "the caller goes on to tear down what the thread uses; a shared name that means something else "
+        "counts as relying on the thread."
     )
     triggers = ((".join(",), ("thread", "Thread"))
 
@@ -72,7 +85,7 @@ class ThreadJoinUnchecked(Rule):
                     self._shutdown_event.set()
                     if self._gen_thread and self._gen_thread.is_alive():
                         self._gen_thread.join(timeout=5.0)  # expect: INV115
-                    logger.info("Generation loop stopped")
+                    self.batch_generator.close()
         '''),
         Invalid('''
             from threading import Thread
@@ -87,6 +100,7 @@ class ThreadJoinUnchecked(Rule):
             def close(self):
                 self._stop.set()
                 self._writer_thread.join(timeout=2.0)  # expect: INV115
+                self._index.close()
         '''),
         Invalid('''
             import threading
@@ -96,6 +110,15 @@ class ThreadJoinUnchecked(Rule):
                 for thread in new:
                     thread.join(timeout=2.0)  # expect: INV115
                 trace.record("threads-joined", len(new))
+        '''),
+        Invalid('''
+            import threading
+
+            def test_client_transcript(url, transcript):
+                client = threading.Thread(target=lambda: transcript.write(post(url).text))
+                client.start()
+                client.join(30)  # expect: INV115
+                transcript.close()
         '''),
     ]
     VALID = [
@@ -112,8 +135,8 @@ class ThreadJoinUnchecked(Rule):
                     if self._gen_thread and self._gen_thread.is_alive():
                         self._gen_thread.join(timeout=5.0)
                         if self._gen_thread.is_alive():
-                            logger.error("generation thread did not stop within 5 s")
-                    logger.info("Generation loop stopped")
+                            raise RuntimeError("generation thread did not stop within 5 s")
+                    self.batch_generator.close()
         '''),
         Valid('''
             from threading import Thread
@@ -130,6 +153,7 @@ class ThreadJoinUnchecked(Rule):
                 while self._writer_thread.is_alive():
                     self._writer_thread.join(timeout=2.0)
                     logger.info("still waiting for the cache writer")
+                self._index.close()
         '''),
         Valid('''
             import threading
@@ -140,6 +164,42 @@ class ThreadJoinUnchecked(Rule):
                     thread.join(timeout=2.0)
                 alive = [t.name for t in new if t.is_alive()]
                 trace.record("threads-joined", len(new), alive)
+        '''),
+        Valid('''
+            import threading
+
+            def test_stream_survives_shutdown(url, server):
+                answers = []
+                client = threading.Thread(target=lambda: answers.append(post(url)))
+                client.start()
+                server.terminate()
+                client.join(30)
+                assert answers[0].status_code == 200
+                assert server.wait(30) == 0
+        '''),
+        Valid('''
+            import threading
+
+            class MlxServicer:
+                def stop_generation_loop(self):
+                    self._shutdown_event.set()
+                    if self._gen_thread and self._gen_thread.is_alive():
+                        self._gen_thread.join(timeout=5.0)
+                    logger.info("Generation loop stopped")
+        '''),
+        Valid('''
+            import threading
+
+            def serve(server_args, scheduler_procs):
+                warmup = threading.Thread(target=_warmup, args=(server_args,))
+                warmup.start()
+                run_until_stopped()
+                warmup.join(timeout=5.0)
+                for proc in scheduler_procs:
+                    proc.terminate()
+
+            def _warmup(server_args):
+                send_warmup_request(server_args.url)
         '''),
         Valid('''
             import os
@@ -186,6 +246,22 @@ class ThreadJoinUnchecked(Rule):
 
     def visit_While(self, node: cst.While) -> None:
         self._here().polling.append(self._alive_checks(node.test))
+        self._tests(node.test)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._tests(node.test)
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._tests(node.test)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if not all(_only_reports(small) for small in node.body):
+            self.order += 1
+            self._here().acting.append((self.order, _names(node)))
+
+    def _tests(self, test: cst.BaseExpression) -> None:
+        self.order += 1
+        self._here().tested.append((self.order, _names(test)))
 
     def leave_While(self, node: cst.While) -> None:
         self._here().polling.pop()
@@ -214,6 +290,14 @@ class ThreadJoinUnchecked(Rule):
                 checked = any(function.checks.get(k, 0) > join.order for k in join.keys)
                 if join.polled or checked or not self._is_thread(join.receiver):
                     continue
+                used = self._target_names(join.receiver)
+                after = [names for order, names in function.acting if order > join.order]
+                # Nothing after the join relies on the thread having stopped: only logging, or (when the
+                # thread's code is known) statements that touch nothing the thread uses.
+                if not after or (used is not None and not any(names & used for names in after)):
+                    continue
+                if used and any(order > join.order and names & used for order, names in function.tested):
+                    continue
                 thread = dotted(join.receiver) or "the thread"
                 message = self.message.format(call=f"{thread}.join(...)", thread=thread)
                 self.ctx.report_at(self.id, join.call, join.statement, message)
@@ -228,11 +312,57 @@ class ThreadJoinUnchecked(Rule):
                     keys.add(key)
         return keys
 
+    def _target_names(self, receiver: cst.BaseExpression) -> set[str] | None:
+        """The names and attributes the thread's target (a lambda, or a def of this file) and its
+        `args` use; None when the target's code is not in this file."""
+        names: set[str] = set()
+        known = False
+        for assignment in self.ctx.facts.assigned.get(self.ctx.key(receiver) or "", ()):
+            if assignment.call_qual not in _THREADS or not isinstance(assignment.value, cst.Call):
+                continue
+            target = keyword(assignment.value, "target")
+            bodies = [target] if isinstance(target, cst.Lambda) else [
+                f.node for f in self.ctx.facts.by_key.get(dotted(target) or "", ())
+            ] if target is not None else []
+            for body in bodies:
+                known = True
+                names |= _names(body)
+            args = keyword(assignment.value, "args")
+            if args is not None:
+                names |= _names(args)
+        return names if known else None
+
     def _is_thread(self, receiver: cst.BaseExpression) -> bool:
         built = self.ctx.facts.constructed_by(self.ctx.key(receiver))
         if built:
             return bool(built & _THREADS)
         return matches_name(dotted(receiver), _THREAD_NAMES)
+
+
+_COMMON = frozenset({"self", "cls", "logger", "print", "len", "range", "True", "False", "None", "str"})
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    """Names and attribute names used in `node`, without the ones every statement shares (`self`)."""
+    found = set()
+    for n in [node, *descendants(node)]:
+        if isinstance(n, cst.Name):
+            found.add(n.value)
+        elif isinstance(n, cst.Attribute):
+            found.add(n.attr.value)
+    return found - _COMMON
+
+
+def _only_reports(small: cst.BaseSmallStatement) -> bool:
+    """`logger.info(...)`, `print(...)`, `return`, `pass`: a statement nothing else depends on."""
+    if isinstance(small, cst.Pass):
+        return True
+    if isinstance(small, cst.Return):
+        return small.value is None
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        name = dotted(small.value.func) or ""
+        return name == "print" or name.split(".", 1)[0] in ("logger", "log", "logging", "_logger", "LOGGER")
+    return False
 
 
 def _has_timeout(call: cst.Call) -> bool:

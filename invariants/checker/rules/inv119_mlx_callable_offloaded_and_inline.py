@@ -1,0 +1,169 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import handoff
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+
+
+@dataclass
+class _Coroutine:
+    inline: list[tuple[CallSite, cst.CSTNode | None]] = field(default_factory=list)
+    handed: dict[str, str] = field(default_factory=dict)  # callable key -> the call it was handed to
+
+
+class MlxCallableOffloadedAndInline(Rule):
+    """One coroutine that sends an MLX callable to a worker thread in one branch
+    and calls it inline on the event loop in another runs the same MLX work on two
+    threads. Its arrays and caches are then made on one thread's stream and used
+    on the other's ("There is no Stream(gpu, N) in current thread"), and an inline
+    call can overlap a worker call still inside Metal. vllm-mlx's `_engine_loop`
+    sent `self.scheduler.step` to its executor for prefill and called it inline
+    for decode (engine_core.py@4b06de6:188-192, fixed in 0d8c6d1 by always
+    stepping on the worker; INV108 reports that one, as it blocks the loop too); `BatchedEngine.start` loaded the model inline on the
+    loop in one branch and through the start-up worker in the other while the
+    engine stepped on its own worker (engine/batched.py@c65c356:265, fixed in
+    ff3669a by loading on the stepping worker). Pick one thread for the callable
+    and always use it."""
+
+    id = "INV119"
+    catches = "an MLX callable both handed to a worker and called inline in the same coroutine"
+    message = (
+        "`{call}()` runs inline on the event loop thread, but this coroutine also hands `{name}` to "
+        "`{handoff}`: the same MLX work ({what}) runs on two threads, splitting its arrays and stream between "
+        "them; run it on the one worker every time"
+    )
+    known_problems = (
+        "An inline call that blocks the loop with MLX (a generation, a scheduler step) is left to INV108, "
+        "which reports it; this rule reports the rest (a load, a cache clear, an array op). "
+        "Judges one coroutine at a time: a callable offloaded in one coroutine and called inline in another "
+        "is not seen. A callable counts as handed to a worker when it is passed to asyncio.to_thread, "
+        "run_in_executor or an executor's submit, or to any awaited call (a project helper such as "
+        "`run_blocking_startup_work(fn)`), which is assumed to run it elsewhere. It counts as MLX when it "
+        "is a known MLX call (mlx-calls, a model's generate/chat, a loader) or a def of this file that "
+        "makes one."
+    )
+    triggers = (("async",),)
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+            import mlx.core as mx
+
+            class EngineCore:
+                def _free_buffers(self):
+                    mx.clear_cache()
+
+                async def _engine_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while self._running:
+                        await loop.run_in_executor(self._step_executor, self._step)
+                        if self._under_pressure():
+                            await loop.run_in_executor(self._step_executor, self._free_buffers)
+                        elif self._idle():
+                            self._free_buffers()  # expect: INV119
+        ''', options={"owner-executors": ["self._step_executor"]}),
+        Invalid('''
+            from mlx_lm import load
+
+            class BatchedEngine:
+                def prepare_for_start(self):
+                    self._model, self._tokenizer = load(self._model_name)
+
+                async def start(self):
+                    if self._uses_default_prepare():
+                        self.prepare_for_start()  # expect: INV119
+                    else:
+                        await run_blocking_startup_work(self.prepare_for_start)
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+
+            class EngineCore:
+                def _free_buffers(self):
+                    mx.clear_cache()
+
+                async def _engine_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while self._running:
+                        await loop.run_in_executor(self._step_executor, self._step)
+                        if self._under_pressure() or self._idle():
+                            await loop.run_in_executor(self._step_executor, self._free_buffers)
+        ''', options={"owner-executors": ["self._step_executor"]}),
+        Valid('''
+            from mlx_lm import load
+
+            class BatchedEngine:
+                def prepare_for_start(self):
+                    self._model, self._tokenizer = load(self._model_name)
+
+                async def start(self):
+                    await run_blocking_startup_work(self.prepare_for_start, executor=self._step_worker)
+        '''),
+        Valid('''
+            class Engine:
+                async def submit(self, request):
+                    self._validate(request)
+                    await self._queue.put(self._validate)
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.coroutines: dict[int, _Coroutine] = {}
+        self.awaited: set[int] = set()
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.awaited.add(id(node.expression))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.ctx.in_async:
+            return
+        ctx = self.ctx
+        here = self.coroutines.setdefault(id(ctx.scope.top.node), _Coroutine())
+        func = node.func
+        awaited = id(node) in self.awaited
+        if isinstance(func, cst.Name | cst.Attribute) and not awaited:
+            here.inline.append((CallSite(node, ctx.resolve(func), dotted(func), ctx.key(func)), ctx.statement))
+        if awaited or handoff(node, ctx) is not None:
+            for arg in node.args:
+                if isinstance(arg.value, cst.Name | cst.Attribute):
+                    key = ctx.key(arg.value)
+                    if key:
+                        here.handed.setdefault(key, dotted(func) or "a worker")
+
+    def end(self) -> None:
+        for coroutine in self.coroutines.values():
+            for site, statement in coroutine.inline:
+                target = coroutine.handed.get(site.key or "")
+                if target is None:
+                    continue
+                if self._found(site, lambda inner: mlx_api.runs_mlx(inner, self.ctx, loads=False)):
+                    continue  # blocking MLX on the loop: INV108 reports it
+                what = self._found(site, lambda inner: mlx_api.runs_mlx(inner, self.ctx) or mlx_api.reaches(inner, self.ctx))
+                if what:
+                    message = self.message.format(call=site.text, name=site.text, handoff=target, what=what)
+                    self.ctx.report_at(self.id, site.node, statement, message)
+
+    def _found(self, site: CallSite, direct: Callable[[CallSite], str | None]) -> str | None:
+        """What `direct` finds at the call itself, or in the sync def of this file it calls."""
+        found = direct(site)
+        if found:
+            return f"`{found}`"
+        facts = self.ctx.facts
+        for helper in facts.by_key.get(site.key or "", ()):
+            node = helper.node
+            if isinstance(node, cst.FunctionDef) and node.asynchronous is None:
+                found = facts.first_reaching(helper, direct)
+                if found:
+                    return f"`{found}` in `{site.text}`"
+        return None

@@ -1,0 +1,293 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.facts import CallSite, FunctionFacts
+from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.offload import HANDOFF_NAMES, forwarded_handoff, handoff, keyword, unwrap_callable
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+
+_THREADS = frozenset({"threading.Thread"})
+# Loop methods whose callable runs on the event loop thread later.
+_LOOP_CALLBACKS = frozenset({"call_soon", "call_soon_threadsafe", "call_later", "call_at", "add_done_callback"})
+
+
+class MlxOnLoopBesideWorker(Rule):
+    """Metal allows one thread at a time to encode into a command queue. A file
+    that runs MLX on a worker thread (an executor, `to_thread`, a helper that
+    forwards to one, a `Thread` target) and also touches MLX from the event loop
+    has two threads inside Metal whenever a request arrives while the worker
+    steps, and Metal aborts the process ("encodeSignalEvent:value: with
+    uncommitted encoder", "A command encoder is already encoding"). Even building
+    an array (`mx.array(tokens)`) or a prompt cache encodes work. vllm-mlx
+    restored a cached KV prefix with `make_prompt_cache` and `mx.array` on the
+    loop while its worker generated (engine/simple.py@67632e9:1024, fixed in
+    d76f9b3 by building them on the worker), and its MLLM scheduler's
+    `abort_request`, called from the loop, ran `batch_generator.remove` while
+    `step` ran on the executor (mllm_scheduler.py@99a5d5c:429, fixed in 5513615 by
+    queueing the removal for the worker). Do the MLX work on the worker: hand it
+    over, or queue it for the worker's next step."""
+
+    id = "INV120"
+    catches = "MLX touched from the event loop in a file whose worker thread runs MLX"
+    message = "{what} on the event loop thread while {worker} runs MLX on a worker thread: {fix}"
+    known_problems = (
+        "Needs the worker in the same file; a worker started from another module is not seen. From an async "
+        "def it reports the first MLX call that does not block (an array op, a prompt cache, a cache clear), "
+        "with a count of the others in the same coroutine; blocking ones are INV108's. A lazy op that only "
+        "builds a graph is reported like one that encodes work. From a sync def that an async def of the file calls, it reports MLX calls on an object "
+        "(`self.batch_generator`) that the worker's code also uses, so the same defect may carry INV108 at "
+        "the call and INV120 in the helper. A def that itself runs on the worker is not judged, nor is "
+        "anything guarded by a lock or condition the rule cannot see. When one coroutine makes every handoff "
+        "of the file and awaits each, its own MLX and its helpers' are not judged here: it never runs beside "
+        "its worker (INV108 still reports blocking MLX there)."
+    )
+    triggers = (("mlx", "model", "generator", "scheduler"), ("async",))
+
+    INVALID = [
+        Invalid('''
+            import asyncio
+            import mlx.core as mx
+            from mlx_lm.models.cache import make_prompt_cache
+
+            class SimpleEngine:
+                async def stream_generate(self, suffix_tokens, saved_state):
+                    cache = make_prompt_cache(self._text_model)  # expect: INV120
+                    cache[0].state = saved_state
+                    prompt = mx.array(suffix_tokens)
+                    return await self._run_serialized(self._decode, cache, prompt)
+
+                async def _run_serialized(self, func, *args):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._mlx_executor, lambda: func(*args))
+
+                def _decode(self, cache, prompt):
+                    return self._text_model.generate(prompt, cache=cache)
+        '''),
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+
+            class MLLMScheduler:
+                def __init__(self, model):
+                    self.batch_generator = MLLMBatchGenerator(model)
+                    self._executor = ThreadPoolExecutor(max_workers=1)
+
+                def step(self):
+                    return self.batch_generator.next()
+
+                def abort_request(self, uid):
+                    self.batch_generator.remove([uid])  # expect: INV120
+
+                async def _process_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while True:
+                        self._publish(await loop.run_in_executor(self._executor, self.step))
+
+                async def stream_outputs(self, uid, request_task):
+                    request_task.add_done_callback(lambda _: self.abort_request(uid))
+                    async for output in self._outputs(uid):
+                        yield output
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+            from mlx_lm.models.cache import make_prompt_cache
+
+            class SimpleEngine:
+                async def stream_generate(self, suffix_tokens, saved_state):
+                    def restore():
+                        cache = make_prompt_cache(self._text_model)
+                        cache[0].state = saved_state
+                        return cache, mx.array(suffix_tokens)
+
+                    cache, prompt = await self._run_serialized(restore)
+                    return await self._run_serialized(self._decode, cache, prompt)
+
+                async def _run_serialized(self, func, *args):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._mlx_executor, lambda: func(*args))
+
+                def _decode(self, cache, prompt):
+                    return self._text_model.generate(prompt, cache=cache)
+        '''),
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+
+            class MLLMScheduler:
+                def __init__(self, model):
+                    self.batch_generator = MLLMBatchGenerator(model)
+                    self._executor = ThreadPoolExecutor(max_workers=1)
+
+                def step(self):
+                    self.batch_generator.remove(self._drain_removals())
+                    return self.batch_generator.next()
+
+                def abort_request(self, uid):
+                    self.batch_generator.schedule_removal([uid])
+
+                async def _process_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while True:
+                        self._publish(await loop.run_in_executor(self._executor, self.step))
+
+                async def stream_outputs(self, uid, request_task):
+                    request_task.add_done_callback(lambda _: self.abort_request(uid))
+                    async for output in self._outputs(uid):
+                        yield output
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.awaited: set[int] = set()
+        self.statements: dict[int, cst.CSTNode | None] = {}
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.awaited.add(id(node.expression))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # Remember where each call is and the keys of what it is handed, for `end()`.
+        self.statements[id(node)] = self.ctx.statement
+        for arg in node.args:
+            if isinstance(arg.value, cst.Name | cst.Attribute):
+                self.ctx.pin(arg.value)
+
+    def end(self) -> None:
+        facts = self.ctx.facts
+        functions = list(facts.functions.values())
+        workers, label, serial = self._worker_functions(functions)
+        if not workers:
+            return
+        shared = {key for f in workers for s in f.calls if self._touches(s) and (key := _receiver(s, self.ctx))}
+        if not any(self._touches(s) for f in workers for s in f.calls):
+            return
+        worker_ids = {id(f.node) for f in workers}
+        # A coroutine that is the only one handing MLX to the worker, and awaits each handoff, never
+        # runs beside its own worker: its MLX (and its helpers') is judged by INV108 alone.
+        loop_side = [
+            f for f in functions
+            if isinstance(f.node, cst.FunctionDef) and f.node.asynchronous is not None and f is not serial
+        ]
+        callbacks = self._loop_callbacks(functions)
+        for function in loop_side:
+            touched = [
+                (site, what) for site in function.calls
+                if id(site.node) not in self.awaited and not mlx_api.runs_mlx(site, self.ctx, loads=False)
+                and (what := self._touches(site))
+            ]
+            if touched:  # the first one, with a count: one finding per coroutine
+                site, what = touched[0]
+                others = len(touched) - 1
+                more = f" (and {others} more MLX call{'s' if others > 1 else ''} in `{function.key}`)" if others else ""
+                fix = "build it on the worker (hand it over with the work)"
+                self._report(site, f"`{what}` runs MLX{more}", label, fix)
+        for helper, caller in self._helpers(loop_side, callbacks, worker_ids):
+            for site in helper.calls:
+                key = _receiver(site, self.ctx)
+                if key in shared and self._touches(site):
+                    what = f"`{site.text}` runs in `{helper.key}`, which {caller} calls,"
+                    self._report(site, what, label, "queue it for the worker's next step instead")
+
+    def _report(self, site: CallSite, what: str, worker: str, fix: str) -> None:
+        message = self.message.format(what=what, worker=worker, fix=fix)
+        self.ctx.report_at(self.id, site.node, self.statements.get(id(site.node)), message)
+
+    def _touches(self, site: CallSite) -> str | None:
+        if mlx_api.is_load(site):
+            return None  # start-up: the worker has nothing to run yet
+        found = mlx_api.reaches(site, self.ctx)
+        if found:
+            return found
+        qual = site.qual or ""
+        if qual.startswith(("mlx_lm.", "mlx_vlm.")) and not any(w in qual for w in mlx_api.PYTHON_ONLY):
+            return site.text or qual
+        return None
+
+    def _worker_functions(
+        self, functions: list[FunctionFacts]
+    ) -> tuple[list[FunctionFacts], str, FunctionFacts | None]:
+        """The defs that run on a worker thread (handed to one, and what they call), a label for one, and
+        the coroutine that makes every handoff and awaits each, if one does."""
+        ctx = self.ctx
+        facts = ctx.facts
+        roots: list[FunctionFacts] = []
+        label = ""
+        handing: list[tuple[FunctionFacts, bool]] = []  # where each handoff is, and whether it is awaited
+        for function in functions:
+            for site in function.calls:
+                target = None
+                name = terminal(site.node.func)
+                if name in HANDOFF_NAMES:
+                    work = handoff(site.node, ctx)
+                    target = unwrap_callable(work.target, ctx) if work is not None else None
+                elif site.qual in _THREADS:
+                    target = keyword(site.node, "target")
+                else:
+                    work = forwarded_handoff(site.node, ctx)
+                    target = unwrap_callable(work.target, ctx) if work is not None else None
+                if target is None:
+                    continue
+                found = self._functions_of(target)
+                if found:
+                    roots.extend(found)
+                    handing.append((function, site.qual not in _THREADS and id(site.node) in self.awaited))
+                    label = label or (f"`{dotted(target)}`" if dotted(target) else f"a lambda handed to `{site.text or name}`")
+        seen: dict[int, FunctionFacts] = {}
+        stack = roots
+        while stack:
+            current = stack.pop()
+            if id(current.node) not in seen:
+                seen[id(current.node)] = current
+                stack.extend(facts.callees(current))
+        owners = {id(f.node) for f, _ in handing}
+        serial = handing[0][0] if len(owners) == 1 and all(awaited for _, awaited in handing) else None
+        if serial is not None and not (isinstance(serial.node, cst.FunctionDef) and serial.node.asynchronous):
+            serial = None
+        return list(seen.values()), label, serial
+
+    def _functions_of(self, target: cst.BaseExpression) -> list[FunctionFacts]:
+        if isinstance(target, cst.Lambda):
+            found = self.ctx.function_facts(target)
+            return [found] if found else []
+        return list(self.ctx.facts.by_key.get(self.ctx.key(target) or "", ()))
+
+    def _loop_callbacks(self, functions: list[FunctionFacts]) -> list[tuple[FunctionFacts, str]]:
+        """Callables handed to the loop (`call_soon`, `add_done_callback`, ...): they run on its thread."""
+        found = []
+        for function in functions:
+            for site in function.calls:
+                if terminal(site.node.func) in _LOOP_CALLBACKS and site.node.args:
+                    callback = site.node.args[0].value
+                    found.extend((f, f"`{site.text}`") for f in self._functions_of(callback))
+        return found
+
+    def _helpers(self, loop_side: list[FunctionFacts], callbacks: list[tuple[FunctionFacts, str]],
+                 worker_ids: set[int]) -> list[tuple[FunctionFacts, str]]:
+        """Sync defs that async defs of the file, or loop callbacks, call (transitively), with one caller each."""
+        facts = self.ctx.facts
+        found: dict[int, tuple[FunctionFacts, str]] = {}
+        stack = [(callee, f"`{f.key}`") for f in loop_side for callee in facts.callees(f)]
+        stack += [(callee, via) for f, via in callbacks for callee in facts.callees(f)]
+        while stack:
+            current, caller = stack.pop()
+            node = current.node
+            if id(node) in found or id(node) in worker_ids:
+                continue
+            if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
+                continue
+            found[id(node)] = (current, caller)
+            stack.extend((callee, f"`{current.key}`") for callee in facts.callees(current))
+        return list(found.values())
+
+
+def _receiver(site: CallSite, ctx) -> str | None:
+    """The object a method call is made on (`MLLMScheduler.batch_generator`); None for a module's function."""
+    func = site.node.func
+    if not isinstance(func, cst.Attribute) or site.qual is not None:
+        return None
+    return ctx.key(func.value)

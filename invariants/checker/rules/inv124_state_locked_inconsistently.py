@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from mlx_invariants.checker.blocks import Blocks
+from mlx_invariants.checker.locks import is_lock
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.rule import Invalid, Rule, Valid
+
+# Methods that change a dict, set or list in place.
+_MUTATORS = frozenset({
+    "pop", "popitem", "clear", "update", "add", "discard", "remove", "append", "extend", "insert", "setdefault",
+})
+_THREADING = ("threading.", "concurrent.futures.")
+
+
+@dataclass
+class _Write:
+    node: cst.CSTNode
+    statement: cst.CSTNode | None
+    function: str
+    locks: frozenset[str]
+
+
+class StateLockedInconsistently(Rule):
+    """State that two threads change needs one lock for every change. When a
+    class changes a dict or set under a lock in one method (the generation thread
+    maps a request to its batch uid under `_gen_lock`) and without any lock in
+    another (an `Abort` handler on the event loop pops the same mapping), the two
+    interleave: an abort that reads the map between the thread's steps finds
+    nothing and is lost, or removes an entry the thread is about to use. smg's
+    MLX servicer did this with `_request_uid_map` (servicer.py@fbe2497:760),
+    fixed in a41aa6c by leaving every change to the generation thread and having
+    `Abort` only record the id under the lock."""
+
+    id = "INV124"
+    catches = "a container attribute changed under a lock in one method and with no lock in another"
+    message = (
+        "`{attr}` is changed here with no lock, but under `{lock}` in `{other}`: the two can interleave (a "
+        "lost update, an entry used after it was removed); take `{lock}` here too, or leave `{attr}` to one thread"
+    )
+    known_problems = (
+        "Judges in-place changes (`x[k] = v`, `del x[k]`, `x.pop()`, `x.add()`, ...) of `self` attributes in "
+        "files that use threads; reads are not judged, and neither is `__init__`. A lock counts when a `with` "
+        "of a lock (by construction or lock-names) encloses the change in the same def, or every call of that "
+        "def in this file holds one (a private helper of locked methods); a lock taken by a caller in another "
+        "file, or a change made only from one thread by design, is not seen."
+    )
+    triggers = (("threading", "Thread", "Executor"), ("with ",))
+
+    INVALID = [
+        Invalid('''
+            import threading
+
+            class MlxServicer:
+                def __init__(self):
+                    self._gen_lock = threading.Lock()
+                    self._request_uid_map = {}
+                    self._thread = threading.Thread(target=self._generation_loop, daemon=True)
+
+                def _generation_loop(self):
+                    while True:
+                        with self._gen_lock:
+                            for request_id, uid in self._insert_pending():
+                                self._request_uid_map[request_id] = uid
+
+                async def Abort(self, request, context):
+                    uid = self._request_uid_map.pop(request.request_id, None)  # expect: INV124
+                    if uid is not None:
+                        self._aborted.put(uid)
+        '''),
+    ]
+    VALID = [
+        Valid('''
+            import threading
+
+            class MlxServicer:
+                def __init__(self):
+                    self._gen_lock = threading.Lock()
+                    self._pending_lock = threading.Lock()
+                    self._request_uid_map = {}
+                    self._aborted_request_ids = set()
+                    self._thread = threading.Thread(target=self._generation_loop, daemon=True)
+
+                def _generation_loop(self):
+                    while True:
+                        with self._pending_lock:
+                            aborted, self._aborted_request_ids = self._aborted_request_ids, set()
+                        for request_id in aborted:
+                            self._request_uid_map.pop(request_id, None)
+                        for request_id, uid in self._insert_pending():
+                            self._request_uid_map[request_id] = uid
+
+                async def Abort(self, request, context):
+                    with self._pending_lock:
+                        self._aborted_request_ids.add(request.request_id)
+        '''),
+        Valid('''
+            import threading
+
+            class PagedCache:
+                def __init__(self):
+                    self._lock = threading.RLock()
+                    self._by_hash = {}
+
+                def cache_block(self, block):
+                    with self._lock:
+                        self._by_hash[block.hash] = block.id
+
+                def forget(self, block_hash):
+                    with self._lock:
+                        self._by_hash.pop(block_hash, None)
+
+                def allocate(self, count):
+                    with self._lock:
+                        for block in self._free_blocks(count):
+                            self._evict(block)
+
+                def _evict(self, block):
+                    self._by_hash.pop(block.hash, None)
+        '''),
+    ]
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.blocks = Blocks(ctx)
+        self.writes: dict[str, list[_Write]] = {}
+        self.threaded = False
+        # Calls of this file's methods: callee key -> [(caller key, holds a lock there)].
+        self.callers: dict[str, list[tuple[str, bool]]] = {}
+
+    def visit_With(self, node: cst.With) -> None:
+        self.blocks.enter_with(node)
+
+    def leave_With(self, node: cst.With) -> None:
+        self.blocks.leave_with(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        qual = self.ctx.resolve(func)
+        if qual and qual.startswith(_THREADING):
+            self.threaded = True
+        if isinstance(func, cst.Attribute) and func.attr.value in _MUTATORS:
+            self._write(func.value, node)
+        key = self.ctx.key(func)
+        here = self._function_key()
+        if key and here:
+            self.callers.setdefault(key, []).append((here, bool(self._locks())))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Subscript):
+            self._write(node.target.value, node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        if isinstance(node.target, cst.Subscript):
+            self._write(node.target.value, node.target)
+
+    def _write(self, container: cst.BaseExpression, node: cst.CSTNode) -> None:
+        text = dotted(container)
+        frame = self.ctx.scope.function()
+        if not text or not text.startswith("self.") or text.count(".") != 1 or frame is None:
+            return
+        if frame.name == "__init__":
+            return
+        key = self.ctx.key(container)
+        write = _Write(node, self.ctx.statement, self._function_key() or frame.name, self._locks())
+        self.writes.setdefault(key or text, []).append(write)
+
+    def _locks(self) -> frozenset[str]:
+        return frozenset(
+            dotted(w.expr) or "lock" for w in self.blocks.withs if not w.is_async and is_lock(w.expr, self.ctx)
+        )
+
+    def _function_key(self) -> str | None:
+        frame = self.ctx.scope.function()
+        if frame is None:
+            return None
+        owner = self.ctx.scope.method_class()
+        return f"{owner}.{frame.name}" if owner else frame.name
+
+    def _always_locked(self) -> set[str]:
+        """Methods every call of which, in this file, holds a lock (directly or through such a caller)."""
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for callee, sites in self.callers.items():
+                if callee not in found and all(locked or caller in found for caller, locked in sites):
+                    found.add(callee)
+                    changed = True
+        return found
+
+    def end(self) -> None:
+        if not self.threaded:
+            return
+        covered = self._always_locked()
+        for key, writes in self.writes.items():
+            writes = [w for w in writes if w.function not in covered]
+            locked = [w for w in self.writes[key] if w.locks]
+            if not locked:
+                continue
+            attr = key.rsplit(".", 1)[-1]
+            for write in writes:
+                if write.locks:
+                    continue
+                other = next((w for w in locked if w.function != write.function), None)
+                if other is None:
+                    continue
+                message = self.message.format(attr=f"self.{attr}", lock=sorted(other.locks)[0], other=other.function)
+                self.ctx.report_at(self.id, write.node, write.statement, message)

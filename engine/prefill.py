@@ -76,12 +76,16 @@ def prefill(model: Any, prompt: Sequence[int], sampler: Callable[[Any], Any], st
     are computed. With `pad` (and a cache that can be trimmed), each pass is
     padded to `bucket(n)` tokens and the padding trimmed off the cache after
     it, and a prompt that pads to at most SINGLE_PASS_MAX takes one pass.
+    The cache tracks its rows' padding on the host once batched (`kv_cache`),
+    so an unpadded decode step keeps attention on MLX's fused kernel.
     """
     import mlx.core as mx
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+    from mlx_lm.models.cache import can_trim_prompt_cache
+
+    from mlx_invariants.engine.kv_cache import make_decode_cache
 
     with mx.stream(stream):
-        cache = make_prompt_cache(model)
+        cache = make_decode_cache(model)
         pad = pad and can_trim_prompt_cache(cache)
         tokens = mx.array(list(prompt))[None]
         if pad and bucket(tokens.shape[1]) <= SINGLE_PASS_MAX:

@@ -4,7 +4,9 @@
 #   1. carry [".gpuA"]:         bash .gpuA/stage.sh
 #   2. carry [".gpuB", ".whl"]: source .gpuB/activate.sh && bash ci/gpu/run.sh [STAGE ...]
 # Stages: fuzz (both reference routes, `runner` profile), planted (tests/mutants/test_fuzz_kills.py),
-# bench (benchmarks/bench_engine.py --preset 0.5b). Default: all three. A device command may run
+# step (benchmarks/bench_decode_step.py: one decode step taken apart, in-process),
+# bench (benchmarks/bench_engine.py --preset 0.5b: simple, batched and mlx_lm.server at c=1..32,
+# the peer launched with its listen backlog raised, the unmodified one probed). Default: all four. A device command may run
 # 10 minutes, so split them over calls on the warm machine if they do not fit together.
 # Everything lands in $OUT (default fuzz-reports/gpu/), 8 files at most (what a device call
 # returns); ci/gpu/report.py turns those folders into docs/gpu.md.
@@ -12,8 +14,10 @@
 # Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); PLANTED_SHARDS
 # (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540); BENCH_PRESET
 # (default 0.5b), BENCH_PEER (1: also python -m mlx_lm.server, side by side; 0: skip it),
-# BENCH_CONCURRENCY (default 1,2,4,8), BENCH_REPEATS (rounds per concurrency, pooled; default 3),
-# BENCH_MAX_TOKENS (default 128), BENCH_TIMEOUT (s, default 540).
+# BENCH_CONCURRENCY (default auto: 1,2,4,8,16,32 on a GPU), BENCH_SERIAL_MAX (serialized route only up
+# to this c; default 0: every c), BENCH_REPEATS (rounds per concurrency, pooled; default 3),
+# BENCH_MAX_TOKENS (default 128), BENCH_TIMEOUT (s, default 540); STEP_TIMEOUT (s, default 420),
+# STEP_VARIANTS (bench_decode_step.py --variants; default: all of them).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 repo=$(pwd)
@@ -22,7 +26,7 @@ mkdir -p "$out"
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(fuzz planted bench)
+[ ${#stages[@]} -gt 0 ] || stages=(fuzz planted step bench)
 
 # -- set-up: wheels into /tmp/site (where activate.sh put MLX), the checkout itself on the path.
 if ! python3 -c 'import hypothesis, libcst, starlette, uvicorn, httpx, pytest_timeout' 2>/dev/null; then
@@ -79,17 +83,24 @@ sys.exit(not any(e.name == "mlx_invariants" for e in m.entry_points(group="pytes
         cat "$work"/planted-*.log >"$out/planted.log"
         python3 ci/gpu/junit_merge.py "$out/planted.xml" "$work"/planted-*.xml
         ;;
+    step)
+        timeout "${STEP_TIMEOUT:-420}" python3 benchmarks/bench_decode_step.py --preset "${BENCH_PRESET:-0.5b}" \
+            --variants "${STEP_VARIANTS-defaults,MLX_MAX_OPS_PER_BUFFER=64,MLX_MAX_OPS_PER_BUFFER=200,MLX_USE_CUDA_GRAPHS=0}" \
+            --json "$out/step.json" >"$out/step.log" 2>&1
+        code=$?
+        ;;
     bench)
         mkdir -p "$work/bench-logs"
         peer=()
         [ "${BENCH_PEER:-1}" = 1 ] || peer=(--no-peer)
         timeout "${BENCH_TIMEOUT:-540}" python3 benchmarks/bench_engine.py --preset "${BENCH_PRESET:-0.5b}" \
-            ${peer[@]+"${peer[@]}"} --concurrency "${BENCH_CONCURRENCY:-1,2,4,8}" --repeats "${BENCH_REPEATS:-3}" --max-tokens "${BENCH_MAX_TOKENS:-128}" \
+            ${peer[@]+"${peer[@]}"} --concurrency "${BENCH_CONCURRENCY:-auto}" --serial-max "${BENCH_SERIAL_MAX:-0}" \
+            --repeats "${BENCH_REPEATS:-3}" --max-tokens "${BENCH_MAX_TOKENS:-128}" \
             --json "$out/bench.json" --log-dir "$work/bench-logs" >"$out/bench.log" 2>&1
         code=$?
         ;;
     *)
-        echo "unknown stage $stage: fuzz, planted or bench" >&2
+        echo "unknown stage $stage: fuzz, planted, step or bench" >&2
         exit 2
         ;;
     esac

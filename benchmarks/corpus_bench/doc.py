@@ -49,6 +49,13 @@ def head_section(runs: list[HeadRun], verdicts: dict[VerdictKey, str]) -> list[s
              "package folders only. The verdict column is for a reviewer (true bug, acceptable, false positive, "
              "and why); regenerating the doc keeps each verdict whose finding is still reported at the same commit.",
              ""]
+    given = [verdicts.get((run.repo, run.commit[:12], f"{path}:{f.line}", f.rule, f.message), "")
+             for run in runs for path, f in run.findings]
+    if given:
+        # "arguable" counts as false, as the target does.
+        true = sum(v.startswith("true positive") for v in given)
+        lines += [f"Verdicts: {true} of {len(given)} findings are true positives ({100 * true / len(given):.0f} %), "
+                  f"{sum(not v for v in given)} without a verdict yet.", ""]
     for run in runs:
         commit = run.commit[:12]
         lines += [f"### {run.repo} @ {commit}", "",

@@ -168,6 +168,11 @@ def test_regenerating_the_doc_keeps_verdicts_of_findings_still_reported(tmp_path
     after = HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", kept), ("srv/y.py", Finding(31, "INV106", "c"))))
     rows = [line for line in doc.head_section([after], verdicts) if line.startswith("| `")]
     assert rows == ["| `srv/x.py:12` | INV108 | a \\| b | true bug: on the loop |", "| `srv/y.py:31` | INV106 | c |  |"]
+    # The tally counts only verdicts that start "true positive"; the unjudged one is counted as such.
+    tally = doc.head_section([HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", kept), ("srv/y.py", moved)))],
+                             {**verdicts, ("acme/server", "a" * 12, "srv/y.py:30", "INV106", "c"): "true positive: yes"})
+    assert "Verdicts: 1 of 2 findings are true positives (50 %), 0 without a verdict yet." in tally
+    assert "Verdicts: 0 of 2 findings are true positives (0 %), 2 without a verdict yet." in doc.head_section([before], {})
     assert doc.head_section([HeadRun("acme/server", "b" * 40, ("srv",), 3, ((("srv/x.py", kept),)))], verdicts)[-2] \
         .endswith("|  |")  # another commit: judged anew
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
-from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.names import dotted, terminal
 
 if TYPE_CHECKING:
     from mlx_invariants.checker.facts import CallSite
@@ -35,6 +35,8 @@ PYTHON_ONLY = ("tokenizer", "sample_utils", "make_sampler", "make_logits_process
 # (`self._model.chat(...)`) run a whole generation, or return a generator that does.
 MODEL_GENERATION = frozenset({"generate", "chat", "batch_generate"})
 MODEL_STREAMS = frozenset({"stream_generate", "stream_chat", "generate_step"})
+# A model's own weight I/O: every array is evaluated and copied to or from disk (seconds of MLX work).
+MODEL_WEIGHT_SAVES = frozenset({"save_weights"})
 # A BatchGenerator's methods that only read Python state; every other one runs MLX.
 _GENERATOR_HARMLESS = frozenset({"stats", "stream", "prompt_cache_nbytes"})
 # A look-alike generator (an engine's own `MLLMBatchGenerator`, or one known only by
@@ -87,6 +89,17 @@ def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     return bool(ctx.facts.constructed_by(ctx.key(expr)) & GENERATORS)
 
 
+def forward_pass(site: CallSite, ctx: FileContext) -> str | None:
+    """Calling the model object itself (`self.model(x)`, `model(tokens)`): a forward pass, or, for an
+    engine's own model wrapper with a `__call__`, a whole generation. Either way MLX runs on the caller's
+    thread (a lazy forward builds its graph there, on that thread's stream). A capitalised name
+    (`Model(id=...)`) builds an object, usually a schema, and is left out."""
+    func = site.node.func
+    if isinstance(func, cst.Name | cst.Attribute) and not (terminal(func) or "")[:1].isupper() and is_model(func, ctx):
+        return f"{site.text}(...)"
+    return None
+
+
 def is_load(site: CallSite) -> bool:
     """Loading model weights: mlx-lm's `load`, or a call named like a model loader."""
     if site.qual in LOADS:
@@ -111,7 +124,7 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
             return site.text
         if method in _GENERATOR_MLX_METHODS and _looks_like_batch_generator(func.value, ctx):
             return site.text
-        if method in MODEL_GENERATION and is_model(func.value, ctx):
+        if (method in MODEL_GENERATION or method in MODEL_WEIGHT_SAVES) and is_model(func.value, ctx):
             return site.text
     if matches_name(site.text, ctx.shared["mlx-calls"]):
         return site.text

@@ -18,7 +18,11 @@ class BlockingMlxOnEventLoop(Rule):
     thread later fails with "There is no Stream(gpu, 1) in current thread". Hand
     the work to the owner thread and await its result.
 
-    Engines reach MLX through their own wrappers, so these count too: a model's
+    Engines reach MLX through their own wrappers, so these count too: calling the
+    model object itself (`self.model(x)`: a forward pass, or, for an engine's
+    model wrapper, a whole generation; mlx-openai-server's handler called
+    `self.model(...)` from `async def _process_request`,
+    app/handler/mlx_lm.py@a49ee2a:472), a model's `save_weights`, a model's
     `generate`/`chat` (and a loop over its `stream_generate`/`stream_chat`) on a
     receiver named like the model (model-names), `insert`/`remove`/`next` of a
     batch generator built here or named like one (batch-generator-names), the
@@ -33,14 +37,16 @@ class BlockingMlxOnEventLoop(Rule):
     worker)."""
 
     id = "INV108"
-    catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's generate/chat, a "
-               "scheduler step or a sync helper that makes one, in an async def")
+    catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's forward pass, "
+               "generate/chat or save_weights, a scheduler step or a sync helper that makes one, in an async def")
     message = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
     known_problems = (
         "Follows sync helpers only within the file (by name, or `self.name` in the same class); a helper "
         "in another module is not followed. Wrappers are recognised by name (model-names, "
         "batch-generator-names, mlx-calls), so a differently named model or scheduler is not seen, and a "
-        "model-named object whose `generate` is not MLX is flagged. `mx.async_eval`, array methods such as "
+        "model-named object whose `generate` (or whose own call) is not MLX is flagged; a lazy forward pass "
+        "that only builds a graph is reported like a generation. A model's `load_weights` counts as loading "
+        "(left out). `mx.async_eval`, array methods such as "
         "`.item()`, and a single MLX op such as `mx.array(...)` are not judged here. When the loop steps an "
         "object itself (its `next`/`step` runs in an async def), only the steps are reported, not the other "
         "calls on that object there (its `close()` at shutdown)."
@@ -52,9 +58,28 @@ class BlockingMlxOnEventLoop(Rule):
             import mlx.core as mx
 
             async def step(model, tokens):
-                logits = model(tokens)
+                logits = model(tokens)  # expect: INV108
                 mx.eval(logits)  # expect: INV108
                 return logits
+        '''),
+        Invalid('''
+            class Handler:
+                async def complete(self, prompt_ids, cache):
+                    return self.model(input_ids=prompt_ids, prompt_cache=cache)  # expect: INV108
+        '''),
+        Invalid('''
+            class Engine:
+                def _prefill(self, tokens, cache):
+                    return self.model(tokens, cache=cache)
+
+                async def add_request(self, tokens, cache):
+                    self._logits = self._prefill(tokens, cache)  # expect: INV108
+        '''),
+        Invalid('''
+            class ShardEngine:
+                async def save_checkpoint(self, path):
+                    await self.ensure_loaded()
+                    self.model.save_weights(path)  # expect: INV108
         '''),
         Invalid('''
             from mlx_lm import stream_generate
@@ -149,9 +174,23 @@ class BlockingMlxOnEventLoop(Rule):
             import mlx.core as mx
 
             async def step(owner, model, tokens):
-                logits = model(tokens)
+                logits = await owner.run(lambda: model(tokens))
                 await owner.run(lambda: mx.eval(logits))
                 return logits
+        '''),
+        Valid('''
+            from .schemas import Model, ModelList
+
+            async def list_models(handler):
+                return ModelList(data=[Model(id=handler.model_path, owned_by="local")])
+        '''),
+        Valid('''
+            class Handler:
+                async def complete(self, prompt_ids, cache):
+                    return await self.inference_worker.submit(self.model, input_ids=prompt_ids, prompt_cache=cache)
+
+                async def save_checkpoint(self, path):
+                    await self.inference_worker.submit(self.model.save_weights, path)
         '''),
         Valid('''
             import asyncio
@@ -260,7 +299,7 @@ class BlockingMlxOnEventLoop(Rule):
         for site, statement in self.calls:
             if id(site.node) in self.awaited:
                 continue  # a coroutine: `await self._model.generate(...)` does not block
-            direct = mlx_api.blocking(site, self.ctx, loads=False)
+            direct = mlx_api.blocking(site, self.ctx, loads=False) or mlx_api.forward_pass(site, self.ctx)
             if direct:
                 found.append((site, statement, f"`{direct}`", direct))
             else:
@@ -286,7 +325,9 @@ class BlockingMlxOnEventLoop(Rule):
         if mlx_api.is_load(site):
             return None  # a model loader: start-up work, whatever it evaluates on the way
         facts = self.ctx.facts
-        direct = lambda inner: mlx_api.runs_mlx(inner, self.ctx, loads=False)  # noqa: E731
+        def direct(inner: CallSite) -> str | None:
+            return mlx_api.runs_mlx(inner, self.ctx, loads=False) or mlx_api.forward_pass(inner, self.ctx)
+
         for helper in facts.by_key.get(site.key or "", ()):
             node = helper.node
             if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:

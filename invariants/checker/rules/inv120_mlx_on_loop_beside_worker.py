@@ -27,7 +27,17 @@ class MlxOnLoopBesideWorker(Rule):
     `abort_request`, called from the loop, ran `batch_generator.remove` while
     `step` ran on the executor (mllm_scheduler.py@99a5d5c:429, fixed in 5513615 by
     queueing the removal for the worker). Do the MLX work on the worker: hand it
-    over, or queue it for the worker's next step."""
+    over, or queue it for the worker's next step.
+
+    A coroutine's `finally:` is a case of its own: it runs when the coroutine is
+    cancelled (the client leaves, the streaming response closes its generator)
+    in the middle of awaiting a thread handoff, and cancelling that await does
+    not stop the thread. So MLX in the `finally:` of a coroutine that hands work
+    to a thread runs beside that work even when the worker's own MLX is out of
+    sight (it iterates an engine's generator) and every handoff is awaited.
+    mlx-vlm's streaming endpoints called `mx.clear_cache()` in the SSE
+    generator's `finally:` while the generation thread was mid-step
+    (mlx_vlm/server/openai.py@784976c:1103, fixed in f3bc6e8 by dropping it)."""
 
     id = "INV120"
     catches = "MLX touched from the event loop in a file whose worker thread runs MLX"
@@ -38,7 +48,9 @@ class MlxOnLoopBesideWorker(Rule):
         "with a count of the others in the same coroutine; blocking ones are INV108's. A lazy op that only "
         "builds a graph is reported like one that encodes work. From a sync def that an async def of the file calls, it reports MLX calls on an object "
         "(`self.batch_generator`) that the worker's code also uses, so the same defect may carry INV108 at "
-        "the call and INV120 in the helper. A def that itself runs on the worker is not judged, nor is "
+        "the call and INV120 in the helper. The `finally:` case needs the handoff in the same coroutine (a "
+        "nested def or a helper that hands off is not followed), and reports a cache clear there even when "
+        "the thread's work turns out not to use MLX. A def that itself runs on the worker is not judged, nor is "
         "anything guarded by a lock or condition the rule cannot see. When one coroutine makes every handoff "
         "of the file and awaits each, its own MLX and its helpers' are not judged here: it never runs beside "
         "its worker (INV108 still reports blocking MLX there)."
@@ -90,8 +102,43 @@ class MlxOnLoopBesideWorker(Rule):
                     async for output in self._outputs(uid):
                         yield output
         '''),
+        Invalid("""
+            import asyncio
+            import mlx.core as mx
+
+            async def stream_tokens(generator, prompt):
+                token_iter = None
+                try:
+                    token_iter = await asyncio.to_thread(generator.generate, prompt)
+                    while (token := await asyncio.to_thread(next, token_iter, None)) is not None:
+                        yield token.text
+                finally:
+                    if token_iter is not None:
+                        token_iter.close()
+                    mx.clear_cache()  # expect: INV120
+        """),
     ]
     VALID = [
+        Valid("""
+            import asyncio
+            import mlx.core as mx
+
+            async def stream_tokens(generator, prompt):
+                token_iter = None
+                try:
+                    token_iter = await asyncio.to_thread(generator.generate, prompt)
+                    while (token := await asyncio.to_thread(next, token_iter, None)) is not None:
+                        yield token.text
+                finally:
+                    if token_iter is not None:
+                        token_iter.close()
+
+            async def reset_after_request(prompt):
+                try:
+                    return prompt.upper()
+                finally:
+                    mx.clear_cache()
+        """),
         Valid('''
             import asyncio
             import mlx.core as mx
@@ -146,13 +193,23 @@ class MlxOnLoopBesideWorker(Rule):
         super().__init__(ctx, options)
         self.awaited: set[int] = set()
         self.statements: dict[int, cst.CSTNode | None] = {}
+        self.finally_depth = 0
+        self.in_finally: set[int] = set()  # calls an async def makes in a `finally:` block
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
 
+    def visit_Finally(self, node: cst.Finally) -> None:
+        self.finally_depth += 1
+
+    def leave_Finally(self, node: cst.Finally) -> None:
+        self.finally_depth -= 1
+
     def visit_Call(self, node: cst.Call) -> None:
         # Remember where each call is and the keys of what it is handed, for `end()`.
         self.statements[id(node)] = self.ctx.statement
+        if self.finally_depth and self.ctx.in_async:
+            self.in_finally.add(id(node))
         for arg in node.args:
             if isinstance(arg.value, cst.Name | cst.Attribute):
                 self.ctx.pin(arg.value)
@@ -160,6 +217,7 @@ class MlxOnLoopBesideWorker(Rule):
     def end(self) -> None:
         facts = self.ctx.facts
         functions = list(facts.functions.values())
+        reported = self._finally_beside_handoff(functions)
         workers, label, serial = self._worker_functions(functions)
         if not workers:
             return
@@ -180,6 +238,7 @@ class MlxOnLoopBesideWorker(Rule):
                 if id(site.node) not in self.awaited and not mlx_api.runs_mlx(site, self.ctx, loads=False)
                 and (what := self._touches(site))
             ]
+            touched = [(site, what) for site, what in touched if id(site.node) not in reported]
             if touched:  # the first one, with a count: one finding per coroutine
                 site, what = touched[0]
                 others = len(touched) - 1
@@ -192,6 +251,36 @@ class MlxOnLoopBesideWorker(Rule):
                 if key in shared and self._touches(site):
                     what = f"`{site.text}` runs in `{helper.key}`, which {caller} calls,"
                     self._report(site, what, label, "queue it for the worker's next step instead")
+
+    def _finally_beside_handoff(self, functions: list[FunctionFacts]) -> set[int]:
+        """Report MLX in the `finally:` of a coroutine that hands work to a thread; the calls reported.
+
+        The `finally` runs when the coroutine is cancelled (a client leaves, an async generator is
+        closed) while it awaits the handoff, and cancelling that await does not stop the thread: the
+        worker may still be inside Metal. This holds whether or not the worker's MLX is visible here
+        (it often iterates an engine's generator), and even when every handoff is awaited.
+        """
+        reported: set[int] = set()
+        for function in functions:
+            node = function.node
+            if not (isinstance(node, cst.FunctionDef) and node.asynchronous is not None):
+                continue
+            handing = next((s for s in function.calls if _hands_off(s, self.ctx)), None)
+            if handing is None:
+                continue
+            for site in function.calls:
+                if id(site.node) not in self.in_finally or id(site.node) in self.awaited:
+                    continue
+                if mlx_api.runs_mlx(site, self.ctx, loads=False) or not (what := self._touches(site)):
+                    continue  # blocking MLX is INV108's
+                message = (
+                    f"`{what}` in a `finally:` runs on the event loop thread when `{function.key}` is cancelled, "
+                    f"while the work it handed to `{handing.text or 'a thread'}` may still run MLX (cancelling "
+                    "the await does not stop the thread): leave it out, or do it on the worker after the work"
+                )
+                self.ctx.report_at(self.id, site.node, self.statements.get(id(site.node)), message)
+                reported.add(id(site.node))
+        return reported
 
     def _report(self, site: CallSite, what: str, worker: str, fix: str) -> None:
         message = self.message.format(what=what, worker=worker, fix=fix)
@@ -283,6 +372,13 @@ class MlxOnLoopBesideWorker(Rule):
             found[id(node)] = (current, caller)
             stack.extend((callee, f"`{current.key}`") for callee in facts.callees(current))
         return list(found.values())
+
+
+def _hands_off(site: CallSite, ctx) -> bool:
+    """`site` hands a callable to another thread (`to_thread`, an executor, a helper forwarding to one)."""
+    if terminal(site.node.func) in HANDOFF_NAMES:
+        return handoff(site.node, ctx) is not None
+    return forwarded_handoff(site.node, ctx) is not None
 
 
 def _receiver(site: CallSite, ctx) -> str | None:

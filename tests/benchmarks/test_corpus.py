@@ -29,7 +29,7 @@ import mlx.core as mx
 
 
 async def step(model, tokens):
-    logits = model(tokens)
+    logits = prepare(tokens)
     mx.eval(logits)
     return logits
 """
@@ -38,13 +38,13 @@ import mlx.core as mx
 
 
 async def step(owner, model, tokens):
-    logits = model(tokens)
+    logits = prepare(tokens)
     await owner.run(lambda: mx.eval(logits))
     return logits
 
 
 async def warm(model, tokens):
-    logits = model(tokens)
+    logits = prepare(tokens)
     mx.eval(logits)
     return logits
 """

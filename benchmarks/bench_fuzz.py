@@ -2,10 +2,13 @@
 scenarios, and a fresh engine per scenario), and time and examples to the first failure for each
 planted seed bug (median of 5 seeds, no shrinking), in the `ci` profile. `--observation` measures
 only what the drop-in observation (fuzz/observe.py: locks, work handed to threads, cancellation) costs:
-examples/s with it and without it (`MLX_INVARIANTS_OBSERVE=0`), rounds interleaved.
+examples/s with it and without it (`MLX_INVARIANTS_OBSERVE=0`), rounds interleaved. `--shapes` measures
+what the profile's schedule shapes cost (more requests than capacity, rare long prompts and budgets):
+examples/s with them and with the earlier shapes (at most 3 requests, 12 words, 10 tokens), interleaved.
 
     .venv/bin/python benchmarks/bench_fuzz.py [--seeds 5] [--examples 300] [--budget 60]
     .venv/bin/python benchmarks/bench_fuzz.py --observation [--rounds 3] [--throughput-examples 300]
+    .venv/bin/python benchmarks/bench_fuzz.py --shapes [--rounds 3] [--throughput-examples 300]
 
 Not a test: it prints markdown tables for docs/fuzz.md. Every measurement runs in a fresh process
 (imports warmed first): MLX keeps an OS thread for every thread that ever ran MLX work, and each one
@@ -45,9 +48,12 @@ def _child(task: dict[str, Any]) -> dict[str, Any]:
     from mlx_invariants.mutants.copies import import_copy
 
     if task["kind"] == "throughput":
+        from mlx_invariants.fuzz.strategies import scenarios
+
+        short = scenarios() if task.get("shapes") == "short" else None  # None: the profile's shapes
         result = run_fuzz(_throughput_target(task["engine"]),
                           FuzzSettings(examples=task["examples"], budget_s=600, explicit=(), debug_run=False,
-                                       reuse=task["reuse"]))
+                                       reuse=task["reuse"]), strategy=short)
         assert result.ok, result.failure and result.failure.headline
         return {"examples": result.examples, "elapsed_s": result.elapsed_s, "engines": result.engines_started,
                 "mlx_s": result.mlx_s}
@@ -103,6 +109,24 @@ def observation_table(rounds: int, examples: int) -> None:
         on, off = statistics.median(rates[True]), statistics.median(rates[False])
         print(f"| {engine} | {examples} | {on:.1f} ({', '.join(f'{r:.1f}' for r in rates[True])}) | "
               f"{off:.1f} ({', '.join(f'{r:.1f}' for r in rates[False])}) | {100 * (off - on) / off:+.0f}% |",
+              flush=True)
+
+
+def shapes_table(rounds: int, examples: int) -> None:
+    """Examples/s on each reference engine (reused, `ci` profile) with the profile's schedule shapes and with
+    the earlier short ones; the two alternate round by round, so both see the same background load."""
+    print("| engine | examples | profile shapes: median examples/s (each round) | earlier short shapes | cost |")
+    print("|---|---|---|---|---|")
+    for engine in ("simple", "batched"):
+        rates: dict[str, list[float]] = {"profile": [], "short": []}
+        for round_ in range(rounds):
+            for shapes in (("profile", "short") if round_ % 2 == 0 else ("short", "profile")):
+                done = measure({"kind": "throughput", "engine": engine, "examples": examples, "reuse": True,
+                                "shapes": shapes})
+                rates[shapes].append(done["examples"] / done["elapsed_s"])
+        new, old = statistics.median(rates["profile"]), statistics.median(rates["short"])
+        print(f"| {engine} | {examples} | {new:.1f} ({', '.join(f'{r:.1f}' for r in rates['profile'])}) | "
+              f"{old:.1f} ({', '.join(f'{r:.1f}' for r in rates['short'])}) | {100 * (old - new) / old:+.0f}% |",
               flush=True)
 
 
@@ -167,6 +191,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="planted bugs to hunt (default: all)")
     parser.add_argument("--observation", action="store_true",
                         help="only examples/s with and without the drop-in observation, side by side")
+    parser.add_argument("--shapes", action="store_true",
+                        help="only examples/s with the profile's schedule shapes and the earlier short ones")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -182,6 +208,12 @@ def main() -> None:
         observation_table(args.rounds, args.throughput_examples)
         print()
         observed_operations()
+        print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+        return
+    if args.shapes:
+        print(f"machine: {platform.platform()}, {os.cpu_count()} cores, MLX {mx.__version__} on "
+              f"{mx.default_device()}, load average {os.getloadavg()[0]:.1f} at start\n")
+        shapes_table(args.rounds, args.throughput_examples)
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
         return
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "

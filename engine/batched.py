@@ -73,6 +73,13 @@ class BatchOwner(OwnerThread):
             self._aborts.add(rid)
         self.wake()
 
+    def held(self) -> dict[str, int]:
+        """Generator rows, started requests, requests waiting for a seat, and the inbox's requests and aborts."""
+        with self.lock:
+            inbox, aborts = len(self._pending), len(self._aborts)
+        return {"rows": len(self._uid_of), "running": len(self._active), "waiting": len(self._waiting),
+                "inbox": inbox, "aborts": aborts}
+
     # -- owner thread --------------------------------------------------------------
     def _start(self) -> None:
         super()._start()

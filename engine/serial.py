@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from mlx_invariants.engine.admission import Admission
 from mlx_invariants.engine.drain import wait_through_cancellation
@@ -44,6 +44,10 @@ class SerialOwner(OwnerThread):
 
     def post(self, job: Job) -> None:
         self._inbox.put(job)
+
+    def held(self) -> dict[str, int]:
+        """Jobs posted and not yet taken (the stop marker included, once stopping)."""
+        return {"inbox": self._inbox.qsize()}
 
     def stop(self) -> None:
         super().stop()
@@ -152,6 +156,12 @@ class SimpleEngine(EngineFrontend):
         # anyone reaches this lock, so it is never waited on.
         self._generation_lock = asyncio.Lock()
         self._jobs: dict[str, Job] = {}
+
+    def status(self) -> dict[str, Any]:
+        """Adds the generation jobs still tracked to what is held."""
+        status = super().status()
+        status["held"]["jobs"] = len(self._jobs)
+        return status
 
     def _make_admission(self) -> Admission:
         c = self.config

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Adapter, Handle
+from mlx_invariants.fuzz.compute import gone_clients, watch_gone
 from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
 from mlx_invariants.fuzz.faults import Injector, wait_loop_idle
@@ -49,6 +50,7 @@ class DriverSettings:
     backstop_s: float = 60.0      # the whole scenario
     lag_bound_s: float = 2.0
     strict: bool = False          # the sentinel refuses bad entries instead of only recording them
+    step_s: float = 0.0           # one decode step as the runner measured it (fuzz.pace); 0: not measured
     followup: RequestSpec = RequestSpec("followup", prompt_len=5, max_tokens=6, stream=True)
 
 
@@ -120,6 +122,9 @@ class ScenarioRun:
             if client.spec.arrival is None:
                 self._launch(client)
         live = await self._wait_clients()
+        gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
+        if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
+            await watch_gone(self.trace, gone, self.settings.step_s, getattr(self.adapter, "collect", None))
         if live and self.shutdown_task is None and self.scenario.followup:
             live = await self._followup()
         if live and self.shutdown_task is None:

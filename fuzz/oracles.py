@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
+from mlx_invariants.fuzz.compute import compute_stops_for_gone_clients
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.violation import Violation
@@ -211,6 +212,7 @@ ORACLES: tuple[Oracle, ...] = (
     followup_matches_fresh,
     busy_answers_fast,
     loop_stays_responsive,
+    compute_stops_for_gone_clients,  # MLX still busy after every client had gone (fuzz/compute.py)
 )
 
 

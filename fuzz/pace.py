@@ -49,6 +49,7 @@ def measure(baseline: Trace, startup_s: float = 0.0) -> Pace:
 def driver_settings(base: DriverSettings, pace: Pace, remote: bool) -> tuple[DriverSettings, str]:
     """`base` with its liveness waits scaled to `pace`, and one phrase saying what they scaled with
     (stalled headlines quote it). `remote`: the engine runs in another process (an HTTP target)."""
+    base = replace(base, step_s=pace.step_s)  # what compute after a gone client is measured in
     quiet_ticks = max(base.quiet_ticks, math.ceil(STEP_FACTOR * pace.step_s / TICK_S))
     steps = f"{pace.step_s * 1000:.1f} ms per decode step"
     if not remote:

@@ -4,8 +4,12 @@
 example database, a few hundred examples, plus one asyncio debug-mode run.
 `runner` is for Apple Silicon and GPU runners: random seeds, a shared example
 database (so failures found once are tried first next time), and a long
-budget. Both reuse one engine across scenarios that leave it clean
-(`reuse_engine`); `invariants fuzz --fresh-engine` turns that off.
+budget. Both draw scenarios past the simple engine's capacity (one slot and
+a queue of four); `runner` also draws, now and then, prompts and budgets of
+hundreds of tokens (the tiny model's context is 1024 tokens; a prompt word
+is about two), which `ci` leaves out to stay fast. Both reuse one engine
+across scenarios that leave it clean (`reuse_engine`); `invariants fuzz
+--fresh-engine` turns that off.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ class Profile:
     debug_run: bool         # one extra scenario on an asyncio debug-mode loop
     database: bool
     reuse_engine: bool = True  # keep one engine across scenarios that leave it clean (False: fresh each)
+    max_requests: int = 6      # requests per scenario, at most
+    long_prompt: int = 0       # a rare long prompt has up to this many words (0: none longer than short)
+    long_tokens: int = 0       # a rare long budget has up to this many tokens (0: none longer than short)
+
+    @property
+    def shapes(self) -> dict[str, int]:
+        """The `fuzz.strategies.scenarios()` arguments this profile sets."""
+        return {"max_requests": self.max_requests, "long_prompt": self.long_prompt, "long_tokens": self.long_tokens}
 
     def database_path(self) -> Optional[str]:
         if not self.database:
@@ -36,7 +48,7 @@ PROFILES: dict[str, Profile] = {
     "ci": Profile("ci", derandomize=True, examples=300, budget_s=120.0, round_examples=300, debug_run=True,
                   database=False),
     "runner": Profile("runner", derandomize=False, examples=1_000_000, budget_s=3600.0, round_examples=50,
-                      debug_run=True, database=True),
+                      debug_run=True, database=True, max_requests=10, long_prompt=300, long_tokens=200),
 }
 
 

@@ -415,7 +415,8 @@ class _Fuzz:
         from mlx_invariants.fuzz.strategies import scenarios
 
         if strategy is None:
-            strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points)
+            strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points, routes=self.target.routes,
+                                 **self.profile.shapes)
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)

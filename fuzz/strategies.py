@@ -6,6 +6,12 @@ Hypothesis lists, whose elements the shrinker deletes without shifting the
 draws after them; faults and arrivals aim at a request by number, clamped to
 the requests there are. (A count drawn up front made every deletion
 reinterpret the draws that followed, so shrinking stalled at three requests.)
+
+Lengths (prompt words, token budgets, decode steps aimed at) are short
+(1..`short`) unless a rare selector draw makes them long (up to the
+profile's `long_prompt` / `long_tokens`): long prompts and budgets reach the
+windows that only open during a long prefill or a long decode, while the
+selector shrinks to "short", so a found bug still shrinks to small numbers.
 """
 
 from __future__ import annotations
@@ -21,13 +27,28 @@ def _first_index(point: str) -> int:
     return 1 if point == "BEFORE_DECODE" else 0
 
 
+SHORT_PROMPT = 12   # prompt words drawn when a length is short
+SHORT_TOKENS = 10   # token budget (and decode step aimed at) when short
+LONG_ODDS = 8       # one length in this many is drawn long (where the profile allows long ones)
+DEEP_ODDS = 4       # one decode step aimed at in this many is drawn long: it reaches deep only into a long request
+TOGETHER_ODDS = 3   # one fault in this many is delivered together with the fault before it
+
+
+@st.composite
+def _length(draw: st.DrawFn, short: int, long: int, odds: int = LONG_ODDS) -> int:
+    """1..short, or short+1..long one time in `odds`; both shrink towards 1 through the short branch."""
+    if long > short and draw(st.integers(0, odds - 1)) == odds - 1:
+        return draw(st.integers(short + 1, long))
+    return draw(st.integers(1, short))
+
+
 Aim = tuple[int, str, int]  # request number, point, index: resolved against the drawn requests
 
 
 @st.composite
-def _aim(draw: st.DrawFn, points: tuple[str, ...], max_requests: int, max_tokens: int) -> Aim:
+def _aim(draw: st.DrawFn, points: tuple[str, ...], max_requests: int, max_tokens: int, long_tokens: int) -> Aim:
     point = draw(st.sampled_from(points))
-    index = draw(st.integers(0, max_tokens - 1)) if point in INDEXED_POINTS else 0
+    index = draw(_length(max_tokens, long_tokens, DEEP_ODDS)) - 1 if point in INDEXED_POINTS else 0
     return draw(st.integers(0, max_requests - 1)), point, index
 
 
@@ -41,25 +62,40 @@ def _resolve(aim: Aim, candidates: list[RequestSpec]) -> At:
 
 @st.composite
 def _fault(draw: st.DrawFn, kinds: tuple[str, ...], points: tuple[str, ...], max_requests: int,
-           max_tokens: int) -> tuple[str, Aim]:
+           max_tokens: int, long_tokens: int) -> tuple[str, Aim, bool]:
+    """A kind, an aim, and whether it rides on the fault before it instead (one time in `TOGETHER_ODDS`)."""
     kind = draw(st.sampled_from(kinds))
     allowed = tuple(p for p in points if p in RAISE_POINTS) if kind == "raise" else points
-    return kind, draw(_aim(allowed, max_requests, max_tokens))
+    aim = draw(_aim(allowed, max_requests, max_tokens, long_tokens))
+    return kind, aim, draw(st.integers(0, TOGETHER_ODDS - 1)) == TOGETHER_ODDS - 1
+
+
+def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec]) -> tuple[FaultSpec, ...]:
+    """Faults at their aims; one drawn "together" is delivered right after the fault before it, at its point,
+    in the same loop turn: a second cancel before the first is taken, a cancel while shutdown is closing."""
+    faults: list[FaultSpec] = []
+    for kind, aim, together in drawn:
+        same = together and bool(faults) and (kind != "raise" or faults[-1].at.point in RAISE_POINTS)
+        faults.append(FaultSpec(kind, faults[-1].at if same else _resolve(aim, requests)))
+    return tuple(faults)
 
 
 @st.composite
 def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, max_faults: int = 2,
               kinds: tuple[str, ...] = FAULT_KINDS, points: tuple[str, ...] = POINTS,
-              executors: tuple[str, ...] = EXECUTORS, max_tokens: int = 10, routes: tuple[str, ...] = ROUTES,
-              arrivals: bool = True) -> Scenario:
+              executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
+              routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
+              long_tokens: int = 0) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
-    "raise" faults are only aimed at points inside the worker's MLX work, where
-    they stand for an error inside an MLX call.
+    Prompts run to `SHORT_PROMPT` words and budgets to `max_tokens`, now and then
+    to `long_prompt` / `long_tokens` (0: never longer). "raise" faults are only
+    aimed at points inside the worker's MLX work, where they stand for an
+    error inside an MLX call.
     """
-    aim = _aim(points, max_requests, max_tokens)
+    aim = _aim(points, max_requests, max_tokens, long_tokens)
     shapes = draw(st.lists(st.tuples(
-        st.integers(1, 12), st.integers(1, max_tokens), st.booleans(), st.sampled_from(routes),
+        _length(SHORT_PROMPT, long_prompt), _length(max_tokens, long_tokens), st.booleans(), st.sampled_from(routes),
         st.none() | aim if arrivals else st.none()), min_size=1, max_size=max_requests))
     requests: list[RequestSpec] = []
     for i, (prompt_len, budget, stream, route, arrival) in enumerate(shapes):
@@ -67,7 +103,6 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
                                     arrival=_resolve(arrival, requests) if arrival and requests else None))
     if not any(p in RAISE_POINTS for p in points):
         kinds = tuple(k for k in kinds if k != "raise")
-    faults = [FaultSpec(kind, _resolve(target, requests))
-              for kind, target in draw(st.lists(_fault(kinds, points, max_requests, max_tokens),
-                                                min_size=min_faults, max_size=max_faults))]
-    return Scenario(tuple(requests), tuple(faults), draw(st.sampled_from(executors)))
+    faults = _faults(draw(st.lists(_fault(kinds, points, max_requests, max_tokens, long_tokens),
+                                   min_size=min_faults, max_size=max_faults)), requests)
+    return Scenario(tuple(requests), faults, draw(st.sampled_from(executors)))

@@ -21,7 +21,7 @@ from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapt
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.scenario import FAULT_KINDS, POINTS
+from mlx_invariants.fuzz.scenario import FAULT_KINDS, POINTS, ROUTES
 
 
 class TargetKind(Enum):
@@ -40,9 +40,10 @@ class Target:
     """One thing to fuzz. Build it with `reference`, `module_factory`, `url`, `server` or `from_dict`.
 
     `package` belongs to routes; `owner` (the server's MLX owner thread-name glob, default: the
-    first thread to enter MLX) and `model` (the model field sent) to HTTP targets. `fault_kinds`
-    and `points` are what scenarios may aim at it: a server is not restarted per scenario and
-    shows only the points a client sees.
+    first thread to enter MLX), `model` (the model field sent) and `routes` (the OpenAI routes the
+    server answers: a chat-only server 404s on completions, and the follow-up must not be sent
+    there) to HTTP targets. `fault_kinds` and `points` are what scenarios may aim at it: a server
+    is not restarted per scenario and shows only the points a client sees.
     """
 
     kind: TargetKind
@@ -52,6 +53,7 @@ class Target:
     model: str = HTTP_MODEL
     fault_kinds: tuple[str, ...] = FAULT_KINDS
     points: tuple[str, ...] = POINTS
+    routes: tuple[str, ...] = ROUTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, TargetKind):
@@ -71,6 +73,10 @@ class Target:
             raise TargetError("only a route target names an engine package")
         if (self.owner is not None or self.model != HTTP_MODEL) and not self.kind.http:
             raise TargetError("an owner glob and a model name apply to HTTP targets (--url, --server-cmd) only")
+        if not self.routes or not set(self.routes) <= set(ROUTES):
+            raise TargetError(f"routes must be some of {ROUTES}, got {self.routes}")
+        if set(self.routes) != set(ROUTES) and not self.kind.http:
+            raise TargetError("routes apply to HTTP targets (--url, --server-cmd) only")
         if not self.fault_kinds or not set(self.fault_kinds) <= set(FAULT_KINDS):
             raise TargetError(f"fault kinds must be some of {FAULT_KINDS}, got {self.fault_kinds}")
         if not self.points or not set(self.points) <= set(POINTS):
@@ -92,14 +98,18 @@ class Target:
         return cls.module_factory(spec) if ":" in spec else cls.reference(spec)
 
     @classmethod
-    def url(cls, url: str, owner: Optional[str] = None, model: str = HTTP_MODEL) -> "Target":
+    def url(cls, url: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
+            routes: tuple[str, ...] = ROUTES) -> "Target":
         kinds, points = _aims(TargetKind.URL)
-        return cls(TargetKind.URL, url, owner=owner, model=model, fault_kinds=kinds, points=points)
+        return cls(TargetKind.URL, url, owner=owner, model=model, fault_kinds=kinds, points=points,
+                   routes=tuple(routes))
 
     @classmethod
-    def server(cls, command: str, owner: Optional[str] = None, model: str = HTTP_MODEL) -> "Target":
+    def server(cls, command: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
+               routes: tuple[str, ...] = ROUTES) -> "Target":
         kinds, points = _aims(TargetKind.SERVER)
-        return cls(TargetKind.SERVER, command, owner=owner, model=model, fault_kinds=kinds, points=points)
+        return cls(TargetKind.SERVER, command, owner=owner, model=model, fault_kinds=kinds, points=points,
+                   routes=tuple(routes))
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -108,7 +118,7 @@ class Target:
         if self.kind is TargetKind.ROUTE:
             data["package"] = self.package
         if self.kind.http:
-            data.update(owner=self.owner, model=self.model)
+            data.update(owner=self.owner, model=self.model, routes=list(self.routes))
         data.update(fault_kinds=list(self.fault_kinds), points=list(self.points))
         return data
 
@@ -125,7 +135,7 @@ class Target:
         try:
             return cls(kind, data["name"], data.get("package", ENGINE_PACKAGE), data.get("owner"),
                        data.get("model", HTTP_MODEL), tuple(data.get("fault_kinds", kinds)),
-                       tuple(data.get("points", points)))
+                       tuple(data.get("points", points)), tuple(data.get("routes", ROUTES)))
         except TypeError as exc:
             raise TargetError(f"not a target: {data!r} ({exc})") from None
 
@@ -139,7 +149,8 @@ class Target:
 
     def describe(self) -> str:
         """One line for people: the kind, the name, and what else the JSON form holds besides the aims."""
-        extra = {k: v for k, v in self.to_dict().items() if k not in ("kind", "name", "fault_kinds", "points")}
+        skip = ("kind", "name", "fault_kinds", "points") + (("routes",) if set(self.routes) == set(ROUTES) else ())
+        extra = {k: v for k, v in self.to_dict().items() if k not in skip}
         return f"{self.kind.value} {self.name}" + "".join(f", {k} {v}" for k, v in extra.items() if v is not None)
 
     def check(self) -> None:
@@ -157,7 +168,7 @@ class Target:
             return Engines(self, _module_factory(self.name))
         server = ServerProcess(self.name, self.owner) if self.kind is TargetKind.SERVER else None
         url = check_loopback(self.name) if self.kind is TargetKind.URL else ""
-        return Engines(self, lambda: HttpAdapter(url, server, self.model), server)
+        return Engines(self, lambda: HttpAdapter(url, server, self.model, self.routes), server)
 
 
 def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:

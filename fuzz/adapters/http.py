@@ -6,7 +6,8 @@ see `fuzz/injection.py`); its spans are merged into each scenario's trace, so a 
 inside a server nobody here wrote is still seen. A server cannot be restarted
 per scenario, so "shutdown" and "raise" faults are not aimed at it: the client
 side cancels and disconnects mid-request and mid-stream, at the points a
-client sees (request sent = ADMITTED, chunk k received = CHUNK_SENT(k)).
+client sees (ADMITTED: a streaming response began, or a non-streaming request's
+body was sent; chunk k received = CHUNK_SENT(k)).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 from urllib.parse import urlparse
 
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
 from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
-from mlx_invariants.fuzz.scenario import RequestSpec
+from mlx_invariants.fuzz.scenario import ROUTES, RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
 
@@ -196,11 +197,17 @@ class HttpHandle:
 
 
 class HttpAdapter:
-    """One client of the server at `url`, or of `server` (started on first use and shared by every adapter)."""
+    """One client of the server at `url`, or of `server` (started on first use and shared by every adapter).
 
-    def __init__(self, url: str, server: Optional[ServerProcess], model: str):
+    `routes` are the OpenAI routes the server answers; a request for another one (the driver's follow-up,
+    a scenario written for another target) takes the first of them, so a chat-only server is never sent
+    a completions request that it can only refuse.
+    """
+
+    def __init__(self, url: str, server: Optional[ServerProcess], model: str, routes: tuple[str, ...] = ROUTES):
         self.url = url
         self.server = server
+        self.routes = routes
         self.owner = None  # this process only runs the client; the server's sentinel has its own owner
         self.name = f"http {server.command if server else url}"
         self.busy_bound_s = 5.0
@@ -227,16 +234,15 @@ class HttpAdapter:
     async def submit(self, spec: RequestSpec) -> HttpHandle:
         text = prompt_text(spec)
         common = {"model": self.model, "max_tokens": spec.max_tokens, "temperature": 0.0, "stream": spec.stream}
-        if spec.route == "chat":
+        route = spec.route if spec.route in self.routes else self.routes[0]
+        if route == "chat":
             path, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
         else:
             path, body = "/v1/completions", {**common, "prompt": text}
         request = self._client.build_request("POST", path, json=body)
         if not spec.stream:
-            task = asyncio.ensure_future(self._json(request, spec.rid))
-            await asyncio.sleep(0)  # the request is on its way before ADMITTED is reached
-            self.reach("ADMITTED", spec.rid)
-            return HttpHandle(self, spec.rid, body=task)
+            request.extensions["trace"] = self._admitted_when_sent(spec.rid)
+            return HttpHandle(self, spec.rid, body=asyncio.ensure_future(self._json(request, spec.rid)))
         response = await self._client.send(request, stream=True)
         if response.status_code != 200:
             await response.aread()
@@ -244,6 +250,15 @@ class HttpAdapter:
             raise Refused(_error_code(response), response.text[:200])
         self.reach("ADMITTED", spec.rid)
         return HttpHandle(self, spec.rid, response=response)
+
+    def _admitted_when_sent(self, rid: str) -> Callable[[str, dict], Awaitable[None]]:
+        """httpcore's trace hook for a non-streaming request: ADMITTED once its whole body is on the wire,
+        so a disconnect there leaves a server with a request in hand and a client that has gone."""
+        async def trace(event: str, info: dict) -> None:
+            if event == "http11.send_request_body.complete":
+                self.reach("ADMITTED", rid)
+                await asyncio.sleep(0)  # a fault delivered here lands before the response is awaited
+        return trace
 
     async def _json(self, request: Any, rid: str) -> dict:
         response = await self._client.send(request)

@@ -127,6 +127,8 @@ class ReferenceAdapter:
         held = {key: status[key] for key in ("active", "queued") if isinstance(status.get(key), int)}
         if isinstance(status.get("requests"), dict):
             held["requests"] = len(status["requests"])  # requests the engine still tracks
+        if isinstance(status.get("held"), dict):  # every resource by kind: streams, jobs, rows, seats, inboxes
+            held.update({k: v for k, v in status["held"].items() if isinstance(v, int)})
         return held
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 PIN = re.compile(r"^[A-Za-z0-9_.\-]+(\[[a-z0-9,\-]+\])?==[0-9][0-9A-Za-z.+\-]*$")
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+_ROUTE_OF = {COMPLETIONS: "completions", CHAT: "chat"}
 # What the fuzzer needs in an in-process recipe's venv besides the engine (the project's own
 # `fuzz` extra would pull mlx-lm 0.32, which vllm-mlx excludes).
 FUZZ_DEPS = ("hypothesis==6.170.17", "httpx==0.28.1", "pytest==9.2.0", "pytest-timeout==2.4.0",
@@ -60,6 +61,11 @@ class Recipe:
     @property
     def in_process(self) -> bool:
         return bool(self.engine)
+
+    @property
+    def routes(self) -> str:
+        """The endpoints as `invariants fuzz --routes` names them ("completions,chat")."""
+        return ",".join(_ROUTE_OF[e] for e in self.endpoints)
 
     @property
     def venv_name(self) -> str:
@@ -145,11 +151,8 @@ RECIPES: tuple[Recipe, ...] = (
         model_name="tiny",
         ready_path="/health",
         endpoints=(CHAT,),
-        notes="Chat only: `/v1/completions` answers 404. The fuzzer cannot be told so (a target has no list of "
-              "routes), and its follow-up request, which checks each scenario's aftermath against a fresh "
-              "engine, always takes the completions route: every follow-up is refused with a 404, and the first "
-              "scenario already reports `followup-differs` (\"the follow-up was refused as 404\"). That finding "
-              "is the fuzzer's artefact, not the server's, and the run stops there.",
+        notes="Chat only: `/v1/completions` answers 404, so it is fuzzed with `--routes chat` (its requests and "
+              "the follow-up take the chat route).",
     ),
 )
 

@@ -96,7 +96,8 @@ def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: 
     if recipe.in_process:
         argv = [str(venv / "bin" / "python"), "-m", "mlx_invariants", "fuzz", "--engine", recipe.engine]
     else:
-        argv = [sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command, "--model", recipe.model_name]
+        argv = [sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command, "--model", recipe.model_name,
+                "--routes", recipe.routes]
     argv += ["--budget", f"{budget_s:g}", "--examples", str(EXAMPLES_CAP), "--report", str(report)]
     say("$ " + shlex.join(argv))
     started = time.monotonic()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from mlx_invariants.errors import UsageError
 from mlx_invariants.fuzz.defaults import CONFIRM, HTTP_MODEL, REPLAYS, REPORT_DIR, ROUTE
+from mlx_invariants.fuzz.scenario import ROUTES
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the first thread to enter)")
     target.add_argument("--model", help=f"--url/--server-cmd: the model name sent in requests "
                                         f"(default: {HTTP_MODEL}, as mlx_lm.server expects)")
+    target.add_argument("--routes", metavar="completions,chat",
+                        help="--url/--server-cmd: the OpenAI routes the server answers, comma-separated; requests "
+                             "and the follow-up use only these (default: both)")
     run_group = parser.add_argument_group("how long")
     run_group.add_argument("--budget", type=float, metavar="SECONDS",
                            help="wall-clock budget; alone, no example cap applies (default: the profile's "
@@ -110,14 +114,26 @@ def target_of(args: argparse.Namespace) -> Optional[Target]:
                                        ("--server-cmd", args.server_cmd)) if value]
     if len(chosen) > 1:
         raise UsageError(f"choose one of {', '.join(chosen)}")
-    http = {"owner": args.owner, "model": args.model or HTTP_MODEL}
+    http = {"owner": args.owner, "model": args.model or HTTP_MODEL, "routes": _routes(args.routes)}
     if (args.owner or args.model) and not (args.url or args.server_cmd):
         raise UsageError("--owner and --model go with --url or --server-cmd")
+    if args.routes and not (args.url or args.server_cmd):
+        raise UsageError("--routes goes with --url or --server-cmd")
     if args.url:
         return Target.url(args.url, **http)
     if args.server_cmd:
         return Target.server(args.server_cmd, **http)
     return Target.engine(args.engine) if args.engine else None
+
+
+def _routes(value: Optional[str]) -> tuple[str, ...]:
+    """`--routes chat,completions` as a tuple (both when not given); a route no server has is a usage error."""
+    if not value:
+        return ROUTES
+    routes = tuple(dict.fromkeys(r.strip() for r in value.split(",") if r.strip()))
+    if not routes or not set(routes) <= set(ROUTES):
+        raise UsageError(f"--routes takes some of {', '.join(ROUTES)}, comma-separated; got {value!r}")
+    return routes
 
 
 def settings_of(args: argparse.Namespace) -> FuzzSettings:

@@ -1,0 +1,133 @@
+"""The schedule shapes the profiles draw: past capacity, rare long prompts and budgets, cancels that overlap,
+and that shrinking still leads each shape back to its smallest scenario."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import find, given, seed, settings
+
+from mlx_invariants.engine.base import EngineConfig
+from mlx_invariants.engine.model import CONTEXT_LENGTH, tiny_model_path
+from mlx_invariants.fuzz.adapters.base import prompt_text
+from mlx_invariants.fuzz.adapters.reference import FUZZ_CONFIG
+from mlx_invariants.fuzz.profiles import PROFILES
+from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RequestSpec, Scenario
+from mlx_invariants.fuzz.strategies import SHORT_PROMPT, SHORT_TOKENS, _faults, scenarios
+
+RUNNER = PROFILES["runner"].shapes  # the profile with long prompts and budgets
+SIMPLE = EngineConfig(**FUZZ_CONFIG["simple"])
+SIMPLE_CAPACITY = 1 + SIMPLE.max_queue  # one slot, and the queue that waits for it
+
+
+def _drawn(shapes: dict[str, int], count: int = 200) -> list[Scenario]:
+    """`count` scenarios of `shapes`, drawn the same way every run."""
+    seen: list[Scenario] = []
+
+    @seed(16)
+    @settings(max_examples=count, derandomize=True, database=None)
+    @given(scenarios(**shapes))
+    def draw(scenario: Scenario) -> None:
+        seen.append(scenario)
+
+    draw()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def runner_drawn() -> list[Scenario]:
+    return _drawn(RUNNER, 600)
+
+
+def _long(request: RequestSpec) -> bool:
+    return request.prompt_len > SHORT_PROMPT or request.max_tokens > SHORT_TOKENS
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_profile_draws_more_requests_than_the_simple_engine_holds(profile: str):
+    assert max(len(s.requests) for s in _drawn(PROFILES[profile].shapes, 100)) > SIMPLE_CAPACITY
+
+
+def test_runner_draws_long_prompts_and_budgets_but_mostly_short_ones(runner_drawn: list[Scenario]):
+    requests = [r for s in runner_drawn for r in s.requests]
+    assert any(r.prompt_len > SHORT_PROMPT for r in requests)
+    assert any(r.max_tokens > SHORT_TOKENS for r in requests)
+    assert max(r.prompt_len for r in requests) <= PROFILES["runner"].long_prompt
+    assert sum(map(_long, requests)) < len(requests) / 2
+
+
+def _reached(wanted, **shapes: int) -> Scenario:
+    """The smallest runner-profile scenario (`shapes` overriding) that `wanted` holds for: Hypothesis searches,
+    then shrinks."""
+    return find(scenarios(**{**RUNNER, **shapes}), wanted,
+                settings=settings(database=None, derandomize=True, max_examples=3000))
+
+
+def test_runner_aims_faults_deep_into_a_long_decode():
+    found = _reached(lambda s: any(f.at.point in INDEXED_POINTS and f.at.index >= SHORT_TOKENS for f in s.faults),
+                     max_requests=2)  # few requests: a fast search
+    [fault] = found.faults
+    aimed = next(r for r in found.requests if r.rid == fault.at.rid)
+    assert (aimed.max_tokens, fault.at.index) == (SHORT_TOKENS + 1, SHORT_TOKENS), found.describe()
+
+
+def _together(scenario: Scenario, first: str, second: str) -> bool:
+    """`first` then `second` at one point: delivered in order in one loop turn."""
+    faults = scenario.faults
+    return len(faults) == 2 and (faults[0].kind, faults[1].kind) == (first, second) and faults[0].at == faults[1].at
+
+
+@pytest.mark.parametrize("first, second", [("cancel", "cancel"), ("shutdown", "cancel")],
+                         ids=["second-cancel-before-the-first-is-taken", "cancel-during-close"])
+def test_runner_draws_overlapping_cancels_and_a_cancel_during_close(first: str, second: str):
+    _reached(lambda s: _together(s, first, second))
+
+
+def test_runner_draws_cancel_twice(runner_drawn: list[Scenario]):
+    assert any(f.kind == "cancel-twice" for s in runner_drawn for f in s.faults)
+
+
+def test_a_fault_drawn_together_rides_on_the_fault_before_it():
+    requests = [RequestSpec("r0"), RequestSpec("r1", max_tokens=20)]
+    shutdown, cancel = ("shutdown", (0, "ADMITTED", 0), False), ("cancel", (1, "BEFORE_DECODE", 15), True)
+    assert [str(f) for f in _faults([shutdown, cancel], requests)] == ["shutdown at r0@ADMITTED",
+                                                                      "cancel at r0@ADMITTED"]
+    # A raise rides only on a point inside the worker's MLX work; elsewhere it keeps its own aim.
+    raise_ = ("raise", (1, "BEFORE_DECODE", 15), True)
+    assert str(_faults([shutdown, raise_], requests)[1]) == "raise at r1@BEFORE_DECODE(15)"
+    assert str(_faults([cancel[:2] + (False,), cancel], requests)[1]) == "cancel at r1@BEFORE_DECODE(15)"
+
+
+def test_without_long_lengths_scenarios_stay_short():
+    drawn = _drawn({}, 100)
+    assert max(len(s.requests) for s in drawn) <= 3
+    assert not any(_long(r) for s in drawn for r in s.requests)
+
+
+def _trivial(request: RequestSpec) -> bool:
+    return (request.prompt_len, request.max_tokens, request.arrival) == (1, 1, None)
+
+
+@pytest.mark.parametrize("wanted, smallest", [
+    (lambda s: any(r.max_tokens > SHORT_TOKENS for r in s.requests),
+     lambda r: _trivial(r) or (r.prompt_len, r.max_tokens) == (1, SHORT_TOKENS + 1)),
+    (lambda s: any(r.prompt_len > SHORT_PROMPT for r in s.requests),
+     lambda r: _trivial(r) or (r.prompt_len, r.max_tokens) == (SHORT_PROMPT + 1, 1)),
+], ids=["long-budget", "long-prompt"])
+def test_each_shape_shrinks_to_small_values(wanted, smallest):
+    """The long branch shrinks to just past short and every other request to the simplest one (drawn with one
+    fault kind and point, so the test stays fast). Hypothesis does not always delete the simple requests in
+    front of a long one; the fuzz-kill tests bound what a real finding shrinks to."""
+    simple = scenarios(**RUNNER, kinds=("cancel",), points=("ADMITTED",), executors=("owner",), arrivals=False)
+    found = find(simple, wanted, settings=settings(database=None, derandomize=True, max_examples=300))
+    assert all(map(smallest, found.requests)) and len(found.faults) == 1, found.describe()
+
+
+def test_the_runner_profile_fits_the_tiny_model_context():
+    """The longest prompt plus the longest budget the runner profile draws stay inside the model's context."""
+    from transformers import AutoTokenizer
+
+    runner = PROFILES["runner"]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    longest = max(len(tokenizer.encode(prompt_text(RequestSpec(f"r{i}", prompt_len=runner.long_prompt))))
+                  for i in range(runner.max_requests))
+    assert longest + runner.long_tokens <= CONTEXT_LENGTH

@@ -69,7 +69,7 @@ def test_the_drained_engine_is_clean_even_under_double_cancels(tmp_path: Path):
 
 
 def test_a_drain_that_survives_one_cancel_but_not_two_is_found(tmp_path: Path):
-    result = fuzz("make_drain_once", DOUBLE, tmp_path)
+    result = fuzz("make_drain_once", DOUBLE, tmp_path, examples=600)  # about 200 since the longer schedules
     assert result.failure is not None, f"clean after {result.examples} examples"
     assert result.failure.violations[0].kind == "lock-released-early", result.failure.headline
     assert "cancel-twice" in json.dumps(result.failure.scenario.to_json())

@@ -57,7 +57,7 @@ def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str, tmp_path:
     (["--examples", "0"], "examples must be at least 1"),
     (["--replays", "-1"], "must not be negative"),
     (["--jobs", "-1"], "--jobs"),
-    (["--engine", "simple", "--owner", "x*"], "--owner, --model and --routes go with --url or --server-cmd"),
+    (["--engine", "simple", "--owner", "x*"], "--owner and --model go with --url or --server-cmd"),
     (["--url", "http://192.168.1.10:8000"], "loopback"),
     (["--replay", "/nonexistent/scenario.json"], "cannot read"),
 ])

@@ -78,8 +78,13 @@ def test_the_reference_server_stops_decoding_for_clients_that_went(engine):
 
 
 def test_a_server_that_keeps_decoding_for_a_gone_client_is_caught_from_its_mlx_calls():
-    trace = _run(f"{sys.executable} tests/fuzz/gone_server.py {{port}} --keeps-decoding")
-    found = [v for v in judge(trace) if v.kind == "compute-after-disconnect"]
+    # Not exact by construction (the server may not have begun the request when its client went), so, as the
+    # runner does before counting it, up to three runs: it must show in one.
+    for _ in range(3):
+        trace = _run(f"{sys.executable} tests/fuzz/gone_server.py {{port}} --keeps-decoding")
+        found = [v for v in judge(trace) if v.kind == "compute-after-disconnect"]
+        if found:
+            break
     assert found and found[0].rid == "r0", judge(trace)
     assert trace.of("check", "compute-after-gone")[0].info["entries"] > 8
 

@@ -79,7 +79,8 @@ def _together(scenario: Scenario, first: str, second: str) -> bool:
 @pytest.mark.parametrize("first, second", [("cancel", "cancel"), ("shutdown", "cancel")],
                          ids=["second-cancel-before-the-first-is-taken", "cancel-during-close"])
 def test_runner_draws_overlapping_cancels_and_a_cancel_during_close(first: str, second: str):
-    _reached(lambda s: _together(s, first, second))
+    found = _reached(lambda s: _together(s, first, second))  # find() raises if no draw has it
+    assert _together(found, first, second), found.describe()
 
 
 def test_runner_draws_cancel_twice(runner_drawn: list[Scenario]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from mlx_invariants.errors import UsageError
@@ -49,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that went away is met here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # `invariants ... | head`: the reader has what it wanted. Point stdout at /dev/null so the flush at
+        # exit does not raise again, and exit as a shell does for a writer killed by SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except UsageError as exc:
         print(f"invariants {args.command}: {exc}", file=sys.stderr)
         return 2

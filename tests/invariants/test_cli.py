@@ -173,3 +173,13 @@ def test_console_script_runs_as_a_subprocess(project: Project) -> None:
     assert done.returncode == 1, done.stderr
     assert [f["rule"] for f in json.loads(done.stdout)] == ["INV105"]
     assert "1 finding in 1 file" in done.stderr
+
+
+def test_a_reader_that_goes_away_gets_no_traceback() -> None:
+    """`invariants explain INV105 | head -1`: the reader closes the pipe before the output is written."""
+    child = subprocess.Popen([sys.executable, "-m", "mlx_invariants", "explain", "INV105"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # long before the interpreter has started, let alone printed
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

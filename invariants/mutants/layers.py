@@ -42,6 +42,7 @@ class Settings:
     test_timeout_s: int = 15       # per engine test: a deadlock is a kill, found in this long
     layer_timeout_s: float = 600.0
     fuzz_timeout_s: float = 300.0  # the ci profile's budget is 120 s: a fuzzer still running at 300 s is hung
+    fuzz_budget_s: Optional[float] = None  # the fuzzer's wall budget instead of the ci profile's (benchmarks)
     full_tests: bool = False       # the whole tests/engine instead of the targeted selection
 
 
@@ -99,6 +100,8 @@ def _failed_test(output: str) -> Optional[str]:
 def fuzz(ws: Workspace, settings: Settings, timeout: float, route: str) -> Outcome:
     """The fuzzer's ci profile on one reference route of the copy: a violation kills."""
     argv = ["-m", "mlx_invariants.mutants.fuzzing", route, str(ws.root / "fuzz-report" / route)]
+    if settings.fuzz_budget_s is not None:
+        argv.append(str(settings.fuzz_budget_s))
     rc, output, seconds = _run(argv, ws, min(timeout, settings.fuzz_timeout_s))
     found = [json.loads(line[len(MARK):]) for line in output.splitlines() if line.startswith(MARK)]
     if rc == 1 and found and found[0]["kind"]:

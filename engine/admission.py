@@ -82,8 +82,13 @@ class Admission:
                 grant.set_result(None)
                 return
 
+    def reopen(self) -> None:
+        """Admit again after `close()`: the engine started again. Places still held stay held (their
+        `leave()` is still to come), so a holder of the last run shows in `holders`, not lost."""
+        self._closed = False
+
     def close(self) -> None:
-        """Refuse everyone from now on, waiters included."""
+        """Refuse everyone until `reopen()`, waiters included."""
         self._closed = True
         while self._waiters:
             grant = self._waiters.popleft()

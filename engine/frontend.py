@@ -44,7 +44,16 @@ class EngineFrontend:
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
-        """Ready only once load, construction and warmup succeeded on the owner thread."""
+        """Ready only once load, construction and warmup succeeded on the owner thread.
+
+        Also after `shutdown()` returned: a server restarts its engine on a config reload, so a start
+        reopens admission and a new owner thread loads the model again. What the last run still holds
+        (a slot, a stream) stays held and shows in `status()`; an owner that has not stopped refuses it.
+        """
+        if self._owner is not None and not self._owner.stopped.done():
+            raise StartupError("the engine is running, or its last owner thread has not stopped")
+        self._shutting_down = False
+        self._admission.reopen()
         owner = self._make_owner(asyncio.get_running_loop())
         self._owner = owner
         owner.start()
@@ -132,6 +141,7 @@ class EngineFrontend:
             "active": self._admission.holders,
             "queued": self._admission.waiting,
             "rejected_busy": self._admission.rejected,
+            "capacity": self._admission.capacity + self._admission.max_queue,  # requests held at once, queue included
             "requests": dict(self._phase),
             # every resource held for a request, by kind: all zero once every request has ended
             "held": {"streams": len(self._streams), **(self._owner.held() if self._owner is not None else {})},

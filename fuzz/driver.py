@@ -22,7 +22,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Adapter, Handle
 from mlx_invariants.fuzz.compute import gone_clients, watch_gone
@@ -39,7 +39,9 @@ _RUNS = itertools.count(1)
 TASK_PREFIX = "fuzz-"
 _PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
                                "wait_for_work", "accept", "recv", "readinto"})
-_PARKED_LINE = re.compile(r"\.(get|wait|acquire|join|result|recv|accept|select|poll)\(|with\s.*lock")
+# A blocking read counts too: a `--jobs` child's lifeline thread sits in `os.read` for its whole life, and a
+# thread that never counted as parked made every scenario wait `cap_s` for the engine to settle.
+_PARKED_LINE = re.compile(r"\.(get|wait|acquire|join|result|recv|read|accept|select|poll)\(|with\s.*lock")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class DriverSettings:
     lag_bound_s: float = 2.0
     strict: bool = False          # the sentinel refuses bad entries instead of only recording them
     step_s: float = 0.0           # one decode step as the runner measured it (fuzz.pace); 0: not measured
+    mlx_per_step: float = 0.0     # MLX entries per decode step on the baseline (fuzz.pace); 0: not measured
+    mlx_step_s: float = 0.0       # MLX time per decode step on the baseline (fuzz.pace); 0: not measured
     followup: RequestSpec = RequestSpec("followup", prompt_len=5, max_tokens=6, stream=True)
 
 
@@ -64,6 +68,9 @@ class LiveEngine:
     running: bool = False  # started and not shut down
     # Alive before it started: any other thread still alive after its shutdown is one it leaked.
     threads_before: set[threading.Thread] = field(default_factory=set)
+    # Called before it starts again inside a scenario (a "restart" fault): the sentinel forgets which
+    # thread owned MLX, since the second run's owner is a new thread.
+    forget_owner: Callable[[], None] = lambda: None
 
 
 @dataclass
@@ -98,6 +105,8 @@ class ScenarioRun:
         self.injector = Injector(trace, self.loop, triggers, self._deliver, cap_s=self.settings.cap_s,
                                  suffix=self.suffix)
         self.shutdown_task: Optional[asyncio.Task] = None
+        self.restart_task: Optional[asyncio.Task] = None  # the latest "restart": True once it serves again
+        self.shutdown_stalled = False  # a shutdown never returned: nothing after it is waited for
         self.max_lag = 0.0
         self.tasks_before: set[asyncio.Task] = set()
         self.threads_before: set[threading.Thread] = set()
@@ -124,7 +133,7 @@ class ScenarioRun:
         live = await self._wait_clients()
         gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
-            await watch_gone(self.trace, gone, self.settings.step_s, getattr(self.adapter, "collect", None))
+            await watch_gone(self.trace, gone, self.settings, getattr(self.adapter, "collect", None))
         if live and self.shutdown_task is None and self.scenario.followup:
             live = await self._followup()
         if live and self.shutdown_task is None:
@@ -175,6 +184,8 @@ class ScenarioRun:
             collect(self.trace)  # a server's spans count before deciding
         if judge(self.trace) or not getattr(self.adapter, "healthy", True) or self.executor.busy:
             return False
+        if self.restart_task is not None and not self.restart_task.done():
+            return False  # a restart delivered late (after the last client ended) is still on its way
         tasks = [t for t in asyncio.all_tasks(self.loop) if not t.done() and t not in self.tasks_before
                  and not t.get_name().startswith(TASK_PREFIX)]
         threads = [t for t in threading.enumerate() if t.is_alive() and t not in self.threads_before
@@ -237,6 +248,8 @@ class ScenarioRun:
 
     async def _followup(self) -> bool:
         """One greedy request after the scenario; its tokens must match a fresh engine's."""
+        if not await self._restarted():  # one delivered at a point reached after its client ended
+            return False
         client = self.clients["followup"] = Client(self.settings.followup)
         self._launch(client)
         if not await self._wait_clients():
@@ -254,8 +267,11 @@ class ScenarioRun:
         kind, rid = fault.kind, fault.at.rid
         if kind.startswith("arrive "):
             client = self.clients[kind.split(" ", 1)[1]]
-            self.trace.record("fault", "arrive", client.spec.rid, info={"at": str(fault.at)})
-            self._launch(client)
+            restarting = self.restart_task is not None and not self.restart_task.done()
+            self.trace.record("fault", "arrive", client.spec.rid,
+                              info={"at": str(fault.at), **({"after": "restart"} if restarting else {})})
+            if not restarting:  # else `_wait_clients` launches it on the restarted engine
+                self._launch(client)
             return None
         client = self.clients[rid]
         task = client.task
@@ -276,6 +292,8 @@ class ScenarioRun:
         elif kind == "shutdown":
             self.trace.record("fault", "shutdown", rid, info=info)
             self._start_shutdown()
+        elif kind == "restart":
+            self._start_restart(rid, info)
         return None
 
     async def _cancel_again(self, client: Client, info: dict[str, Any]) -> None:
@@ -290,7 +308,41 @@ class ScenarioRun:
 
     def _start_shutdown(self) -> None:
         if self.shutdown_task is None:
-            self.shutdown_task = self.loop.create_task(self.adapter.shutdown(), name="fuzz-shutdown")
+            self.shutdown_task = self.loop.create_task(self._shutdown_after_restart(), name="fuzz-shutdown")
+
+    async def _shutdown_after_restart(self) -> None:
+        """The adapter's shutdown, once a restart on its way has ended (a shutdown never overlaps one)."""
+        if self.restart_task is not None:
+            await asyncio.wait({self.restart_task})
+        await self.adapter.shutdown()
+
+    def _start_restart(self, rid: str, info: dict[str, Any]) -> None:
+        """Restart the engine after any restart on its way; not once it is shutting down for good or kept
+        for the next scenario (a point reached after every client ended)."""
+        delivered = self.shutdown_task is None and not self.kept
+        self.trace.record("fault", "restart", rid, info={**info, "delivered": delivered})
+        if delivered:
+            self.restart_task = self.loop.create_task(self._restart(self.restart_task), name="fuzz-restart")
+
+    async def _restart(self, previous: Optional[asyncio.Task]) -> bool:
+        """Shut the engine down, check its first run left nothing behind (as after a final shutdown), and
+        start it again through the adapter's `start()`; the scenario then goes on on the second run.
+        False (recorded) when it cannot go on: shutdown stalled, a client still waits, or start failed."""
+        if previous is not None and not await previous:
+            return False
+        shutdown = self.loop.create_task(self.adapter.shutdown(), name="fuzz-restart-shutdown")
+        if not await self._shutdown_returned(shutdown, "restart"):
+            self.shutdown_task = shutdown  # wedged: the scenario ends as after a shutdown fault
+            return False
+        if not await self._check_after_shutdown(live=True):
+            return False
+        self.engine.running = False
+        self.trace.record("engine", "stopped", info={"for": "restart"})
+        self.engine.forget_owner()
+        if not await self._started():
+            return False
+        self.trace.record("engine", "restarted")
+        return True
 
     # -- waiting --------------------------------------------------------------------
     def _unfinished(self) -> list[Client]:
@@ -300,6 +352,10 @@ class ScenarioRun:
         """Until every client ended (True), or until nothing can run but some have not (False)."""
         seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
         while True:
+            if not await self._restarted():
+                return False
+            if len(self.trace.events) != seen:  # a restart was waited out
+                seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
             pending = [c.task for c in self._unfinished()]
             if not pending:
                 late = [c for c in self.clients.values() if c.task is None]
@@ -326,6 +382,10 @@ class ScenarioRun:
                 self._record_stall("stalled", [c.spec.rid for c in self._unfinished()])
                 return False
 
+    async def _restarted(self) -> bool:
+        """Waits out a restart on its way (it bounds itself); False if one could not go on."""
+        return self.restart_task is None or await self.restart_task
+
     def _quiescent(self) -> bool:
         """Nothing can run: the loop has nothing ready, no fault is in flight, every other thread is parked."""
         if self.loop._ready or self.injector.deliveries or self.injector.paused:  # type: ignore[attr-defined]
@@ -335,15 +395,30 @@ class ScenarioRun:
 
     async def _shutdown_and_check(self, live: bool) -> None:
         self._start_shutdown()
-        done, _ = await asyncio.wait({self.shutdown_task}, timeout=self.settings.stall_s * 2)
+        if await self._shutdown_returned(self.shutdown_task, "shutdown"):
+            await self._check_after_shutdown(live)
+
+    async def _shutdown_returned(self, shutdown: asyncio.Task, why: str) -> bool:
+        """Whether `shutdown` returned within the stall bound (one that raised is recorded and counts as
+        returned); a stall is recorded once, and a shutdown that stalled is not waited for again."""
+        if self.shutdown_stalled:
+            return False
+        done, _ = await asyncio.wait({shutdown}, timeout=self.settings.stall_s * 2)
         if not done:
-            self._record_stall("stalled", ["shutdown"])
-            return
-        if self.shutdown_task.exception() is not None:
-            exc = self.shutdown_task.exception()
+            self.shutdown_stalled = True
+            self._record_stall("stalled", [why])
+            return False
+        if shutdown.exception() is not None:
+            exc = shutdown.exception()
             self.trace.record("check", "shutdown-failed", info={"error": f"{type(exc).__name__}: {exc}"})
+        return True
+
+    async def _check_after_shutdown(self, live: bool) -> bool:
+        """Once shutdown returned: no client waits (if `live`), no executor job, no thread the engine
+        started, no stray task. False if a client still waits."""
         await wait_loop_idle()
-        if live and self._unfinished():
+        waiting = live and bool(self._unfinished())
+        if waiting:
             self._record_waiters()
         if self.executor.busy:
             self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
@@ -356,6 +431,7 @@ class ScenarioRun:
                  if not t.done() and not t.get_name().startswith(TASK_PREFIX)]
         if stray:
             self.trace.record("check", "stray-tasks", info={"tasks": [repr(t) for t in stray]})
+        return not waiting
 
     def _check_threads(self) -> None:
         """Threads the engine started (since it was started) must be gone once shutdown returned (a short

@@ -8,7 +8,17 @@ fault is due:
 - on a loop-side point (which must neither block nor raise) the fault is
   delivered right there (a cancel then lands at the task's next suspension);
 - a "raise" fault raises `InjectedFault` in the worker, standing for an error
-  inside the MLX call at that spot.
+  inside the MLX call at that spot;
+- a "cancel-in-call" fault is a cancel that never pauses the worker: on an
+  owner-side point before MLX work (`RAISE_POINTS`) the worker only schedules
+  it and goes on into the call that follows (the prefill after WORKER_STARTED,
+  a decode step after BEFORE_DECODE); the loop delivers it once the sentinel
+  has seen that worker enter MLX (or reach its next point), so the cancelled
+  task unwinds while the worker is really inside a long MLX call, as when a
+  client disconnects during a long prefill. A paused worker shows a release
+  that comes too early only if the engine lets go before its worker resumes;
+  this shows one that comes before the worker's call returns. Elsewhere it is
+  delivered at once, with no settling afterwards.
 """
 
 from __future__ import annotations
@@ -18,8 +28,11 @@ import threading
 from typing import Any, Awaitable, Callable, Optional
 
 from mlx_invariants.fuzz.errors import InjectedFault
-from mlx_invariants.fuzz.scenario import INDEXED_POINTS, FaultSpec
-from mlx_invariants.fuzz.trace import Trace, capture_stack
+from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS, FaultSpec
+from mlx_invariants.fuzz.trace import Trace, capture_stack, thread_token
+
+IN_CALL = "cancel-in-call"  # the fault kind that never pauses the worker
+IN_CALL_POLL_S = 0.0002     # how often the loop looks whether the worker entered MLX (it sends no event)
 
 # Delivers a fault at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
 Action = Callable[[FaultSpec], Optional[Awaitable[None]]]
@@ -79,7 +92,8 @@ class Injector:
                 self._pause_for([])
             return
         raises = [f for f in fired if f.kind == "raise"]
-        others = [f for f in fired if f.kind != "raise"]
+        in_call = [FaultSpec("cancel", f.at) for f in fired if f.kind == IN_CALL]  # a cancel, delivered apart
+        others = [f for f in fired if f.kind not in ("raise", IN_CALL)]
         if others:
             if on_loop:
                 self._settle = True
@@ -87,9 +101,55 @@ class Injector:
                     self._track(self._deliver(fault))
             else:
                 self._pause_for(others)
+        if in_call:  # after any pause: the worker goes on into its call from here
+            self._cancel_in_call(in_call, on_loop or name not in RAISE_POINTS)
         if raises and not on_loop:
             self.trace.record("fault", "raise", rid, info={"at": str(raises[0].at)})
             raise InjectedFault(f"injected MLX error at {raises[0].at}")
+
+    def _cancel_in_call(self, cancels: list[FaultSpec], now: bool) -> None:
+        """Deliver the cancels without pausing anyone: `now` (on the loop, or from a worker with no MLX
+        call ahead) at once; else scheduled for when this worker is inside its next MLX call."""
+        if now:
+            self.trace.record("fault", "in-call", cancels[0].at.rid, info={"at": str(cancels[0].at)})
+            if self._on_loop_thread():
+                self._deliver_each(cancels)
+            else:
+                self._schedule(self._deliver_each, cancels)
+            return
+        self._schedule(self._start_in_call, cancels, thread_token(), len(self.trace.events))
+
+    def _schedule(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: the scenario is over
+            pass
+
+    def _start_in_call(self, cancels: list[FaultSpec], worker: int, seen: int) -> None:
+        self._track(self._deliver_in_call(cancels, worker, seen))
+
+    async def _deliver_in_call(self, cancels: list[FaultSpec], worker: int, seen: int) -> None:
+        """Deliver once the worker, past event number `seen`, entered MLX or reached its next point (it
+        had no MLX call to make, e.g. it stopped); after `cap_s` if it did neither."""
+        deadline = self.loop.time() + self.cap_s
+        went_on = None
+        while self.trace.keep:
+            events, end = self.trace.events, len(self.trace.events)
+            went_on = next((e for e in events[seen:end] if e.thread == worker and e.kind in ("mlx", "point")), None)
+            if went_on is not None or self.loop.time() > deadline:
+                break
+            seen = end
+            await asyncio.sleep(IN_CALL_POLL_S)
+        if went_on is None:
+            where = "capped"
+        else:
+            where = f"{'inside' if went_on.kind == 'mlx' and went_on.end is None else 'past'} {went_on.name}"
+        self.trace.record("fault", "in-call", cancels[0].at.rid, info={"at": str(cancels[0].at), "worker": where})
+        self._deliver_each(cancels)
+
+    def _deliver_each(self, faults: list[FaultSpec]) -> None:
+        for fault in faults:
+            self._track(self._deliver(fault))
 
     def _pause_for(self, faults: list[FaultSpec]) -> None:
         resume = threading.Event()

@@ -8,8 +8,9 @@ The parent hands each child its target and settings as one JSON argument
 asked; children talk to the parent in JSON lines on stdout: progress, then a
 result, or a setup error (a server that never came up), which the parent
 raises as a `SetupError` (exit 2), never as a crash. Each child writes its run
-folder (`fuzz.evidence`): one job its own `<time>-<target>` folder, several
-jobs `<time>-<target>-job<i>`.
+folder (`fuzz.evidence`): one job its own `<time>-<target>` folder; several jobs
+`<time>-<target>/job<i>`, and the parent then writes the merged summary of
+all of them in `<time>-<target>` (`fuzz.evidence.write_merged_folder`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any, Callable, Optional
 from mlx_invariants.errors import UsageError
 from mlx_invariants.fuzz.case import load_case
 from mlx_invariants.fuzz.errors import SetupError
+from mlx_invariants.fuzz.evidence import distinct, write_merged_folder
+from mlx_invariants.fuzz.lifeline import exit_with_parent
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.report import Failure, device_info, write_report
 from mlx_invariants.fuzz.runner import Progress, run_fuzz
@@ -54,10 +57,17 @@ class JobOutcome:
         return self.headline is not None or self.crashed is not None
 
 
+@dataclass
+class JobsRun:
+    outcomes: list[JobOutcome]
+    findings: list[dict[str, Any]]    # distinct across jobs (`fuzz.evidence.distinct`)
+    run_dir: Optional[str] = None     # the merged run folder of several jobs, or the one job's
+
+
 def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
-             progress: Callable[[list[dict[str, Any]]], None]) -> list[JobOutcome]:
+             progress: Callable[[list[dict[str, Any]]], None]) -> JobsRun:
     """Start `jobs` children fuzzing `target` with `settings` (seed + 1000·i each, work folder
-    `workroot/job<i>`); wait for all, reporting progress as it comes."""
+    `workroot/job<i>`); wait for all, reporting progress as it comes; write the merged run folder."""
     target.check()  # a target that builds nothing fails here, once, not in every child
     workroot.mkdir(parents=True, exist_ok=True)
     base_seed = settings.seed
@@ -71,12 +81,14 @@ def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
                 f"{''.join(c if c.isalnum() or c in '_.-' else '-' for c in target.label)[:80]}")
     child_settings = [replace(settings, seed=None if base_seed is None else base_seed + i * 1000,
                               workdir=str(workroot / f"job{i}"),
-                              run_dir=f"{run_root}-job{i}" if jobs > 1 and settings.report_dir else None)
+                              run_dir=f"{run_root}/job{i}" if jobs > 1 and settings.report_dir else None)
                       for i in range(jobs)]
     for i in range(jobs):
         message = json.dumps({"target": target.to_dict(), "settings": child_settings[i].to_dict()})
+        # stdin is the child's lifeline: it ends when this process does, however it ends (`fuzz.lifeline`).
         process = subprocess.Popen([sys.executable, "-m", "mlx_invariants.fuzz.jobs", message],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True, bufsize=1)
         children[i] = process
         selector.register(process.stdout, selectors.EVENT_READ, i)
     try:
@@ -97,12 +109,21 @@ def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
                 raise SetupError(outcomes[i].setup_error)
             if code != 0 and outcomes[i].headline is None:
                 outcomes[i].crashed = _describe_exit(code)
+                outcomes[i].examples = states[i]["examples"]
                 outcomes[i].report_dir = _crash_report(target, child_settings[i], outcomes[i].crashed)
     finally:
         for process in children.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-    return outcomes
+            process.stdin.close()
+    if jobs == 1:
+        return JobsRun(outcomes, outcomes[0].findings, outcomes[0].run_dir)
+    rows = [{"job": o.job, "seed": s.seed, "run_dir": o.run_dir, "crashed": o.crashed, "report": o.report_dir,
+             "examples": o.examples} for o, s in zip(outcomes, child_settings)]
+    if not settings.report_dir:
+        return JobsRun(outcomes, distinct([{**f, "job": o.job} for o in outcomes for f in o.findings]))
+    summary = write_merged_folder(run_root, target, rows)
+    return JobsRun(outcomes, summary["findings"], run_root)
 
 
 def _take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
@@ -140,10 +161,11 @@ def _crash_report(target: Target, settings: FuzzSettings, why: str) -> Optional[
     scenario, _ = load_case(current)
     failure = Failure(scenario, Trace(), [Violation("process-crashed", f"{why} while running this scenario")],
                       target, seed=str(settings.seed), device=device_info())
-    return str(write_report(settings.report_dir or settings.workdir, failure))
+    return str(write_report(settings.run_dir or settings.report_dir or settings.workdir, failure))
 
 
 def _child(message: dict[str, Any]) -> int:
+    exit_with_parent(sys.stdin.fileno())
     target, settings = Target.from_dict(message["target"]), FuzzSettings.from_dict(message["settings"])
     last = [0.0]
 

@@ -177,6 +177,22 @@ def busy_answers_fast(trace: Trace) -> Iterator[Violation]:
                             rid=end.rid)
 
 
+def cut_body_frees_server(trace: Trace) -> Iterator[Violation]:
+    """After a client went with half its request body sent (BODY_PART), the follow-up's answer began within
+    the admission bound: a server holds no handler or slot waiting for a body that will never come."""
+    cut = sorted({f.rid for f in trace.of("fault") if f.info.get("delivered")
+                  and str(f.info.get("at", "")).endswith("@BODY_PART")})
+    submit = trace.first("request", "submit", "followup")
+    began = trace.first("point", "ADMITTED", "followup")
+    if not cut or submit is None or began is None:
+        return  # a follow-up that never began is stalled, refused or different: other oracles say so
+    bound, waited = trace.meta.get("busy_bound_s", 1.0), began.t - submit.t
+    if waited > bound:
+        yield Violation("cut-body-blocks", f"the follow-up waited {waited:.2f}s for its answer to begin after "
+                                           f"{', '.join(cut)} went with half a request body sent (bound {bound}s)",
+                        rid=cut[0])
+
+
 def loop_stays_responsive(trace: Trace) -> Iterator[Violation]:
     """The event loop never stalled longer than a loose bound, and no callback died unnoticed."""
     bound = trace.meta.get("lag_bound_s", 2.0)
@@ -211,6 +227,7 @@ ORACLES: tuple[Oracle, ...] = (
     nothing_leaked,
     followup_matches_fresh,
     busy_answers_fast,
+    cut_body_frees_server,
     loop_stays_responsive,
     compute_stops_for_gone_clients,  # MLX still busy after every client had gone (fuzz/compute.py)
 )

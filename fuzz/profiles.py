@@ -4,12 +4,15 @@
 example database, a few hundred examples, plus one asyncio debug-mode run.
 `runner` is for Apple Silicon and GPU runners: random seeds, a shared example
 database (so failures found once are tried first next time), and a long
-budget. Both draw scenarios past the simple engine's capacity (one slot and
-a queue of four); `runner` also draws, now and then, prompts and budgets of
-hundreds of tokens (the tiny model's context is 1024 tokens; a prompt word
-is about two), which `ci` leaves out to stay fast. Both reuse one engine
-across scenarios that leave it clean (`reuse_engine`); `invariants fuzz
---fresh-engine` turns that off.
+budget. Both draw scenarios past the engine's capacity (`requests_for`):
+up to `PAST_CAPACITY` more requests than it holds at once, slots and queue,
+as the adapter's `capacity()` or `invariants fuzz --capacity` says (at most
+`MOST_REQUESTS`); where neither says, up to the profile's `max_requests`,
+chosen past the simple engine's one slot and queue of four. `runner` also
+draws, now and then, prompts and budgets of hundreds of tokens (the tiny
+model's context is 1024 tokens; a prompt word is about two), which `ci`
+leaves out to stay fast. Both reuse one engine across scenarios that leave
+it clean (`reuse_engine`); `invariants fuzz --fresh-engine` turns that off.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Profile:
     debug_run: bool         # one extra scenario on an asyncio debug-mode loop
     database: bool
     reuse_engine: bool = True  # keep one engine across scenarios that leave it clean (False: fresh each)
-    max_requests: int = 6      # requests per scenario, at most
+    max_requests: int = 6      # requests per scenario, at most, when the target's capacity is unknown
     long_prompt: int = 0       # a rare long prompt has up to this many words (0: none longer than short)
     long_tokens: int = 0       # a rare long budget has up to this many tokens (0: none longer than short)
 
@@ -42,6 +45,38 @@ class Profile:
         if not self.database:
             return None
         return os.environ.get("MLX_INVARIANTS_FUZZ_DB", os.path.join(".hypothesis", "mlx-invariants"))
+
+
+PAST_CAPACITY = 2    # requests drawn beyond what the target holds at once
+MOST_REQUESTS = 16   # ... but never more than this many in one scenario, to stay fast
+
+
+@dataclass(frozen=True)
+class Requests:
+    """How many requests a scenario draws at most, and why: `capacity` is what the target holds at once,
+    `source` where that came from ("given": --capacity; "engine": the adapter's `capacity()`; "unknown":
+    neither, so the profile's number)."""
+
+    most: int
+    capacity: Optional[int]
+    source: str
+
+    def describe(self) -> str:
+        if self.capacity is None:
+            return f"up to {self.most} requests per scenario (capacity unknown: the profile's number)"
+        origin = "given with --capacity" if self.source == "given" else "read from the engine"
+        return f"up to {self.most} requests per scenario (capacity {self.capacity}, {origin})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"most": self.most, "capacity": self.capacity, "source": self.source}
+
+
+def requests_for(profile: Profile, given: Optional[int], engine: Optional[int]) -> Requests:
+    """Past the capacity `given` (it wins) or read from the `engine`, else the profile's `max_requests`."""
+    capacity, source = (given, "given") if given is not None else (engine, "engine")
+    if capacity is None:
+        return Requests(profile.max_requests, None, "unknown")
+    return Requests(min(capacity + PAST_CAPACITY, MOST_REQUESTS), capacity, source)
 
 
 PROFILES: dict[str, Profile] = {

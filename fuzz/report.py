@@ -4,7 +4,8 @@ A report directory holds `scenario.json` (what `--replay` runs: the scenario
 and its target, see `fuzz.case`), `report.json` (everything, for tools) and
 `report.txt` (for people): headline, violations with both stacks, the device
 it ran on, "reproduced k/N", the Hypothesis seed and reproduce blob, the
-ordered event trace, and the replay command.
+ordered event trace, and the replay command (`fuzz.reproduce`: one that works
+when pasted into a shell anywhere).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.oracles import Violation
+from mlx_invariants.fuzz.reproduce import replay_shell_command
 from mlx_invariants.fuzz.scenario import Scenario
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.timeline import write_timeline
@@ -77,11 +79,6 @@ def _refusal(code: Any) -> str:
     return f"busy ({code})" if text in _BUSY_CODES or "busy" in text else f"{code or 'refused'}"
 
 
-def replay_command(scenario_path: str | Path) -> str:
-    """The scenario file names its target, so the command needs nothing else."""
-    return f"invariants fuzz --replay {scenario_path}"
-
-
 def device_info() -> dict[str, Any]:
     """Where MLX ran, so a CPU run is never mistaken for a GPU one."""
     info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
@@ -130,12 +127,12 @@ def write_report(directory: str | Path, failure: Failure, name: Optional[str] = 
         "reproduce_blob": failure.blob,
         "reproduced": list(failure.reproduced) if failure.reproduced else None,
         "device": failure.device,
-        "replay": replay_command(scenario_path),
+        "replay": replay_shell_command(scenario_path, failure.target),
         "server_log": failure.server_log or None,
         "trace": failure.trace.to_json(),
     }, indent=2, default=str) + "\n")
     (folder / "report.txt").write_text(render(failure, scenario_path))
-    (folder / "replay.sh").write_text(f"#!/bin/sh\n{replay_command(scenario_path)}\n")
+    (folder / "replay.sh").write_text(f"#!/bin/sh\n{replay_shell_command(scenario_path, failure.target)}\n")
     # Further views of the same failure are written here, beside the report.
     write_timeline(folder / "timeline.svg", failure.trace, f"{failure.engine}: {failure.headline}",
                    [f"scenario: {failure.scenario.describe()}"])
@@ -156,7 +153,7 @@ def render(failure: Failure, scenario_path: str | Path) -> str:
         lines.append(f"blob:       {failure.blob}")
     if failure.trace.meta.get("reused"):
         lines.append(f"engine:     reused; it had run {failure.trace.meta['reused']} scenario(s) before this one")
-    lines.append(f"replay:     {replay_command(scenario_path)}")
+    lines.append(f"replay:     {replay_shell_command(scenario_path, failure.target)}")
     lines.append("")
     for number, violation in enumerate(failure.violations, 1):
         lines.append(f"[{number}] {violation.kind}: {violation.message}")

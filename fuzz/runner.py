@@ -13,7 +13,9 @@ does not is listed as unconfirmed and the search goes on. A confirmed one is
 shrunk (Hypothesis, on fresh engines), replayed ("reproduced k/N"), and then
 the run stops, or with `keep_going` searches on, skipping signatures it has,
 until the budget ends. The budget is wall time: the profile's example cap
-applies only when neither a budget nor a count was given.
+applies only when neither a budget nor a count was given. Generated
+scenarios draw past the target's capacity: `settings.capacity`, else what
+its adapter reported during the baseline (`fuzz.profiles.requests_for`).
 
 Scenarios share one started engine while they leave it clean (see
 `fuzz.session`); confirmation, shrinking, replays and the debug run use a
@@ -40,7 +42,7 @@ from mlx_invariants.fuzz.errors import SetupError, ViolationFound
 from mlx_invariants.fuzz.findings import Finding, Status, confirmed, short_id, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
-from mlx_invariants.fuzz.profiles import PROFILES, Profile, hypothesis_settings
+from mlx_invariants.fuzz.profiles import PROFILES, Profile, Requests, hypothesis_settings, requests_for
 from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultSpec,
                                            RequestSpec, Scenario)
@@ -104,6 +106,7 @@ class FuzzResult:
     examples_cap: Optional[int] = None
     pace: Pace = field(default_factory=Pace)
     target: Optional[Target] = None
+    requests: Optional[Requests] = None   # how many requests scenarios drew at most, and why (generation only)
 
     @property
     def new_findings(self) -> list[Finding]:
@@ -217,6 +220,8 @@ class _Fuzz:
         self.counts: Counter[str] = Counter()
         # The fresh-engine output of the follow-up request: computed once per run, by the baseline.
         self.expected_followup: Optional[list[Any]] = None
+        self.capacity: Optional[int] = None       # what the engine says it holds at once, read by the baseline
+        self.requests: Optional[Requests] = None  # what generated scenarios draw, past that capacity
         self.started = time.monotonic()
         self.state = Progress(budget_s=budget_s, examples_cap=examples)
         self.first_failure_s: Optional[float] = None
@@ -277,6 +282,7 @@ class _Fuzz:
             raise SetupError(f"{self.target.label}: the engine did not start: {failed.info.get('error')}"
                              + (f"\nthe server's last log lines:\n{tail}" if tail else ""))
         self.expected_followup = trace.meta.get("followup")
+        self.capacity = trace.meta.get("capacity")
         self.pace = measure(trace, self.pace.startup_s)
         driver, self.stall_basis = driver_settings(self._base_driver, self.pace, self.remote)
         self.session.settings = driver
@@ -415,8 +421,9 @@ class _Fuzz:
         from mlx_invariants.fuzz.strategies import scenarios
 
         if strategy is None:
+            self.requests = requests_for(self.profile, self.settings.capacity, self.capacity)
             strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points, routes=self.target.routes,
-                                 **self.profile.shapes)
+                                 **{**self.profile.shapes, "max_requests": self.requests.most})
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
@@ -528,7 +535,7 @@ class _Fuzz:
             engines_started=self.session.starts, mlx_s=self.mlx_s, mlx_calls=self.mlx_calls,
             mlx_threads=sorted(self.threads), scenario_runs=self.runs, counts=dict(self.counts),
             seed=self.seed_label, budget_s=self.budget_s, examples_cap=self.examples, pace=self.pace,
-            target=self.target)
+            target=self.target, requests=self.requests)
 
 
 def _first(violations: list[Violation], kind: str) -> list[Violation]:

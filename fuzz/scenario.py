@@ -18,9 +18,13 @@ POINTS: tuple[str, ...] = (
 OWNER_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE", "FINISHED"})
 # Points inside the worker's MLX work: where a "raise" fault stands for an MLX error.
 RAISE_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE"})
-INDEXED_POINTS: frozenset[str] = frozenset({"BEFORE_DECODE", "CHUNK_SENT"})
+# Points only an HTTP client reaches (fuzz/adapters/http.py): a server-side MLX entry seen while waiting
+# for the response, half the request body sent. Drawn for HTTP targets only.
+CLIENT_POINTS: tuple[str, ...] = ("SERVER_STEP", "BODY_PART")
+INDEXED_POINTS: frozenset[str] = frozenset({"BEFORE_DECODE", "CHUNK_SENT", "SERVER_STEP"})
 # Simplest first: Hypothesis shrinks towards the front of each list.
-FAULT_KINDS: tuple[str, ...] = ("cancel", "abort", "disconnect", "cancel-twice", "raise", "shutdown")
+FAULT_KINDS: tuple[str, ...] = ("cancel", "abort", "disconnect", "cancel-twice", "raise", "shutdown",
+                               "cancel-in-call", "restart")
 EXECUTORS: tuple[str, ...] = ("owner", "alternate", "pool")
 ROUTES: tuple[str, ...] = ("completions", "chat")
 
@@ -128,5 +132,5 @@ class Scenario:
 def _check_at(at: At, rids: list[str]) -> None:
     if at.rid not in rids:
         raise ValueError(f"{at} names no request of this scenario")
-    if at.point not in POINTS:
-        raise ValueError(f"{at}: point must be one of {POINTS}")
+    if at.point not in POINTS + CLIENT_POINTS:
+        raise ValueError(f"{at}: point must be one of {POINTS + CLIENT_POINTS}")

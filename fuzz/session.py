@@ -25,7 +25,7 @@ import contextlib
 import logging
 from typing import Any, Callable, Iterator, Optional
 
-from mlx_invariants.fuzz.adapters.base import Adapter
+from mlx_invariants.fuzz.adapters.base import Adapter, capacity_of
 from mlx_invariants.fuzz.driver import DriverSettings, LiveEngine, ScenarioRun
 from mlx_invariants.fuzz.executors import make_executor
 from mlx_invariants.fuzz.faults import wait_loop_idle
@@ -84,6 +84,7 @@ class EngineSession:
                 self.sentinel.attach(trace, forget_owner=fresh)
                 run = ScenarioRun(engine, self.settings, scenario, trace, executor, expected_followup, keep)
                 loop.run_until_complete(loop.create_task(run.main(), name="fuzz-main"))
+                trace.meta["capacity"] = capacity_of(adapter)  # known once the engine started
         finally:
             if self.engine is not None:
                 self.engine.adapter.set_point_hook(None)
@@ -110,13 +111,17 @@ class EngineSession:
     def _open(self) -> LiveEngine:
         loop = asyncio.new_event_loop()
         try:
-            self.engine = LiveEngine(self.factory(), loop)
+            self.engine = LiveEngine(self.factory(), loop, forget_owner=self._forget_owner)
         except BaseException:
             loop.close()  # no engine to retire: only the loop to close
             raise
         self.served = 0
         self.starts += 1
         return self.engine
+
+    def _forget_owner(self) -> None:
+        """The engine starts again inside a scenario (a restart): its new threads own MLX from now on."""
+        self.sentinel.attach(self.sentinel.trace, forget_owner=True)
 
     def _retire(self) -> None:
         """Drop the engine (shut down, failed to start, or wedged past the backstop and abandoned, as

@@ -35,6 +35,9 @@ class FuzzSettings:
     on after a finding until the budget ends; `baseline` holds the signatures
     of accepted findings (`fuzz.baseline`). With `report_dir`, the run folder
     (`fuzz.evidence`) is written under it, or at `run_dir` if that is given.
+    `capacity` is how many requests the target holds at once (slots and queue),
+    overriding what its adapter says: scenarios draw past it
+    (`fuzz.profiles.requests_for`); a server's is unknown unless given.
     """
 
     profile: str = "ci"
@@ -50,6 +53,7 @@ class FuzzSettings:
     reuse: Optional[bool] = None
     debug_run: Optional[bool] = None
     strict: bool = False              # the sentinel refuses bad MLX entries (raises) instead of recording only
+    capacity: Optional[int] = None    # requests the target holds at once; None: as its adapter says, if it does
     explicit: Optional[tuple[Scenario, ...]] = None
     report_dir: Optional[str | Path] = None
     workdir: Optional[str | Path] = None
@@ -66,6 +70,9 @@ class FuzzSettings:
             raise SettingsError("replays and the shrink time must not be negative")
         if self.confirm < 1:
             raise SettingsError(f"confirm must be at least 1 replay, got {self.confirm}")
+        if self.capacity is not None and (isinstance(self.capacity, bool) or not isinstance(self.capacity, int)
+                                          or self.capacity < 1):
+            raise SettingsError(f"the capacity must be a positive number of requests, got {self.capacity!r}")
         # Normalized in place (the dataclass is frozen): folders may be given as Paths, scenarios as any iterable.
         object.__setattr__(self, "baseline", tuple(self.baseline))
         for name in ("report_dir", "workdir", "run_dir"):

@@ -12,12 +12,20 @@ Lengths (prompt words, token budgets, decode steps aimed at) are short
 profile's `long_prompt` / `long_tokens`): long prompts and budgets reach the
 windows that only open during a long prefill or a long decode, while the
 selector shrinks to "short", so a found bug still shrinks to small numbers.
+A "cancel-in-call" fault (the worker goes on into its next MLX call while
+the cancel lands) gives its request a long prompt one time in
+`IN_CALL_LONG_ODDS`, where the profile allows long ones: the prefill it
+races is then long enough to be a real window.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Optional
+
 from hypothesis import strategies as st
 
+from mlx_invariants.fuzz.faults import IN_CALL
 from mlx_invariants.fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES, At, FaultSpec,
                            RequestSpec, Scenario)
 
@@ -32,6 +40,7 @@ SHORT_TOKENS = 10   # token budget (and decode step aimed at) when short
 LONG_ODDS = 8       # one length in this many is drawn long (where the profile allows long ones)
 DEEP_ODDS = 4       # one decode step aimed at in this many is drawn long: it reaches deep only into a long request
 TOGETHER_ODDS = 3   # one fault in this many is delivered together with the fault before it
+IN_CALL_LONG_ODDS = 2   # one cancel-in-call in this many gives its request a long prompt (where allowed)
 
 
 @st.composite
@@ -62,12 +71,18 @@ def _resolve(aim: Aim, candidates: list[RequestSpec]) -> At:
 
 @st.composite
 def _fault(draw: st.DrawFn, kinds: tuple[str, ...], points: tuple[str, ...], max_requests: int,
-           max_tokens: int, long_tokens: int) -> tuple[str, Aim, bool]:
-    """A kind, an aim, and whether it rides on the fault before it instead (one time in `TOGETHER_ODDS`)."""
+           max_tokens: int, long_tokens: int, long_prompt: int) -> tuple[str, Aim, bool, Optional[int]]:
+    """A kind, an aim, whether it rides on the fault before it instead (one time in `TOGETHER_ODDS`), and
+    for a cancel-in-call now and then a long prompt for the request it aims at (None: leave it)."""
     kind = draw(st.sampled_from(kinds))
     allowed = tuple(p for p in points if p in RAISE_POINTS) if kind == "raise" else points
     aim = draw(_aim(allowed, max_requests, max_tokens, long_tokens))
-    return kind, aim, draw(st.integers(0, TOGETHER_ODDS - 1)) == TOGETHER_ODDS - 1
+    together = draw(st.integers(0, TOGETHER_ODDS - 1)) == TOGETHER_ODDS - 1
+    prompt = None
+    if kind == IN_CALL and long_prompt > SHORT_PROMPT \
+            and draw(st.integers(0, IN_CALL_LONG_ODDS - 1)) == IN_CALL_LONG_ODDS - 1:
+        prompt = draw(st.integers(SHORT_PROMPT + 1, long_prompt))
+    return kind, aim, together, prompt
 
 
 def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec]) -> tuple[FaultSpec, ...]:
@@ -78,6 +93,16 @@ def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec]) -> 
         same = together and bool(faults) and (kind != "raise" or faults[-1].at.point in RAISE_POINTS)
         faults.append(FaultSpec(kind, faults[-1].at if same else _resolve(aim, requests)))
     return tuple(faults)
+
+
+def _lengthen(requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
+              prompts: list[Optional[int]]) -> list[RequestSpec]:
+    """`requests` with each long prompt drawn with a fault given to the request that fault landed on."""
+    longest = {r.rid: r.prompt_len for r in requests}
+    for fault, prompt in zip(faults, prompts):
+        if prompt is not None:
+            longest[fault.at.rid] = max(longest[fault.at.rid], prompt)
+    return [replace(r, prompt_len=longest[r.rid]) for r in requests]
 
 
 @st.composite
@@ -103,6 +128,8 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
                                     arrival=_resolve(arrival, requests) if arrival and requests else None))
     if not any(p in RAISE_POINTS for p in points):
         kinds = tuple(k for k in kinds if k != "raise")
-    faults = _faults(draw(st.lists(_fault(kinds, points, max_requests, max_tokens, long_tokens),
-                                   min_size=min_faults, max_size=max_faults)), requests)
+    drawn = draw(st.lists(_fault(kinds, points, max_requests, max_tokens, long_tokens, long_prompt),
+                          min_size=min_faults, max_size=max_faults))
+    faults = _faults([d[:3] for d in drawn], requests)
+    requests = _lengthen(requests, faults, [d[3] for d in drawn])
     return Scenario(tuple(requests), faults, draw(st.sampled_from(executors)))

@@ -21,7 +21,7 @@ from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapt
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.scenario import FAULT_KINDS, POINTS, ROUTES
+from mlx_invariants.fuzz.scenario import CLIENT_POINTS, FAULT_KINDS, POINTS, ROUTES
 
 
 class TargetKind(Enum):
@@ -79,8 +79,11 @@ class Target:
             raise TargetError("routes apply to HTTP targets (--url, --server-cmd) only")
         if not self.fault_kinds or not set(self.fault_kinds) <= set(FAULT_KINDS):
             raise TargetError(f"fault kinds must be some of {FAULT_KINDS}, got {self.fault_kinds}")
-        if not self.points or not set(self.points) <= set(POINTS):
-            raise TargetError(f"points must be some of {POINTS}, got {self.points}")
+        if self.kind.http and "restart" in self.fault_kinds:
+            raise TargetError("a server cannot be restarted inside a scenario: leave out the restart fault kind")
+        known = POINTS + (CLIENT_POINTS if self.kind.http else ())  # only a client of a server reaches those
+        if not self.points or not set(self.points) <= set(known):
+            raise TargetError(f"points must be some of {known}, got {self.points}")
 
     # -- the ways to name one ---------------------------------------------------------
     @classmethod
@@ -173,7 +176,7 @@ class Target:
 
 def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The fault kinds and points a target of `kind` takes unless told otherwise: a server is not
-    restarted per scenario (no shutdown, no raise) and shows only the points a client sees."""
+    restarted per scenario (no shutdown, no restart, no raise) and shows only the points a client sees."""
     return (HTTP_KINDS, HTTP_POINTS) if kind.http else (FAULT_KINDS, POINTS)
 
 

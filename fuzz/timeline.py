@@ -124,7 +124,7 @@ def _lanes(trace: Trace, events: list[Event]) -> list[_Lane]:
     for event in events:
         if event.rid in requests and event.kind in ("request", "point", "fault", "stale"):
             requests[event.rid].events.append(event)
-        if event.kind in ("check", "loop", "log", "lock"):
+        if event.kind in ("check", "loop", "log", "lock", "engine"):  # engine: stopped and restarted
             run.events.append(event)
         elif event.thread or event.thread_name:
             server = _merged(trace, event)

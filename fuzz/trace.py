@@ -46,7 +46,7 @@ class Event:
     """One fact. `kind` groups events for the oracles; `name` says which one."""
 
     seq: int
-    kind: str  # point | mlx | fault | request | lock | loop | check; drop-in observation: sync | work | task | mlx-gc
+    kind: str  # point | mlx | fault | request | lock | loop | check | engine; drop-in observation: sync | work | task | mlx-gc
     name: str
     rid: str | None = None
     thread: int = 0

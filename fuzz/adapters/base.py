@@ -7,6 +7,12 @@ tokens, abort it, close it (always, in a `finally`). Engines that mark named
 points (`engine.points`-style modules) hand the fuzzer their hook setter, so
 faults land exactly there; engines without points are fuzzed at the points
 the client itself sees (ADMITTED, CHUNK_SENT).
+
+An in-process adapter is also started again after its shutdown returned,
+inside one scenario (the "restart" fault): the engine must then serve as a
+fresh one would. Restart the same engine there, as a server does on a config
+reload, so what its stop left behind is found; an adapter may build a new
+engine instead, which the restart then does not test.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
+from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.scenario import RequestSpec
 
 PointHook = Callable[[Any, str, dict], None]
@@ -50,8 +57,23 @@ class Adapter(Protocol):
     busy_bound_s: float        # how long a refusal may take
 
     def set_point_hook(self, hook: Optional[PointHook]) -> None: ...   # no-op for engines without points
-    async def start(self) -> None: ...
+    async def start(self) -> None: ...                                 # also again, after shutdown() returned
     async def submit(self, spec: RequestSpec) -> Handle: ...           # raises fuzz.errors.Refused
     async def shutdown(self) -> None: ...                              # idempotent
     def status(self) -> dict[str, int]: ...                            # held slots/queue entries; {} if unknown
     # Optional: `healthy` (bool). False after a scenario makes the next one start a fresh engine.
+    # Optional: `capacity()` (int or None): requests the engine holds at once, slots and queue; scenarios
+    # then draw past it (`capacity_of`).
+
+
+def capacity_of(adapter: Adapter) -> Optional[int]:
+    """The adapter's `capacity()` (or a plain `capacity` attribute), once its engine started; None if it
+    gives none. A value that is not a positive whole number is a setup mistake, not "unknown"."""
+    capacity = getattr(adapter, "capacity", None)
+    value = capacity() if callable(capacity) else capacity
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TargetError(f"{getattr(adapter, 'name', 'the adapter')}: capacity() must be a positive number "
+                          f"of requests or None, got {value!r}")
+    return value

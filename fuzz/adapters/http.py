@@ -7,7 +7,11 @@ inside a server nobody here wrote is still seen. A server cannot be restarted
 per scenario, so "shutdown" and "raise" faults are not aimed at it: the client
 side cancels and disconnects mid-request and mid-stream, at the points a
 client sees (ADMITTED: a streaming response began, or a non-streaming request's
-body was sent; chunk k received = CHUNK_SENT(k)).
+body was sent; chunk k received = CHUNK_SENT(k); the launched server's k-th MLX
+entry since the body was sent, seen while the response is awaited =
+SERVER_STEP(k); half the body sent = BODY_PART). An error frame inside an HTTP
+200 stream, or a data line that is not a JSON object, ends the request as an
+error with that message.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Optional, TypeVar
 from urllib.parse import urlparse
 
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
 from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
+from mlx_invariants.fuzz.lifeline import Lifeline
 from mlx_invariants.fuzz.scenario import ROUTES, RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
@@ -38,7 +43,11 @@ from mlx_invariants.fuzz.trace import Trace
 HTTP_KINDS = ("cancel", "disconnect")
 # A log line that names why a server stopped: an exception, a missing module or command, a bind failure.
 _ERROR_LINE = re.compile(r"\w(Error|Exception)\b|No module named|not found|[Aa]ddress already in use|^error\b")
-HTTP_POINTS = ("ADMITTED", "CHUNK_SENT")
+# Simplest first (shrinking moves towards the front): SERVER_STEP needs a launched server's records, and
+# BODY_PART sends the server a request it cannot parse.
+HTTP_POINTS = ("ADMITTED", "CHUNK_SENT", "SERVER_STEP", "BODY_PART")
+# How often a client waiting for its response reads the server's sentinel records (SERVER_STEP).
+RECORDS_POLL_S = 0.003
 
 
 def check_loopback(url: str) -> str:
@@ -53,7 +62,8 @@ def check_loopback(url: str) -> str:
 
 
 class ServerProcess:
-    """A server command on a free 127.0.0.1 port, with the sentinel injected; stopped at exit."""
+    """A server command on a free 127.0.0.1 port, with the sentinel injected; stopped at exit, and when this
+    process is killed (`fuzz.lifeline`)."""
 
     def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = 180.0):
         self.command = command
@@ -63,20 +73,24 @@ class ServerProcess:
         self.records = self.folder / "sentinel.jsonl"
         self.log = self.folder / "server.log"
         self.process: Optional[subprocess.Popen] = None
+        self.lifeline: Optional[Lifeline] = None
         self.url = ""
         self.ready_s = 0.0  # how long the last start took until the port answered
 
     def ensure(self) -> str:
         if self.process is not None and self.process.poll() is None:
             return self.url
+        self.stop()  # a server that died: let its watchdog go
         port = _free_port()
         env = sentinel_env(self.records, self.owner)
         argv = shlex.split(self.command.replace("{port}", str(port)))
         started = time.monotonic()
         try:
             with open(self.log, "ab") as log:
-                self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+                # Under a watchdog in its own process group: atexit stops it on a normal exit, the lifeline
+                # when this process is killed outright (`fuzz.lifeline`).
+                self.lifeline = Lifeline(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+                self.process = self.lifeline.process
         except OSError as exc:
             raise ServerError(f"the server command {self.command!r} could not be started: {exc}") from None
         atexit.register(self.stop)
@@ -110,14 +124,19 @@ class ServerProcess:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
+        lifeline, self.lifeline = self.lifeline, None
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            if process is None or process.poll() is not None:
+                return
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        finally:
+            if lifeline is not None:
+                lifeline.cut()
 
 
 def _cause(log_tail: str) -> str:
@@ -158,7 +177,10 @@ class HttpHandle:
             data = line[5:].strip()
             if data == "[DONE]":
                 break
-            choice = (json.loads(data).get("choices") or [{}])[0]
+            frame, self.error = _frame(data)
+            if self.error:
+                break  # the server said it failed: nothing after that is this request's answer
+            choice = (frame.get("choices") or [{}])[0]
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
             text = choice.get("text")
             if text is None:
@@ -239,11 +261,16 @@ class HttpAdapter:
             path, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
         else:
             path, body = "/v1/completions", {**common, "prompt": text}
-        request = self._client.build_request("POST", path, json=body)
+        content = json.dumps(body).encode()
+        waiting = _Waiting(self, spec)
+        # The full Content-Length up front, the body in two parts (BODY_PART in between).
+        request = self._client.build_request("POST", path, content=waiting.body(content),
+                                             headers={"Content-Type": "application/json",
+                                                      "Content-Length": str(len(content))})
+        request.extensions["trace"] = waiting.trace
         if not spec.stream:
-            request.extensions["trace"] = self._admitted_when_sent(spec.rid)
-            return HttpHandle(self, spec.rid, body=asyncio.ensure_future(self._json(request, spec.rid)))
-        response = await self._client.send(request, stream=True)
+            return HttpHandle(self, spec.rid, body=asyncio.ensure_future(self._json(request, waiting)))
+        response = await waiting.until(self._client.send(request, stream=True))
         if response.status_code != 200:
             await response.aread()
             await response.aclose()
@@ -251,17 +278,8 @@ class HttpAdapter:
         self.reach("ADMITTED", spec.rid)
         return HttpHandle(self, spec.rid, response=response)
 
-    def _admitted_when_sent(self, rid: str) -> Callable[[str, dict], Awaitable[None]]:
-        """httpcore's trace hook for a non-streaming request: ADMITTED once its whole body is on the wire,
-        so a disconnect there leaves a server with a request in hand and a client that has gone."""
-        async def trace(event: str, info: dict) -> None:
-            if event == "http11.send_request_body.complete":
-                self.reach("ADMITTED", rid)
-                await asyncio.sleep(0)  # a fault delivered here lands before the response is awaited
-        return trace
-
-    async def _json(self, request: Any, rid: str) -> dict:
-        response = await self._client.send(request)
+    async def _json(self, request: Any, waiting: "_Waiting") -> dict:
+        response = await waiting.until(self._client.send(request))
         try:
             return response.json()
         except ValueError:
@@ -281,6 +299,79 @@ class HttpAdapter:
             return
         events, self._offset = read_records(str(self.server.records), self._offset)
         trace.merge(events)
+
+
+T = TypeVar("T")
+
+
+class _Waiting:
+    """One request from its body to its response: BODY_PART with half the body sent, ADMITTED once all of it is
+    on the wire (non-streaming), then, while the response is awaited, SERVER_STEP(k) at the k-th MLX entry
+    (from 0) the launched server's sentinel recorded since the rest of the body went out. The records are
+    the server's, not the request's: with several requests in flight, an entry counts for each of them. A
+    URL target has no records: SERVER_STEP never comes."""
+
+    def __init__(self, adapter: "HttpAdapter", spec: RequestSpec):
+        self.adapter, self.rid, self.stream = adapter, spec.rid, spec.stream
+        self.records = adapter.server.records if adapter.server is not None else None
+        self.last = spec.max_tokens  # an aimed index is clamped below the request's budget: none further
+        self.offset: Optional[int] = None  # where the records stood when the rest of the body went out
+        self.steps = 0
+
+    async def body(self, content: bytes) -> AsyncIterator[bytes]:
+        """The request body as its first half, BODY_PART, then the rest: a fault there leaves the server
+        holding headers that promise more body than will ever come."""
+        half = len(content) // 2
+        yield content[:half]  # httpcore has written it to the socket before it asks for the next part
+        self.adapter.reach("BODY_PART", self.rid)
+        await asyncio.sleep(0)  # a fault delivered here lands before the rest is sent
+        if self.records is not None:  # counted from here: the server cannot begin before the rest arrives
+            self.offset = self.records.stat().st_size if self.records.exists() else 0
+        yield content[half:]
+
+    async def trace(self, event: str, info: dict) -> None:
+        """httpcore's trace hook: ADMITTED for a non-streaming request once its whole body is on the wire."""
+        if event == "http11.send_request_body.complete" and not self.stream:
+            self.adapter.reach("ADMITTED", self.rid)  # a disconnect now leaves the server a request in hand
+            await asyncio.sleep(0)  # a fault delivered here lands before the response is awaited
+
+    async def until(self, sending: Awaitable[T]) -> T:
+        """Await the response, reaching SERVER_STEP meanwhile. A fault there cancels the task that awaits
+        the response, so it lands in the send, and the watch stops with it."""
+        if self.records is None:
+            return await sending
+        watch = asyncio.ensure_future(self._watch())
+        try:
+            return await sending
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+    async def _watch(self) -> None:
+        while self.steps < self.last:
+            await asyncio.sleep(RECORDS_POLL_S)  # polls a file another process writes; the point is its content
+            if self.offset is None:
+                continue  # the body is not all sent yet
+            events, self.offset = read_records(str(self.records), self.offset)
+            for event in events:
+                if event.kind == "mlx" and self.steps < self.last:
+                    self.adapter.reach("SERVER_STEP", self.rid, index=self.steps)
+                    self.steps += 1
+                    await asyncio.sleep(0)  # a fault delivered here lands before the next entry is reached
+
+
+def _frame(data: str) -> tuple[dict, Optional[str]]:
+    """One SSE data line as a JSON object, and the error it stands for, if any: an error frame (the server
+    failed after it had answered 200), or a line that is not a JSON object at all."""
+    try:
+        frame = json.loads(data)
+    except ValueError:
+        return {}, f"the stream sent a data line that is not JSON: {data[:200]!r}"
+    if not isinstance(frame, dict):
+        return {}, f"the stream sent a data line that is not a JSON object: {data[:200]!r}"
+    if frame.get("error"):
+        return frame, f"an error frame inside an HTTP 200 stream: {json.dumps(frame['error'])[:300]}"
+    return frame, None
 
 
 class _ClientPoint:

@@ -56,7 +56,9 @@ class StreamHandle:
 
 
 class ReferenceAdapter:
-    """Builds a fresh engine with `factory()` inside `start()` (so its locks are built under the lock watch).
+    """Builds the engine with `factory()` inside the first `start()` (so its locks are built under the lock
+    watch); a later `start()`, after `shutdown()` (the "restart" fault), starts that same engine again, as
+    a server restarts its engine on a config reload, so whatever its stop left behind is still there.
 
     One adapter serves scenario after scenario while the fuzzer reuses its engine; `status()` and
     `healthy` are what it checks between them.
@@ -79,11 +81,14 @@ class ReferenceAdapter:
             self._points.set_hook(hook)
 
     async def start(self) -> None:
-        self.engine = self.factory()
-        package = _engine_package(type(self.engine))
-        self._points = importlib.import_module(f"{package}.points")
-        self._messages = importlib.import_module(f"{package}.messages")
-        self._errors = importlib.import_module(f"{package}.errors")
+        if self.engine is None:
+            engine = self.factory()
+            package = _engine_package(type(engine))
+            self._points = importlib.import_module(f"{package}.points")
+            self._messages = importlib.import_module(f"{package}.messages")
+            self._errors = importlib.import_module(f"{package}.errors")
+            self.engine = engine
+        self._shutdown = None  # a restart: the next shutdown is this run's
         self._points.set_hook(self._hook)
         await self.engine.start()
 
@@ -119,6 +124,11 @@ class ReferenceAdapter:
     def healthy(self) -> bool:
         """False once the engine stopped or its owner died: the next scenario gets a fresh engine."""
         return self.engine is not None and bool(getattr(self.engine, "healthy", True))
+
+    def capacity(self) -> Optional[int]:
+        """Requests the engine holds at once (slots and queue), as its status reports; None if it does not."""
+        value = self.engine.status().get("capacity") if self.engine is not None else None
+        return value if isinstance(value, int) else None
 
     def status(self) -> dict[str, int]:
         if self.engine is None:

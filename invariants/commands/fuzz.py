@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--routes", metavar="completions,chat",
                         help="--url/--server-cmd: the OpenAI routes the server answers, comma-separated; requests "
                              "and the follow-up use only these (default: both)")
+    target.add_argument("--capacity", type=int, metavar="N",
+                        help="requests the target holds at once (slots and queue); scenarios draw a few more. "
+                             "Default: what the engine's adapter reports; a server's is unknown unless given, "
+                             "and then the profile's number of requests is drawn")
     run_group = parser.add_argument_group("how long")
     run_group.add_argument("--budget", type=float, metavar="SECONDS",
                            help="wall-clock budget; alone, no example cap applies (default: the profile's "
@@ -84,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--replay and --exhaustive do not mix")
     if args.replay and (args.baseline or args.write_baseline or args.keep_going):
         raise UsageError("--baseline, --write-baseline and --keep-going apply to a search, not to --replay")
+    if args.capacity is not None and (args.replay or args.exhaustive):
+        raise UsageError("--capacity applies to a search, not to --replay or --exhaustive")
     target = target_of(args)
     if args.replay:
         return _replay(args, target)
@@ -143,7 +149,7 @@ def settings_of(args: argparse.Namespace) -> FuzzSettings:
     baseline = tuple(sorted(load_baseline(args.baseline))) if args.baseline else ()
     return FuzzSettings(profile=args.profile, budget_s=args.budget, examples=args.examples, seed=args.seed,
                         replays=args.replays, confirm=args.confirm, keep_going=args.keep_going, baseline=baseline,
-                        reuse=False if args.fresh_engine else None, strict=args.strict,
+                        reuse=False if args.fresh_engine else None, strict=args.strict, capacity=args.capacity,
                         report_dir=str(report), workdir=str(report / "work"))
 
 
@@ -176,25 +182,13 @@ def _children(target: Target, settings: FuzzSettings, jobs: int, args: argparse.
                   f"job(s), {sum(s.get('findings', 0) for s in states)} finding(s), "
                   f"{sum(bool(s['failed']) for s in states)} job(s) failing, "
                   f"{max(s['elapsed_s'] for s in states):.0f}s")
-    outcomes = run_jobs(target, settings, jobs, Path(settings.workdir), progress)
+    run = run_jobs(target, settings, jobs, Path(settings.workdir), progress)
     line.done()
-    findings = _distinct([f for o in outcomes for f in o.findings])
+    outcomes = run.outcomes
     crashes = [(o.crashed, o.report_dir) for o in outcomes if o.crashed]
-    code = _summary(target.label, sum(o.examples for o in outcomes),
-                    max((o.elapsed_s for o in outcomes), default=0.0), findings,
-                    [o.run_dir for o in outcomes if o.run_dir], crashes)
-    return _accept(args, settings, findings, code)
-
-
-def _distinct(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One finding per signature across jobs; a job that confirmed it outranks one that did not."""
-    rank = {"violation": 0, "accepted": 1, "unconfirmed": 2}
-    best: dict[str, dict[str, Any]] = {}
-    for finding in findings:
-        held = best.get(finding["signature"])
-        if held is None or rank[finding["status"]] < rank[held["status"]]:
-            best[finding["signature"]] = finding
-    return list(best.values())
+    code = _summary(target, sum(o.examples for o in outcomes), max((o.elapsed_s for o in outcomes), default=0.0),
+                    run.findings, [run.run_dir] if run.run_dir else [], crashes)
+    return _accept(args, settings, run.findings, code)
 
 
 def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
@@ -215,17 +209,20 @@ def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
 def _result_summary(result: "FuzzResult", args: argparse.Namespace, settings: FuzzSettings) -> int:
     findings = [f.to_json() for f in result.findings]
     cap = f"capped at {result.examples_cap} examples" if result.examples_cap else "no example cap"
-    code = _summary(result.engine, result.examples, result.elapsed_s, findings,
+    requests = f"; {result.requests.describe()}" if result.requests else ""
+    code = _summary(result.target, result.examples, result.elapsed_s, findings,
                     [str(result.run_dir)] if result.run_dir else [], [],
-                    limits=f"budget {result.budget_s:g}s, {cap}")
+                    limits=f"budget {result.budget_s:g}s, {cap}{requests}")
     return _accept(args, settings, findings, code)
 
 
-def _summary(engine: str, examples: int, elapsed: float, findings: list[dict[str, Any]], run_dirs: list[str],
+def _summary(target: Target, examples: int, elapsed: float, findings: list[dict[str, Any]], run_dirs: list[str],
              crashes: list[tuple[str, Optional[str]]], limits: str = "") -> int:
     """Print the verdict, each finding (new ones with their report and replay command), the run folder(s);
     1 if anything new was found or a job crashed, else 0."""
-    from mlx_invariants.fuzz.report import replay_command
+    from mlx_invariants.fuzz.reproduce import replay_shell_command
+
+    engine = target.label
 
     new = [f for f in findings if f["status"] == "violation"]
     others = [f for f in findings if f["status"] != "violation"]
@@ -240,12 +237,12 @@ def _summary(engine: str, examples: int, elapsed: float, findings: list[dict[str
         print(f"  VIOLATION {finding['headline']}")
         if finding["report"]:
             print(f"    report: {Path(finding['report']) / 'report.txt'}")
-            print(f"    replay: {replay_command(Path(finding['report']) / 'scenario.json')}")
+            print(f"    replay: {replay_shell_command(Path(finding['report']) / 'scenario.json', target)}")
     for headline, report in crashes:
         print(f"  VIOLATION process-crashed: {headline}")
         if report:
             print(f"    report: {report}/report.txt")
-            print(f"    replay: {replay_command(Path(report) / 'scenario.json')}")
+            print(f"    replay: {replay_shell_command(Path(report) / 'scenario.json', target)}")
     for finding in others:
         k, n = finding["confirmation"]
         why = "accepted (baseline)" if finding["status"] == "accepted" else f"unconfirmed ({k} of {n} re-runs)"

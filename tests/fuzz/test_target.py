@@ -4,6 +4,8 @@ naming what to change, and a report's scenario file carries its target."""
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,6 @@ def test_a_report_names_its_target_in_the_scenario_file_and_the_report(tmp_path:
     assert load_case(folder / "report.json") == (scenario, target)
     text = (folder / "report.txt").read_text()
     assert "target:     route batched, package planted_x" in text
-    assert f"replay:     invariants fuzz --replay {folder / 'scenario.json'}\n" in text
+    assert f"replay:     {shlex.quote(sys.executable)} -m mlx_invariants fuzz --replay {folder / 'scenario.json'}\n" in text
     (tmp_path / "bare.json").write_text(scenario.dumps())  # written by hand: no target
     assert load_case(tmp_path / "bare.json") == (scenario, None)

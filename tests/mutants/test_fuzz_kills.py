@@ -43,7 +43,7 @@ def test_fuzzer_finds_shrinks_and_replays_the_mutant(mutant: Mutant, copies_root
     assert len(failure.scenario.requests) <= 2 and len(failure.scenario.faults) <= 1, failure.scenario.describe()
     assert failure.reproduced is not None and failure.reproduced[0] >= 1
     report = (result.report_dir / "report.txt").read_text()
-    assert f"invariants fuzz --replay {result.report_dir / 'scenario.json'}" in report
+    assert f" -m mlx_invariants fuzz --replay {result.report_dir / 'scenario.json'}" in report
     assert "reproduced:" in report and "device:" in report and "event trace" in report
     replayed = replay(result.report_dir / "scenario.json")  # the file names its target: the mutated copy
     assert replayed.reproduced == 1 and replayed.runs[0][0].kind in mutant.finds

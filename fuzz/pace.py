@@ -13,6 +13,15 @@ answered), and derives the driver's liveness waits from them:
   only "no progress at all" counts, for `stall_s`: room for every token a
   scenario may ask for, `STEP_FACTOR` times over, plus the startup time (a
   server may load lazily), never less than the driver's default.
+
+That wall pace is generous (over HTTP it is several times the real step), so
+compute after a gone client is counted in the MLX calls instead
+(`fuzz.compute`): the same follow-up also says how many MLX entries one decode
+step makes (`mlx_per_step`) and how long the MLX part of a step takes
+(`mlx_step_s`), from the sentinel's spans. A server's spans are merged after
+the fact, on its own clock, so its follow-up's are the last ones within the
+follow-up's duration of the last; the prefill and a first request's warm-up
+count in, which only makes a step look bigger (fewer steps counted, never more).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import math
 from dataclasses import dataclass, replace
 
 from mlx_invariants.fuzz.driver import TICK_S, DriverSettings
-from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.fuzz.trace import Event, Trace
 
 STEP_FACTOR = 20          # decode steps of silence before in-process quiescence counts as a stall
 MAX_SCENARIO_TOKENS = 40  # three requests of up to 10 tokens (fuzz.strategies) and the follow-up
@@ -29,27 +38,47 @@ MAX_SCENARIO_TOKENS = 40  # three requests of up to 10 tokens (fuzz.strategies) 
 
 @dataclass(frozen=True)
 class Pace:
-    step_s: float = 0.0      # one greedy decode step, measured on the baseline's follow-up
-    startup_s: float = 0.0   # the engine's start (a server: until it answered)
+    step_s: float = 0.0        # one greedy decode step, measured on the baseline's follow-up
+    startup_s: float = 0.0     # the engine's start (a server: until it answered)
+    mlx_per_step: float = 0.0  # MLX entries per decode step on that follow-up; 0: none seen
+    mlx_step_s: float = 0.0    # MLX time per decode step on it, first entry to last exit
 
     def to_json(self) -> dict:
-        return {"step_s": round(self.step_s, 4), "startup_s": round(self.startup_s, 3)}
+        return {"step_s": round(self.step_s, 4), "startup_s": round(self.startup_s, 3),
+                "mlx_per_step": round(self.mlx_per_step, 3), "mlx_step_s": round(self.mlx_step_s, 5)}
 
 
 def measure(baseline: Trace, startup_s: float = 0.0) -> Pace:
-    """The pace seen on the baseline trace: the follow-up's time from submit to end per token."""
+    """The pace seen on the baseline trace: the follow-up's time from submit to end per token, and its MLX
+    entries and MLX time per token."""
     submit = baseline.first("request", "submit", "followup")
     ends = baseline.of("request", "end", "followup")
     if submit is None or not ends:
         return Pace(startup_s=startup_s)
     tokens = max(int(ends[-1].info.get("tokens") or 0), 1)
-    return Pace(step_s=max(ends[-1].t - submit.t, 0.0) / tokens, startup_s=startup_s)
+    spans = followup_spans(baseline, submit, ends[-1])
+    mlx_s = max(e.t_end or e.t for e in spans) - min(e.t for e in spans) if spans else 0.0
+    return Pace(step_s=max(ends[-1].t - submit.t, 0.0) / tokens, startup_s=startup_s,
+                mlx_per_step=len(spans) / tokens, mlx_step_s=mlx_s / tokens)
+
+
+def followup_spans(trace: Trace, submit: Event, end: Event) -> list[Event]:
+    """The MLX spans the follow-up caused: a launched server's (merged, on its clock: the last ones within
+    the follow-up's duration of the last exit), else this process's between its submit and its end."""
+    merged = trace.meta.get("merged", [])
+    spans = trace.of("mlx")
+    remote = [e for e in spans if any(lo <= e.seq <= hi for lo, hi in merged)]
+    if not remote:
+        return [e for e in spans if submit.seq < e.seq < end.seq]
+    last = max(e.t_end or e.t for e in remote)
+    return [e for e in remote if e.t >= last - (end.t - submit.t)]
 
 
 def driver_settings(base: DriverSettings, pace: Pace, remote: bool) -> tuple[DriverSettings, str]:
     """`base` with its liveness waits scaled to `pace`, and one phrase saying what they scaled with
     (stalled headlines quote it). `remote`: the engine runs in another process (an HTTP target)."""
-    base = replace(base, step_s=pace.step_s)  # what compute after a gone client is measured in
+    # What compute after a gone client is counted in, and how long the watch for it waits (fuzz.compute).
+    base = replace(base, step_s=pace.step_s, mlx_per_step=pace.mlx_per_step, mlx_step_s=pace.mlx_step_s)
     quiet_ticks = max(base.quiet_ticks, math.ceil(STEP_FACTOR * pace.step_s / TICK_S))
     steps = f"{pace.step_s * 1000:.1f} ms per decode step"
     if not remote:

@@ -1,11 +1,12 @@
 """A small OpenAI-style server whose every decode step is one MLX call, for the compute-after-disconnect
 and routes tests. It serves one request at a time on its generation thread and takes `STEP_S` per token.
 
-    python tests/fuzz/gone_server.py PORT [--keeps-decoding] [--chat-only]
+    python tests/fuzz/gone_server.py PORT [--keeps-decoding] [--chat-only] [--evals-per-step N]
 
 --keeps-decoding: a non-streaming request is decoded to the end even after its client has gone (the bug
 the mlx_lm.server of mlx-lm 0.32.2 has); without it, every step first checks that the client is still
-there. --chat-only: /v1/completions answers 404, as mlx-openai-server does.
+there. --chat-only: /v1/completions answers 404, as mlx-openai-server does. --evals-per-step N: each step
+is N MLX calls spread over its `STEP_S` (an engine whose step is many calls; one in flight is finished).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import mlx.core as mx
 STEP_S = 0.01
 KEEPS_DECODING = "--keeps-decoding" in sys.argv
 CHAT_ONLY = "--chat-only" in sys.argv
+EVALS = int(sys.argv[sys.argv.index("--evals-per-step") + 1]) if "--evals-per-step" in sys.argv else 1
 _jobs: "queue.Queue[tuple[int, BaseHTTPRequestHandler, threading.Event, list[str]]]" = queue.Queue()
 
 
@@ -33,8 +35,9 @@ def generation_thread() -> None:
         for i in range(count):
             if not KEEPS_DECODING and _gone(handler):
                 break
-            mx.eval(mx.array([i]) + 1)
-            time.sleep(STEP_S)
+            for _ in range(EVALS):
+                mx.eval(mx.array([i]) + 1)
+                time.sleep(STEP_S / EVALS)
             tokens.append(str(i % 7))
         done.set()
 

@@ -10,32 +10,16 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.fuzz.fastpath_engine import SOURCE as FASTPATH_SOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
 REUSABLE = ROOT / ".github" / "workflows" / "fuzz-reusable.yml"
 CALL = "./.github/workflows/fuzz-reusable.yml"
-# An engine whose one-token requests run MLX on the event-loop thread (found by the seed corpus's first scenario).
-ENGINE = """
-    import mlx.core as mx
-    from mlx_invariants.engine import EngineConfig, SimpleEngine
-
-
-    class FastPathEngine(SimpleEngine):
-        async def submit(self, pending):
-            if pending.params.max_tokens == 1:
-                mx.eval(mx.array(list(pending.prompt)))
-            return await super().submit(pending)
-
-
-    def make():
-        return FastPathEngine(EngineConfig())
-"""
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -86,7 +70,7 @@ def test_our_workflows_call_it_on_linux_and_on_self_hosted_apple_silicon() -> No
 @pytest.fixture
 def scratch(tmp_path: Path) -> dict[str, Any]:
     """A caller's checkout with an engine, and the environment GitHub gives the fuzz step."""
-    (tmp_path / "myengine.py").write_text(textwrap.dedent(ENGINE))
+    (tmp_path / "myengine.py").write_text(FASTPATH_SOURCE)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(tmp_path), "SERVER_COMMAND": "", "ADAPTER": "myengine:make", "BUDGET": "5",
            "BASELINE": "", "PROFILE": "ci", "FUZZ_ARGS": "--jobs 0 --examples 3 --replays 1",

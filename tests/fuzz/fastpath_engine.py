@@ -1,8 +1,12 @@
 """The simple reference engine with a "fast path" that runs MLX on the event-loop thread for one-token
 requests: an `mlx-off-owner` finding on the first scenario with such a request (the seed corpus's first
-has one), in every process that fuzzes it. For the `--jobs` tests (`--engine tests.fuzz.fastpath_engine:make`)."""
+has one), in every process that fuzzes it; `make_clean` beside it builds the engine without the fast path.
+The `--jobs` tests fuzz it in place (`--engine tests.fuzz.fastpath_engine:make`); the replay, pytest-API and
+workflow tests copy this file (`SOURCE`) into a scratch project as a user's own engine module."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import mlx.core as mx
 
@@ -18,3 +22,10 @@ class FastPathEngine(SimpleEngine):
 
 def make():
     return FastPathEngine(EngineConfig())
+
+
+def make_clean():
+    return SimpleEngine(EngineConfig())
+
+
+SOURCE = Path(__file__).read_text()

@@ -19,28 +19,8 @@ from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.pytest_plugin import distinct_violations
 from mlx_invariants.fuzz.reproduce import factory_root
 from mlx_invariants.fuzz.target import Target
+from tests.fuzz.fastpath_engine import SOURCE as FASTPATH_SOURCE
 
-# A user's engine: the reference engine with a "fast path" that runs MLX on the event-loop thread for
-# one-token requests (the seed corpus's first scenario has one), and a clean factory beside it.
-ENGINE = """
-    import mlx.core as mx
-    from mlx_invariants.engine import EngineConfig, SimpleEngine
-
-
-    class FastPathEngine(SimpleEngine):
-        async def submit(self, pending):
-            if pending.params.max_tokens == 1:
-                mx.eval(mx.array(list(pending.prompt)))
-            return await super().submit(pending)
-
-
-    def make():
-        return FastPathEngine(EngineConfig())
-
-
-    def make_clean():
-        return SimpleEngine(EngineConfig())
-"""
 
 TESTS = """
     import threading
@@ -84,7 +64,7 @@ TESTS = """
 def test_a_failing_fuzz_test_prints_a_replay_command_that_reproduces_when_pasted(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    (project / "myengine.py").write_text(textwrap.dedent(ENGINE))
+    (project / "myengine.py").write_text(FASTPATH_SOURCE)
     (project / "test_engine_fuzz.py").write_text(textwrap.dedent(TESTS))
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rN", "--fuzz-reports=runs"],
                          cwd=project, capture_output=True, text=True, timeout=300)

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,30 +16,15 @@ from mlx_invariants.fuzz.report import Failure, write_report
 from mlx_invariants.fuzz.scenario import RequestSpec, Scenario
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
+from tests.fuzz.fastpath_engine import SOURCE as FASTPATH_SOURCE
 
-# The reference engine with a "fast path" that runs MLX on the event-loop thread for one-token requests.
-ENGINE = """
-    import mlx.core as mx
-    from mlx_invariants.engine import EngineConfig, SimpleEngine
-
-
-    class FastPathEngine(SimpleEngine):
-        async def submit(self, pending):
-            if pending.params.max_tokens == 1:
-                mx.eval(mx.array(list(pending.prompt)))
-            return await super().submit(pending)
-
-
-    def make():
-        return FastPathEngine(EngineConfig())
-"""
 
 
 def test_the_report_txt_replay_line_of_a_scratch_factory_replays_from_anywhere(tmp_path: Path,
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    (scratch / "scratchengine.py").write_text(textwrap.dedent(ENGINE))
+    (scratch / "scratchengine.py").write_text(FASTPATH_SOURCE)
     monkeypatch.syspath_prepend(str(scratch))  # as pytest does for a test module beside it
     __import__("scratchengine")
     try:

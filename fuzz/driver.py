@@ -218,7 +218,8 @@ class ScenarioRun:
             try:
                 client.handle = await self.adapter.submit(replace(spec, rid=rid + self.suffix))
             except Refused as exc:
-                end = {"outcome": "refused", "code": exc.code, "elapsed_s": round(self.loop.time() - started, 4)}
+                end = {"outcome": "refused", "code": exc.code, "message": str(exc),
+                       "elapsed_s": round(self.loop.time() - started, 4)}
                 return
             if client.abort_pending:
                 self._abort(client)

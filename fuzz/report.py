@@ -66,7 +66,8 @@ def cause_of(trace: Trace, kind: str) -> str:
         for end in trace.of("request", "end", "followup"):
             outcome = end.info.get("outcome")
             if outcome == "refused":
-                return f"cause: the follow-up was refused as {_refusal(end.info.get('code'))}"
+                said = str(end.info.get("message") or "").strip()
+                return f"cause: the follow-up was refused as {_refusal(end.info.get('code'))}" + (f": {said}" if said else "")
             if outcome not in (None, "completed"):
                 return f"cause: the follow-up ended {outcome}: {end.info.get('message') or end.info.get('error') or ''}".strip(": ")
     if refused:

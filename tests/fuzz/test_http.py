@@ -158,7 +158,8 @@ CANCELLED_STREAM = Scenario((RequestSpec("r0", 3, 8, True),), (FaultSpec("cancel
     ("", "completed", None),
     ("--leaks-cancelled", "error",
      'cause: the follow-up ended error: an error frame inside an HTTP 200 stream: {"message": "Internal server error"'),
-    ("--leaks-cancelled --refuses", "refused", "cause: the follow-up was refused as busy (busy)"),
+    ("--leaks-cancelled --refuses", "refused",
+     'cause: the follow-up was refused as busy (busy): {"error": {"message": "server busy"'),
 ])
 def test_a_follow_up_answered_with_an_error_frame_after_a_cancelled_stream_is_a_finding(flags, followup, cause):
     """vllm-mlx 0.6.0 answers the request after a cancelled stream HTTP 200 with an "Internal server error"

@@ -176,8 +176,12 @@ class Target:
 
 def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The fault kinds and points a target of `kind` takes unless told otherwise: a server is not
-    restarted per scenario (no shutdown, no restart, no raise) and shows only the points a client sees."""
-    return (HTTP_KINDS, HTTP_POINTS) if kind.http else (FAULT_KINDS, POINTS)
+    restarted per scenario (no shutdown, no restart, no raise) and shows only the points a client sees;
+    SERVER_STEP counts the MLX calls a launched server's sentinel records, so a bare URL never reaches it."""
+    if not kind.http:
+        return FAULT_KINDS, POINTS
+    points = HTTP_POINTS if kind is TargetKind.SERVER else tuple(p for p in HTTP_POINTS if p != "SERVER_STEP")
+    return HTTP_KINDS, points
 
 
 class Engines:

@@ -38,6 +38,9 @@ def test_the_engine_flag_names_a_route_or_a_module_factory_and_http_targets_aim_
     assert Target.engine("simple").kind is TargetKind.ROUTE
     assert Target.engine("pkg.mod:make").kind is TargetKind.FACTORY
     assert set(Target.server("cmd {port}").fault_kinds) == {"cancel", "disconnect"}
+    # SERVER_STEP counts a launched server's recorded MLX calls: a bare URL has no records to count.
+    assert "SERVER_STEP" in Target.server("cmd {port}").points
+    assert "SERVER_STEP" not in Target.url("http://127.0.0.1:9").points and "BODY_PART" in Target.url("http://127.0.0.1:9").points
     assert Target.reference("simple").label == "simple"
     assert Target.reference("simple", package="planted_x").label == "planted_x.simple"
 

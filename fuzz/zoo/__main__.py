@@ -1,7 +1,8 @@
 """`python -m mlx_invariants.fuzz.zoo install|run|doc|list` (ci/zoo.sh is the documented front door).
 
 install  put each recipe's pinned server into its venv under the zoo cache
-run      install, fuzz each recipe for --budget seconds, run its reproducers, save zoo.json, write docs/zoo.md
+run      install, fuzz each recipe for --budget seconds (runner profile, one --seed, --keep-going), run its
+         reproducers, save zoo.json, write docs/zoo.md; --note says what else loaded the machine
          (naming recipes re-runs only those and keeps the other servers' entries of the saved zoo.json)
 doc      rewrite docs/zoo.md from a saved zoo.json
 list     the recipes and the servers that do not run here
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             command.add_argument("--budget", type=float, default=90.0, help="seconds of fuzzing per server")
             command.add_argument("--repro-runs", type=int, default=2, help="runs of each reproducer")
+            command.add_argument("--seed", type=int, default=None, help="Hypothesis seed for every recipe "
+                                 "(default: drawn once and recorded)")
+            command.add_argument("--note", default="", help="what else the machine was doing (shown in the doc)")
             command.add_argument("--result", type=Path, default=RESULT)
             command.add_argument("--doc", type=Path, default=DOC)
     rewrite = sub.add_parser("doc")
@@ -76,7 +80,8 @@ def _run(recipes: list, args: argparse.Namespace) -> int:
         print("--budget must be positive and --repro-runs at least 1", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="mlx-invariants-zoo-"))
-    result = run_zoo(recipes, args.budget, str(tiny_model_path()), work, args.repro_runs)
+    result = run_zoo(recipes, args.budget, str(tiny_model_path()), work, args.repro_runs, seed=args.seed,
+                     note=args.note)
     if args.names and args.result.exists():
         result["servers"] = _merged(json.loads(args.result.read_text())["servers"], result["servers"])
     args.result.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 PIN = re.compile(r"^[A-Za-z0-9_.\-]+(\[[a-z0-9,\-]+\])?==[0-9][0-9A-Za-z.+\-]*$")
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
@@ -33,6 +34,11 @@ class Known:
     `script` is a file of `reproducers/`; `args` go before `--` and the server command.
     The script exits 1 when the bug shows, 0 when it does not, 2 when inconclusive.
     A fuzzer finding by one of `oracles` on this recipe is checked with this reproducer.
+    `engine_api`: the script drives the server package's engine in-process (by the recipe's
+    venv python, no server command), as every reproducer of an in-process recipe does; an HTTP
+    recipe uses it where the bug a server shows lies in its engine.
+    `gone`: "stream" or "nonstream" where the script checks only a client of that kind that
+    went away; a finding is then checked with it only if its scenario has such a client.
     """
 
     slug: str
@@ -40,6 +46,8 @@ class Known:
     script: str
     args: tuple[str, ...]            # "{model}" is replaced by the model folder
     oracles: tuple[str, ...]
+    engine_api: bool = False
+    gone: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,13 @@ class Recipe:
     engine: str = ""                     # MODULE:FACTORY: fuzzed in-process by the venv's python
     venv: str = ""                       # venv folder name; recipes of one package share one
     overrides: tuple[str, ...] = ()      # uv --override lines (a dependency's pin replaced)
+    # Requests it holds at once (slots and queue), where it is small enough for a scenario to exceed
+    # (`invariants fuzz --capacity`); None: unknown to the fuzzer, or a queue too long to fill.
+    capacity: Optional[int] = None
     notes: str = ""
     known: tuple[Known, ...] = field(default=())
+    # (oracle, why): a finding this server's fuzzing gives that no reproducer can show, and why not
+    why_unconfirmed: tuple[tuple[str, str], ...] = ()
 
     @property
     def in_process(self) -> bool:
@@ -87,6 +100,23 @@ class Blocked:
     error: str
 
 
+SSE_SWALLOW = ("Where it comes from, read in vllm-mlx's source: `vllm_mlx.server._ensure_sse_terminal`, the "
+               "wrapper of every streamed answer, yields the terminal `[DONE]` frame in a `finally`, so a "
+               "CancelledError delivered to the task reading the stream (the server's own disconnect guard "
+               "cancels it) becomes a normal `[DONE]` frame. SimpleEngine's own stream lets the cancel through "
+               "(`vllm_stream_swallows_cancel.py --engine simple` exits 0). The wrapper is private and the "
+               "cancelled task is the server's own, so neither HTTP nor vllm-mlx's public API shows it, and a "
+               "reproducer here may use only those.")
+FINALIZED_ONCE = ("Rare: see its replay rate. The sentinel saw a cancelled or disconnected stream's mlx-lm generator, "
+                  "made and stepped on SimpleEngine's generation thread, finalized (its `finally` and MLX stream "
+                  "exits run) on the event-loop thread, from `vllm_mlx/models/llm.py` `stream_generate`. A script "
+                  "that streams a chat answer and, after 5 outputs, closes the stream or cancels its reader (20 "
+                  "tries each, short and long prompts, one request at a time) did not show it: the fuzzer's "
+                  "scenarios had other requests around it, refused as busy. So it stays unconfirmed.")
+STREAM_SWALLOWS_CANCEL = ("a stream swallows the CancelledError of the task reading it (`EngineCore.stream_outputs` "
+                          "catches it and ends): a cancelled reader returns normally, and a read cut by "
+                          "`asyncio.timeout` ends as if the answer were complete, with no TimeoutError")
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         name="mlx-lm",
@@ -101,7 +131,18 @@ RECIPES: tuple[Recipe, ...] = (
         known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
                      "gone_client_keeps_decoding.py",
                      ("--model", "default_model", "--tokens", "1500", "--mode", "nonstream"),
-                     ("abort-ignored",)),),
+                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream"),
+               Known("cached-prompt-kills-generation", "a prompt that the prompt cache holds whole (a cancelled "
+                     "stream's prompt less its last word) kills the generation thread (\"Sequence N has an empty "
+                     "prompt\"); every later request fails with HTTP 404 \"generation thread died\"",
+                     "cached_prompt_kills_generation.py", ("--model", "default_model"),
+                     ("followup-differs", "request-crashed"))),
+        why_unconfirmed=(("compute-after-disconnect",
+                          "Without the harness mlx-lm stops a streaming request whose client has gone at its next "
+                          "write: `gone_client_keeps_decoding.py --mode stream` with `--leave-s 0.02` or the default "
+                          "exits 0 (the server idle within a quarter second, 1-2% of the full request's CPU). The "
+                          "oracle's bound is a few decode steps (at least 0.25 s), which a heavily loaded machine's "
+                          "scheduling can exceed, and this finding's replay rate says how steadily it showed."),),
     ),
     Recipe(
         name="vllm-mlx",
@@ -114,10 +155,11 @@ RECIPES: tuple[Recipe, ...] = (
         endpoints=(COMPLETIONS, CHAT),
         notes="Default mode: `SimpleEngine`, one request at a time; a second concurrent request gets "
               "\"serialized route is busy\" as an error frame inside an HTTP 200 stream.",
+        capacity=1,
         known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
                      "gone_client_keeps_decoding.py",
                      ("--model", "tiny", "--tokens", "1500", "--mode", "nonstream"),
-                     ("abort-ignored",)),
+                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream"),
                Known("cancelled-stream-blocks-next", "after a client cancels a streaming request, the next "
                      "request gets HTTP 200 with an \"Internal server error\" frame and no text (the engine still "
                      "counts the cancelled request as running: \"SimpleEngine serialized route is busy\")",
@@ -125,6 +167,7 @@ RECIPES: tuple[Recipe, ...] = (
                Known("usage-over-max", "non-streaming chat reports more completion tokens than max_tokens "
                      "(it re-encodes the decoded text to count them)",
                      "usage_over_max_tokens.py", ("--model", "tiny", "--routes", "chat"), ())),
+        why_unconfirmed=(("cancel-swallowed", SSE_SWALLOW), ("mlx-finalized-off-thread", FINALIZED_ONCE)),
     ),
     Recipe(
         name="vllm-mlx-batched",
@@ -137,6 +180,8 @@ RECIPES: tuple[Recipe, ...] = (
         ready_path="/health",
         endpoints=(COMPLETIONS, CHAT),
         notes="`--continuous-batching`: `BatchedEngine` on mlx-lm's BatchGenerator.",
+        known=(Known("stream-swallows-cancel", STREAM_SWALLOWS_CANCEL, "vllm_stream_swallows_cancel.py",
+                     ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True),),
     ),
     Recipe(
         name="mlx-openai-server",
@@ -153,6 +198,12 @@ RECIPES: tuple[Recipe, ...] = (
         endpoints=(CHAT,),
         notes="Chat only: `/v1/completions` answers 404, so it is fuzzed with `--routes chat` (its requests and "
               "the follow-up take the chat route).",
+        why_unconfirmed=(("mlx-off-owner",
+                          "The sentinel saw MLX entered on the model worker process's `mlx-batch-scheduler` thread "
+                          "after another thread of that process had entered it first (the owner is the first thread "
+                          "to enter; the scheduler thread starts lazily, at the first request, after the model is "
+                          "loaded). On Linux CPU MLX no failure follows from that which a script could show without "
+                          "the harness: it could only show which thread runs MLX, the fact itself."),),
     ),
 )
 
@@ -171,6 +222,12 @@ IN_PROCESS: tuple[Recipe, ...] = tuple(
         notes=f"`vllm_mlx.engine.{cls}` fuzzed in-process through its public API (`fuzz/zoo/vllm_engines.py`): "
               "no HTTP server; faults land at the points a caller sees (handed over, each output).",
         known=known,
+        why_unconfirmed=((("mlx-finalized-off-thread", FINALIZED_ONCE),) if kind == "simple" else
+                         (("stray-task", "Its shrunk scenario is the `shutdown-left-waiter` one above, and so is the "
+                           "task left pending: the request stop() stranded. The reproducer of that finding "
+                           "(`vllm_batched_stop_strands_request.py`) shows the request still waiting 10 s after "
+                           "stop(); this run linked reproducers by oracle before `stray-task` was added to it, "
+                           "so this entry is left unconfirmed rather than relabelled by hand."),)),
     )
     for kind, cls, known in (
         ("simple", "SimpleEngine",
@@ -179,7 +236,10 @@ IN_PROCESS: tuple[Recipe, ...] = tuple(
                 ("lock-released-early",)),)),
         ("batched", "BatchedEngine",
          (Known("stop-strands-request", "stop() leaves a request that was just handed to the engine waiting forever",
-                "vllm_batched_stop_strands_request.py", ("--model", "{model}"), ("shutdown-left-waiter",)),)),
+                "vllm_batched_stop_strands_request.py", ("--model", "{model}"),
+                ("shutdown-left-waiter", "stray-task")),
+          Known("stream-swallows-cancel", STREAM_SWALLOWS_CANCEL, "vllm_stream_swallows_cancel.py",
+                ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True))),
     )
 )
 

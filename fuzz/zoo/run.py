@@ -2,12 +2,17 @@
 
 Each recipe runs as a user would run it: `invariants fuzz --server-cmd CMD` in a child
 process, with the server from the recipe's own venv and the embedded tiny model (an
-in-process recipe: `invariants fuzz --engine MODULE:FACTORY` by that venv's python). The run
-folder's summary.json gives the findings; the child's progress lines give the wall time at
-which the finding count first rose (time to first find, server start-up included). A
-finding counts as a bug only where a reproducer of `reproducers/` shows it on the same
-version; the rest are listed as unconfirmed. Each recipe's known reproducers run too, so a
-bug the fuzzer misses within its budget is still reported, marked as such.
+in-process recipe: `invariants fuzz --engine MODULE:FACTORY` by that venv's python). It runs
+the `runner` profile, whose prompts (to 300 words) and budgets (to 200 tokens) are long
+enough for a gone client's wasted decoding to show, with one recorded seed and a fresh
+example database per recipe (so the seed alone decides what is drawn), and `--keep-going`,
+so every server gets its whole budget and every distinct finding. The run folder's
+summary.json gives the findings; the child's progress lines give the wall time at which the
+finding count rose (time to first find, server start-up included). A finding counts as a
+bug only where a reproducer of `reproducers/` shows it on the same version; the rest are
+listed as unconfirmed. Each recipe's known reproducers run too, so a bug the fuzzer misses
+within its budget is still reported, marked as such. The load average is recorded around
+each run: on a shared machine it says how much of the budget the fuzzer really had.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import re
 import shlex
 import shutil
@@ -31,15 +37,20 @@ from mlx_invariants.fuzz.zoo import install
 from mlx_invariants.fuzz.zoo.recipes import BLOCKED, Known, Recipe
 from mlx_invariants.fuzz.zoo.vllm_engines import MODEL_ENV
 
+DATABASE_ENV = "MLX_INVARIANTS_FUZZ_DB"  # where the runner profile keeps its example database
+
 REPRODUCERS = Path(__file__).resolve().parent / "reproducers"
 FOUND = re.compile(r"(\d+) (?:new )?(?:finding\(s\)|failing)")
-EXAMPLES_CAP = 1_000_000  # the budget, not an example count, ends each run
+PROFILE = "runner"  # long prompts and budgets: the ci profile draws at most 12 words / 10 tokens
 BUG, NOT_SHOWN, INCONCLUSIVE = 1, 0, 2
+CLIENT_GOES = frozenset({"cancel", "cancel-twice", "cancel-in-call", "disconnect", "abort"})  # fault kinds
 
 
 def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repro_runs: int,
-            say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Install (if needed), fuzz and reproduce every recipe; the JSON-able result docs/zoo.md is written from."""
+            seed: Optional[int] = None, note: str = "", say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Install (if needed), fuzz and reproduce every recipe with one seed (drawn if not given);
+    the JSON-able result docs/zoo.md is written from. `note` says what else the machine was doing."""
+    seed = random.getrandbits(32) if seed is None else seed
     servers = []
     for recipe in recipes:
         say(f"== {recipe.name} {recipe.version}")
@@ -50,26 +61,36 @@ def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repr
             continue
         command = recipe.server_command(str(venv), model)
         entry = _entry(recipe, command or f"invariants fuzz --engine {recipe.engine}")
-        entry.update(run_at=_now(), budget_s=budget_s)
-        entry.update(fuzz_recipe(recipe, venv, command, model, budget_s, work / recipe.name, say))
-        linked = set()
+        entry.update(run_at=_now(), budget_s=budget_s, profile=PROFILE, seed=seed, load=[_load()])
+        entry.update(fuzz_recipe(recipe, venv, command, model, budget_s, seed, work / recipe.name, say))
+        entry["load"].append(_load())
+        shown_by: dict[str, dict] = {}  # a reproducer runs once however many findings share its oracle
         for finding in entry["findings"]:
-            known = _reproducer_for(recipe, finding["oracle"])
+            known = _reproducer_for(recipe, finding)
             if known is not None:
-                linked.add(known.slug)
-                finding["reproducer"] = dict(reproduce(known, recipe, venv, command, model, repro_runs, say),
-                                             title=known.title)
+                if known.slug not in shown_by:
+                    shown_by[known.slug] = dict(reproduce(known, recipe, venv, command, model, repro_runs, say),
+                                                title=known.title)
+                finding["reproducer"] = shown_by[known.slug]
         entry["known"] = [dict(reproduce(k, recipe, venv, command, model, repro_runs, say), title=k.title)
-                          for k in recipe.known if k.slug not in linked]
+                          for k in recipe.known if k.slug not in shown_by]
         servers.append(entry)
     return {
         "generated": _now(),
         "budget_s": budget_s,
-        "host": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "profile": PROFILE,
+        "seed": seed,
+        "host": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+                 "note": note},
         "servers": servers,
         "blocked": [{"name": b.name, "package": b.package, "version": b.version, "reason": b.reason,
                      "error": b.error} for b in BLOCKED],
     }
+
+
+def _load() -> float:
+    """The machine's one-minute load average (how many cores' worth of work was competing)."""
+    return round(os.getloadavg()[0], 2)
 
 
 def _now() -> str:
@@ -82,29 +103,50 @@ def _entry(recipe: Recipe, command: str, error: str = "") -> dict[str, Any]:
             "notes": recipe.notes, "error": error, "findings": [], "known": []}
 
 
-def _reproducer_for(recipe: Recipe, oracle: str) -> Optional[Known]:
-    return next((k for k in recipe.known if oracle in k.oracles), None)
+def _reproducer_for(recipe: Recipe, finding: dict) -> Optional[Known]:
+    """The recipe's reproducer for a finding: one of its oracles, and the kind of client it checks (if it
+    checks one kind only) among the finding's clients that went away."""
+    return next((k for k in recipe.known if finding["oracle"] in k.oracles
+                 and (not k.gone or k.gone in _gone_kinds(finding.get("scenario_json")))), None)
 
 
-def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: float, report: Path,
-                say: Callable[[str], None]) -> dict[str, Any]:
-    """One `invariants fuzz` run (`--server-cmd`, or `--engine` by the recipe's python): its counts,
-    findings and time to each first find."""
-    if report.exists():
-        shutil.rmtree(report)
-    report.mkdir(parents=True)
+def _gone_kinds(scenario: Optional[dict]) -> set[str]:
+    """"stream" / "nonstream": the kinds of the scenario's requests whose client a fault takes away."""
+    if not scenario:
+        return set()
+    streams = {r["rid"]: r.get("stream", False) for r in scenario.get("requests", [])}
+    gone = {f["at"]["rid"] for f in scenario.get("faults", []) if f.get("kind") in CLIENT_GOES}
+    return {"stream" if streams[rid] else "nonstream" for rid in gone if rid in streams}
+
+
+def fuzz_argv(recipe: Recipe, venv: Path, command: str, budget_s: float, seed: int, report: Path) -> list[str]:
+    """The `invariants fuzz` command line for one recipe: the whole budget, every distinct finding."""
     if recipe.in_process:
         argv = [str(venv / "bin" / "python"), "-m", "mlx_invariants", "fuzz", "--engine", recipe.engine]
     else:
         argv = [sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command, "--model", recipe.model_name,
                 "--routes", recipe.routes]
-    argv += ["--budget", f"{budget_s:g}", "--examples", str(EXAMPLES_CAP), "--report", str(report)]
+    if recipe.capacity is not None:
+        argv += ["--capacity", str(recipe.capacity)]
+    return argv + ["--profile", PROFILE, "--seed", str(seed), "--keep-going", "--budget", f"{budget_s:g}",
+                   "--report", str(report)]
+
+
+def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: float, seed: int, report: Path,
+                say: Callable[[str], None]) -> dict[str, Any]:
+    """One `invariants fuzz` run (`--server-cmd`, or `--engine` by the recipe's python): its counts,
+    findings and time to each first find. Its example database lives in its report folder, so an
+    earlier run (or another server's) is not replayed into it."""
+    if report.exists():
+        shutil.rmtree(report)
+    report.mkdir(parents=True)
+    argv = fuzz_argv(recipe, venv, command, budget_s, seed, report)
     say("$ " + shlex.join(argv))
     started = time.monotonic()
     found_at: list[float] = []
     tail: list[str] = []
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, MODEL_ENV: model})
+                             env={**os.environ, MODEL_ENV: model, DATABASE_ENV: str(report / ".hypothesis")})
     # Shrinking, replays and the server's start-up come on top of the budget.
     killer = threading.Timer(3 * budget_s + 600, os.killpg, (child.pid, signal.SIGKILL))
     killer.start()
@@ -126,6 +168,7 @@ def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: 
         return result
     result.update(examples=summary.get("examples", 0), scenario_runs=summary.get("scenario_runs", 0),
                   elapsed_s=summary.get("elapsed_s"), pace=summary.get("pace", {}),
+                  requests=summary.get("requests"),
                   sentinel=summary.get("sentinel", {}), fuzz_versions=summary.get("versions", {}))
     result["findings"] = [_finding(f, i, found_at) for i, f in enumerate(summary.get("findings", []))]
     return result
@@ -177,7 +220,8 @@ def reproduce(known: Known, recipe: Recipe, venv: Path, command: str, model: str
     in-process reproducer runs on the recipe's python, an HTTP one on ours against the server command."""
     script = REPRODUCERS / known.script
     args = [arg.replace("{model}", model) for arg in known.args]
-    if recipe.in_process:
+    in_process = recipe.in_process or known.engine_api
+    if in_process:
         argv = [str(venv / "bin" / "python"), str(script), *args]
     else:
         argv = [sys.executable, str(script), *args, "--ready-path", recipe.ready_path, "--", *shlex.split(command)]
@@ -192,7 +236,8 @@ def reproduce(known: Known, recipe: Recipe, venv: Path, command: str, model: str
             codes.append(INCONCLUSIVE)
             last = "(timed out after 900 s)"
         say(last)
-    return {"slug": known.slug, "script": known.script, "args": list(known.args), "codes": codes, "output": last}
+    return {"slug": known.slug, "script": known.script, "args": list(known.args), "codes": codes, "output": last,
+            "in_process": in_process}
 
 
 def shown(reproducer: Optional[dict]) -> bool:

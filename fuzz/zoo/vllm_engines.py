@@ -20,6 +20,7 @@ import os
 from typing import Any, Optional
 
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
+from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.scenario import RequestSpec
 
 MODEL_ENV = "MLX_INVARIANTS_ZOO_MODEL"  # a local mlx-lm model folder; default: the embedded tiny model
@@ -113,6 +114,8 @@ class VllmMlxAdapter:
         await self.engine.start()
 
     async def submit(self, spec: RequestSpec) -> _Output:
+        if self.engine is None:  # a request that arrives after shutdown: this adapter has no engine to hand it to
+            raise Refused("stopped", f"{self.name} was shut down")
         text = prompt_text(spec)
         options = {"max_tokens": spec.max_tokens, "temperature": 0.0}
         messages = [{"role": "user", "content": text}]

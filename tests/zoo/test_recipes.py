@@ -12,7 +12,7 @@ import pytest
 
 from mlx_invariants.fuzz.zoo import doc, install
 from mlx_invariants.fuzz.zoo.recipes import ALL, BLOCKED, CHAT, COMPLETIONS, FUZZ_DEPS, IN_PROCESS, PIN, RECIPES, find
-from mlx_invariants.fuzz.zoo.run import FOUND, REPRODUCERS, _finding
+from mlx_invariants.fuzz.zoo.run import FOUND, PROFILE, REPRODUCERS, _finding, _reproducer_for, fuzz_argv
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
@@ -76,6 +76,39 @@ def test_resolved_versions_come_from_freeze():
     assert install.resolved(lines, recipe) == {"mlx": "0.32.4", "mlx-lm": "0.31.3", "vllm-mlx": "0.6.0"}
 
 
+def test_each_recipe_is_fuzzed_long_seeded_and_to_the_end_of_its_budget():
+    """The runner profile (long prompts and budgets), the recorded seed, --keep-going and the budget;
+    no example cap that could end a run before its budget."""
+    http = fuzz_argv(find("mlx-lm"), Path("/V"), "srv --port {port}", 90.0, 42, Path("/R"))
+    inproc = fuzz_argv(find("vllm-mlx-simple-inproc"), Path("/V"), "", 90.0, 42, Path("/R"))
+    for argv in (http, inproc):
+        pairs = dict(zip(argv, argv[1:]))
+        assert pairs["--profile"] == PROFILE == "runner" and pairs["--seed"] == "42" and pairs["--budget"] == "90"
+        assert "--keep-going" in argv and "--examples" not in argv and pairs["--report"] == "/R"
+    assert dict(zip(http, http[1:]))["--routes"] == "completions,chat"
+    assert inproc[0] == "/V/bin/python" and dict(zip(inproc, inproc[1:]))["--engine"].endswith("vllm_engines:simple")
+    assert "--capacity" not in http  # mlx-lm's queue is longer than any scenario
+    one_at_a_time = fuzz_argv(find("vllm-mlx"), Path("/V"), "srv --port {port}", 90.0, 42, Path("/R"))
+    assert dict(zip(one_at_a_time, one_at_a_time[1:]))["--capacity"] == "1"
+
+
+def _gone_finding(oracle: str, stream: bool) -> dict:
+    scenario = {"requests": [{"rid": "r0", "stream": stream}, {"rid": "r1", "stream": not stream}],
+                "faults": [{"kind": "disconnect", "at": {"rid": "r0", "point": "ADMITTED", "index": 0}}]}
+    return {"oracle": oracle, "scenario_json": scenario}
+
+
+def test_a_finding_is_checked_only_by_a_reproducer_of_its_kind_of_gone_client():
+    """mlx-lm's reproducer shows a non-streaming client that has gone: it cannot confirm a streaming one."""
+    recipe = find("mlx-lm")
+    assert _reproducer_for(recipe, _gone_finding("compute-after-disconnect", stream=False)).slug == "gone-nonstream"
+    assert _reproducer_for(recipe, _gone_finding("compute-after-disconnect", stream=True)) is None
+    assert _reproducer_for(recipe, _gone_finding("mlx-concurrent", stream=False)) is None
+    assert _reproducer_for(recipe, {"oracle": "compute-after-disconnect", "scenario_json": None}) is None
+    swallowed = _reproducer_for(find("vllm-mlx-batched"), {"oracle": "cancel-swallowed", "scenario_json": None})
+    assert swallowed.engine_api and swallowed.script == "vllm_stream_swallows_cancel.py"
+
+
 def test_progress_lines_give_finding_counts():
     assert FOUND.search("12/100000 (cap) examples, 4s/60s, 2 finding(s), generate: ...").group(1) == "2"
     assert FOUND.search("33 examples in 1 job(s), 1 failing, 6s").group(1) == "1"
@@ -96,7 +129,8 @@ def _server(name, findings=(), known=(), error=""):
     return {"name": name, "package": name, "version": "1.0", "versions": {"mlx": "0.32.4"},
             "command": f"{name} --port {{port}}", "endpoints": [CHAT], "notes": "", "error": error,
             "examples": 250, "scenario_runs": 260, "elapsed_s": 90.0, "pace": {"startup_s": 2.0, "step_s": 0.01},
-            "findings": list(findings), "known": list(known)}
+            "findings": list(findings), "known": list(known), "profile": "runner", "seed": 42, "load": [3.5, 6.25],
+            "requests": {"most": 10, "capacity": None, "source": "unknown"}}
 
 
 def _fuzz_finding(oracle, codes):
@@ -107,8 +141,8 @@ def _fuzz_finding(oracle, codes):
 
 
 CANNED = {
-    "generated": "2026-11-25 03:00 UTC", "budget_s": 90.0,
-    "host": {"platform": "Linux-x", "python": "3.11.7", "cpus": 2},
+    "generated": "2026-11-25 03:00 UTC", "budget_s": 90.0, "profile": "runner", "seed": 42,
+    "host": {"platform": "Linux-x", "python": "3.11.7", "cpus": 2, "note": "Shared with six other jobs."},
     "servers": [
         _server("clean-server"),
         _server("buggy-server", findings=[_fuzz_finding("mlx-concurrent", [1, 0]),
@@ -138,7 +172,7 @@ def test_doc_has_the_expected_sections():
     assert "time to first find: 12.5 s" in bugs and "replay rate: 3/3" in bugs
     assert "shows it in 1/2 run(s)" in bugs
     assert "`cancel-swallowed`" in unconfirmed and "`loop-lag`" in unconfirmed
-    assert "reproducer: none yet" in unconfirmed
+    assert "shows it in 0/2 run(s)" in unconfirmed
     scenario = bugs.split("```json\n", 1)[1].split("\n```", 1)[0]
     assert json.loads(scenario) == {"requests": [{"rid": "r0"}], "faults": []}
     assert "### Bugs shown by a reproducer that the fuzzer did not find" in page
@@ -146,7 +180,74 @@ def test_doc_has_the_expected_sections():
     assert "## Tried here, not in the zoo" in page and "RuntimeError: no metal" in page
 
 
+def test_doc_says_how_each_server_was_fuzzed_and_under_what_load():
+    page = doc.write(CANNED)
+    header = page.split("## Summary")[0]
+    assert "`invariants fuzz --profile runner --seed 42 --keep-going --budget 90`" in header
+    assert "prompts to 300 words, budgets to 200 tokens" in header
+    assert "**Machine load:** Shared with six other jobs." in header
+    clean = page.split("## clean-server 1.0")[1].split("## ")[0]
+    assert "profile `runner`, seed 42, `--keep-going`, capacity unknown" in clean and "up to 10 requests" in clean
+    assert "load average 3.5 before, 6.25 after" in clean
+    given = {**_server("s"), "requests": {"most": 6, "capacity": 4, "source": "given"}}
+    assert "capacity 4 (given with --capacity), so up to 6 requests" in doc.write({**CANNED, "servers": [given]})
+
+
+def test_an_unconfirmed_finding_says_why_it_has_no_reproducer():
+    known_server = {**_server("vllm-mlx"), "findings": [_fuzz_finding("cancel-swallowed", [])]}
+    unconfirmed = doc.write({**CANNED, "servers": [known_server]}).split("### Unconfirmed findings")[1]
+    assert "- reproducer: none. " + dict(find("vllm-mlx").why_unconfirmed)["cancel-swallowed"] in unconfirmed
+    unexplained = doc.write({**CANNED, "servers": [_server("s", findings=[_fuzz_finding("mlx-gc", [])])]})
+    assert "- reproducer: none yet" in unexplained
+
+
+def test_a_reproducer_on_the_engine_api_is_run_by_the_servers_python():
+    engine_api = {"slug": "e", "script": "e.py", "args": ["--model", "{model}"], "codes": [1], "output": "BUG",
+                  "in_process": True}
+    finding = {**_fuzz_finding("cancel-swallowed", [1]), "reproducer": engine_api}
+    page = doc.write({**CANNED, "servers": [_server("http-server", findings=[finding])]})
+    assert "- run: `VENV/bin/python fuzz/zoo/reproducers/e.py --model MODEL-DIR`" in page
+    assert "-- SERVER-COMMAND" not in page
+
+
 def test_a_finding_without_a_showing_reproducer_is_never_a_bug():
     page = doc.write({**CANNED, "servers": [_server("s", findings=[_fuzz_finding("mlx-gc", [0, 2])])]})
     assert "### Bugs found by the fuzzer" not in page
     assert "| 0 | 0 | 1 | unconfirmed findings only |" in page
+
+
+def test_run_zoo_records_seed_and_load_and_runs_each_reproducer_once(monkeypatch, tmp_path: Path):
+    """Two findings of one oracle share one reproducer run; the seed, profile and load are recorded."""
+    from mlx_invariants.fuzz.zoo import run
+
+    calls = []
+
+    def reproduce(known, *args, **kwargs):
+        calls.append(known.slug)
+        return {"codes": [1]}
+
+    swallowed = {"oracle": "cancel-swallowed", "scenario_json": None}
+    monkeypatch.setattr(run.install, "install", lambda recipe: tmp_path)
+    monkeypatch.setattr(run, "fuzz_recipe", lambda *a, **k: {"examples": 5, "findings": [dict(swallowed), dict(swallowed)]})
+    monkeypatch.setattr(run, "reproduce", reproduce)
+    result = run.run_zoo([find("vllm-mlx-batched")], 90.0, "/M", tmp_path, 1, seed=7, note="busy.", say=lambda _: None)
+    assert calls == ["stream-swallows-cancel"]
+    server = result["servers"][0]
+    assert server["findings"][0]["reproducer"] is server["findings"][1]["reproducer"] and server["known"] == []
+    assert (result["seed"], server["seed"], result["profile"], result["host"]["note"]) == (7, 7, "runner", "busy.")
+    assert len(server["load"]) == 2 and all(isinstance(x, float) for x in server["load"])
+
+
+def test_an_in_process_vllm_engine_refuses_requests_after_shutdown():
+    """A request that arrives after the scenario's shutdown is refused clearly, not crashed on a missing engine
+    (the adapter's own AttributeError once showed up as a request-crashed finding)."""
+    import asyncio
+
+    from mlx_invariants.fuzz.errors import Refused
+    from mlx_invariants.fuzz.scenario import RequestSpec
+    from mlx_invariants.fuzz.zoo.vllm_engines import VllmMlxAdapter
+
+    adapter = VllmMlxAdapter("simple", "/M")
+    asyncio.run(adapter.shutdown())
+    with pytest.raises(Refused, match="shut down"):
+        asyncio.run(adapter.submit(RequestSpec("r0", 1, 1, True)))

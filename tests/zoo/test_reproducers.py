@@ -2,7 +2,8 @@
 
 Each needs its recipe installed (`bash ci/zoo.sh install`); one that is not is skipped with
 that command in the reason. A control run of each script checks it can also say "not shown": the same script where
-the server behaves (a streaming client, the batched engine, a single cancel, a settled stop).
+the server behaves (a streaming client, the batched engine, a single cancel, a settled stop, SimpleEngine's stream,
+a repeated prompt).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def test_reproducer_shows_its_bug(recipe, known):
 @pytest.mark.parametrize("recipe, control", [
     ("mlx-lm", Known("stream", "a streaming client leaves", "gone_client_keeps_decoding.py",
                      ("--model", "default_model", "--tokens", "1500", "--mode", "stream"), ())),
+    ("mlx-lm", Known("repeat", "the same prompt again (no exact cache match)", "cached_prompt_kills_generation.py",
+                     ("--model", "default_model", "--via", "repeat"), ())),
+    ("mlx-lm", Known("stream-at-once", "a streaming client leaves at once", "gone_client_keeps_decoding.py",
+                     ("--model", "default_model", "--tokens", "1500", "--mode", "stream", "--leave-s", "0.02"), ())),
     ("vllm-mlx-batched", Known("usage", "usage on the batched engine", "usage_over_max_tokens.py",
                                ("--model", "tiny", "--routes", "chat"), ())),
     ("vllm-mlx-batched", Known("followup", "the batched engine after a cancelled stream",
@@ -44,6 +49,9 @@ def test_reproducer_shows_its_bug(recipe, known):
                                      ("--model", "{model}", "--cancels", "1"), ())),
     ("vllm-mlx-batched-inproc", Known("settled", "stop after the request ended", "vllm_batched_stop_strands_request.py",
                                       ("--model", "{model}", "--before-stop-s", "5"), ())),
+    ("vllm-mlx-batched-inproc", Known("simple-stream", "SimpleEngine's stream under asyncio.timeout",
+                                      "vllm_stream_swallows_cancel.py", ("--model", "{model}", "--engine", "simple"),
+                                      ())),
 ], ids=lambda v: v if isinstance(v, str) else v.slug)
 def test_reproducer_can_say_not_shown(recipe, control):
     """Each reproducer's control case, where the server behaves, exits 0: the check can fail."""

@@ -6,7 +6,7 @@ server command (with `{port}`) on 127.0.0.1, and then:
 1. measures one full request of `--tokens` tokens whose client waits for the answer: its
    wall time, and the CPU time the server spent on it;
 2. sends the same request again and lets its client go (closes the connection) after
-   a tenth of that wall time;
+   a tenth of that wall time (or `--leave-s`);
 3. adds up the server's CPU time from then until it is idle (all its threads, from /proc).
 
 A server that stops a request whose client has gone is idle within a decode step or two
@@ -131,7 +131,7 @@ async def probe(args: argparse.Namespace, server: subprocess.Popen, url: str) ->
         if produced < args.tokens * 0.9:
             print(f"INCONCLUSIVE: the model stopped after {produced} of {args.tokens} tokens")
             return 2
-        leave_s = max(0.3, full_s / 10)
+        leave_s = max(0.3, full_s / 10) if args.leave_s is None else args.leave_s
         await leave_early(client, args, leave_s)
         after_cpu, busy_s = await cpu_until_idle(server.pid, limit_s=3 * full_s + 10)
         print(f"client ({args.mode}) left after {leave_s:.2f}s; the server then spent {after_cpu:.2f}s of CPU "
@@ -149,6 +149,8 @@ def main() -> int:
     parser.add_argument("--route", choices=("chat", "completions"), default="chat")
     parser.add_argument("--mode", choices=("stream", "nonstream"), default="nonstream")
     parser.add_argument("--tokens", type=int, default=3000)
+    parser.add_argument("--leave-s", type=float, default=None,
+                        help="when the client goes (default: a tenth of the full request's time, at least 0.3s)")
     parser.add_argument("--ready-path", default="/v1/models")
     parser.add_argument("--startup-s", type=float, default=180.0)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the server command, with {port}")

@@ -234,6 +234,7 @@ class _Fuzz:
         self._failing: set[str] = set()           # scenarios (JSON) that showed it
         self._explicit_done: set[str] = set()
         self._shrink_deadline = 0.0
+        self._shrink_cut = False                  # shrinking that finding skipped candidates at its deadline
         self._confirmation = (0, 0)               # how the finding being shrunk was confirmed
         self._unshrunk: Optional[tuple[Scenario, Trace, list[Violation]]] = None   # ... and where it was seen
         self._deferred: list[tuple[Scenario, Trace, list[Violation]]] = []
@@ -461,6 +462,7 @@ class _Fuzz:
         key = scenario.dumps()
         if self._shrinking is not None:
             if time.monotonic() > self._shrink_deadline and key not in self._failing:
+                self._shrink_cut = True
                 return  # shrinking ran out of time: only the known failures still run
         elif not self._searching():
             return
@@ -473,7 +475,7 @@ class _Fuzz:
             if shown is None:
                 return
             sig, trace, violations = shown
-            self._shrinking = sig
+            self._shrinking, self._shrink_cut = sig, False
             now = time.monotonic()
             self._shrink_deadline = min(now + self.shrink_s,
                                         max(self.started + self.budget_s, now + min(SHRINK_FLOOR_S, self.shrink_s)))
@@ -509,6 +511,10 @@ class _Fuzz:
             failure = self.failure(*self._unshrunk)
             failure.reproduced, shrunk = self._confirmation, False
             failure.blob = f"not shrunk: the smallest failing scenario replayed only {hits}/{runs}"
+        elif shrunk and self._shrink_cut:
+            # The deadline, not the shrinker, ended it: smaller scenarios may still show the bug.
+            shrunk = False
+            failure.blob = f"{failure.blob or ''} (shrinking stopped at its {self.shrink_s:g}s limit)".strip()
         self._unshrunk = None
         self._record(failure, sig, self._confirmation, True, shrunk=shrunk)
 

@@ -207,3 +207,21 @@ def test_a_slow_server_is_not_called_stalled_and_its_log_is_kept(tmp_path):
     queued = Scenario((RequestSpec("r0", 2, 4, False), RequestSpec("r1", 2, 4, False)))
     (tmp_path / "case.json").write_text(dumps_case(queued, target))
     assert replay(tmp_path / "case.json").runs == [[]]
+
+
+@pytest.mark.parametrize("shrink_s, shrunk", [(0.0, False), (60.0, True)])
+def test_a_finding_whose_shrinking_ran_out_of_time_is_not_called_shrunk(tmp_path, shrink_s, shrunk):
+    """The zoo once showed a 10-request scenario as "shrunk": its shrinking had met the deadline. M19 is
+    first met in a three-request scenario (the smallest example, which Hypothesis tries first, misses it)."""
+    from mlx_invariants.fuzz.runner import run_fuzz
+    from mlx_invariants.fuzz.settings import FuzzSettings
+    from mlx_invariants.fuzz.target import Target
+
+    [m19] = select(["M19"])
+    target = Target.reference(m19.routes[0], package=import_copy(m19, tmp_path / "copies"))
+    result = run_fuzz(target, FuzzSettings(examples=150, budget_s=60, explicit=(), replays=1,
+                                           report_dir=tmp_path / "r", shrink_s=shrink_s, debug_run=False))
+    finding = result.findings[0]
+    assert finding.shrunk is shrunk, (finding.shrunk, finding.failure.blob)
+    assert ("shrinking stopped at its 0s limit" in (finding.failure.blob or "")) is not shrunk
+    assert (len(finding.failure.scenario.requests) <= 2) is shrunk, finding.failure.scenario.describe()

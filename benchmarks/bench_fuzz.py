@@ -5,12 +5,15 @@ only what the drop-in observation (fuzz/observe.py: locks, work handed to thread
 examples/s with it and without it (`MLX_INVARIANTS_OBSERVE=0`), rounds interleaved. `--shapes` measures
 what the profile's schedule shapes cost (more requests than capacity, rare long prompts and budgets):
 examples/s with them and with the earlier shapes (at most 3 requests, 12 words, 10 tokens), interleaved.
+`--against REV` measures the fuzzer of git revision REV (exported with `git archive`, laid out as its wheel
+installs it) and the working tree's, each through `fuzz --jobs 0`, interleaved: what the schedules since cost.
 
     .venv/bin/python benchmarks/bench_fuzz.py [--seeds 5] [--examples 300] [--budget 60]
     .venv/bin/python benchmarks/bench_fuzz.py --observation [--rounds 3] [--throughput-examples 300]
     .venv/bin/python benchmarks/bench_fuzz.py --shapes [--rounds 3] [--throughput-examples 300]
+    .venv/bin/python benchmarks/bench_fuzz.py --against 19f4f27 [--rounds 3] [--throughput-examples 300]
 
-Not a test: it prints markdown tables for docs/fuzz.md. Every measurement runs in a fresh process
+Not a test: it prints markdown tables for docs/benchmarks.md. Every measurement runs in a fresh process
 (imports warmed first): MLX keeps an OS thread for every thread that ever ran MLX work, and each one
 slows every later MLX call in the process, so measurements in one process would slow each other down.
 "in MLX" is the share of the wall time the engine's owner spent inside MLX entry points (the sentinel's
@@ -23,12 +26,14 @@ import argparse
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,40 +99,159 @@ def measure(task: dict[str, Any]) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def side_by_side(columns: tuple[str, str], engines: tuple[str, ...], rounds: int, examples: int,
+                 rate: Callable[[str, int], float], compare: tuple[str, Callable[[float, float], str]],
+                 what: str = "engine") -> None:
+    """A markdown table of examples/s for two variants of one run on each engine: `rate(engine, 0 or 1)` runs
+    one measurement of that variant. The two alternate round by round (first, second, then second, first),
+    so both see the same background load; each round's rate is shown after the median."""
+    print(f"| {what} | examples | {columns[0]}: median examples/s (each round) | {columns[1]} | {compare[0]} |")
+    print("|---|---|---|---|---|")
+    for engine in engines:
+        rates: tuple[list[float], list[float]] = ([], [])
+        for round_ in range(rounds):
+            for variant in ((0, 1) if round_ % 2 == 0 else (1, 0)):
+                rates[variant].append(rate(engine, variant))
+        first, second = (statistics.median(r) for r in rates)
+        each = [", ".join(f"{r:.1f}" for r in variant) for variant in rates]
+        print(f"| {engine} | {examples} | {first:.1f} ({each[0]}) | {second:.1f} ({each[1]}) | "
+              f"{compare[1](first, second)} |", flush=True)
+
+
+def _cost(first: float, second: float) -> str:
+    """What the first variant costs against the second, in percent of the second's rate."""
+    return f"{100 * (second - first) / second:+.0f}%"
+
+
+def _examples_per_s(task: dict[str, Any]) -> float:
+    done = measure(task)
+    return done["examples"] / done["elapsed_s"]
+
+
 def observation_table(rounds: int, examples: int) -> None:
     """Examples/s on each reference engine and the toy engine (reused, `ci` profile) with and without the
-    drop-in observation; the two alternate round by round, so both see the same background load."""
-    print("| engine | examples | with observation: median examples/s (each round) | without | cost |")
-    print("|---|---|---|---|---|")
-    for engine in ("simple", "batched", "toy"):
-        rates: dict[bool, list[float]] = {True: [], False: []}
-        for round_ in range(rounds):
-            for observe in ((True, False) if round_ % 2 == 0 else (False, True)):
-                done = measure({"kind": "throughput", "engine": engine, "examples": examples, "reuse": True,
-                                "observe": observe})
-                rates[observe].append(done["examples"] / done["elapsed_s"])
-        on, off = statistics.median(rates[True]), statistics.median(rates[False])
-        print(f"| {engine} | {examples} | {on:.1f} ({', '.join(f'{r:.1f}' for r in rates[True])}) | "
-              f"{off:.1f} ({', '.join(f'{r:.1f}' for r in rates[False])}) | {100 * (off - on) / off:+.0f}% |",
-              flush=True)
+    drop-in observation."""
+    side_by_side(("with observation", "without"), ("simple", "batched", "toy"), rounds, examples,
+                 lambda engine, variant: _examples_per_s({"kind": "throughput", "engine": engine, "examples": examples,
+                                                          "reuse": True, "observe": variant == 0}),
+                 ("cost", _cost))
 
 
 def shapes_table(rounds: int, examples: int) -> None:
     """Examples/s on each reference engine (reused, `ci` profile) with the profile's schedule shapes and with
-    the earlier short ones; the two alternate round by round, so both see the same background load."""
-    print("| engine | examples | profile shapes: median examples/s (each round) | earlier short shapes | cost |")
+    the earlier short ones."""
+    side_by_side(("profile shapes", "earlier short shapes"), ("simple", "batched"), rounds, examples,
+                 lambda engine, variant: _examples_per_s({"kind": "throughput", "engine": engine, "examples": examples,
+                                                          "reuse": True, "shapes": ("profile", "short")[variant]}),
+                 ("cost", _cost))
+
+
+def against_table(revision: str, rounds: int, examples: int) -> None:
+    """Examples/s of the fuzzer at git `revision` and of the working tree, each through the same command
+    (`fuzz --jobs 0`, `ci` profile, engine reused) in a fresh process, on both reference routes."""
+    sides = (revision, "working tree")
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as scratch:
+        site = export_revision(revision, Path(scratch))
+        sites = (site, None)
+
+        def rate(route: str, variant: int) -> float:
+            done = fuzz_run(route, examples, sites[variant], Path(scratch))
+            runs.setdefault((route, variant), []).append(done)
+            return done["examples"] / done["elapsed_s"]
+
+        for side, where in zip(sides, sites):
+            origin = imported_from(where)["mlx_invariants"]
+            if where is not None and not Path(origin).is_relative_to(where):
+                raise SystemExit(f"bench_fuzz: {revision}'s export imports mlx_invariants from {origin}, not {where}")
+            print(f"{side}: imports {origin}")
+        print()
+        side_by_side(sides, ("simple", "batched"), rounds, examples, rate,
+                     (f"ratio (tree / {revision})", lambda old, new: f"{new / old:.2f}"), what="route")
+    print("\n| route | fuzzer | engines started per run (each round) | MLX calls per example | in MLX |")
     print("|---|---|---|---|---|")
-    for engine in ("simple", "batched"):
-        rates: dict[str, list[float]] = {"profile": [], "short": []}
-        for round_ in range(rounds):
-            for shapes in (("profile", "short") if round_ % 2 == 0 else ("short", "profile")):
-                done = measure({"kind": "throughput", "engine": engine, "examples": examples, "reuse": True,
-                                "shapes": shapes})
-                rates[shapes].append(done["examples"] / done["elapsed_s"])
-        new, old = statistics.median(rates["profile"]), statistics.median(rates["short"])
-        print(f"| {engine} | {examples} | {new:.1f} ({', '.join(f'{r:.1f}' for r in rates['profile'])}) | "
-              f"{old:.1f} ({', '.join(f'{r:.1f}' for r in rates['short'])}) | {100 * (old - new) / old:+.0f}% |",
-              flush=True)
+    for (route, variant), done in runs.items():  # in the order first measured: simple, then batched
+        if any(run["engines"] is None for run in done):
+            continue  # a revision whose run folder says less: its rate is still in the table above
+        calls = statistics.median(run["mlx_calls"] / run["examples"] for run in done)
+        share = statistics.median(run["mlx_s"] / run["elapsed_s"] for run in done)
+        print(f"| {route} | {sides[variant]} | {', '.join(str(run['engines']) for run in done)} | {calls:.0f} | "
+              f"{100 * share:.0f}% |")
+
+
+def export_revision(revision: str, into: Path) -> Path:
+    """`git archive revision` unpacked under `into/tree` and laid out under `into/site` as its wheel installs it;
+    returns the site folder, for PYTHONPATH. ValueError if git knows no such revision."""
+    tree = into / "tree"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", revision], cwd=ROOT, capture_output=True)
+    if archive.returncode:
+        raise ValueError(f"git archive {revision} failed: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return lay_out(tree, into / "site")
+
+
+def lay_out(tree: Path, site: Path) -> Path:
+    """Copy each folder of `tree`'s pyproject `[tool.setuptools.package-dir]` to its import path under `site`
+    (parents first: `invariants/` to `mlx_invariants/`, then `engine/` to `mlx_invariants/engine/` ...), so that
+    `mlx_invariants` on PYTHONPATH=site is that tree's, as its wheel would install it. Read from the tree, not
+    assumed: a revision maps its own folders."""
+    import tomllib
+
+    from mlx_invariants.mutants.copies import IGNORED
+
+    mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in sorted(mapping.items(), key=lambda item: item[0].count(".")):
+        shutil.copytree(tree / folder, site.joinpath(*package.split(".")), ignore=IGNORED)
+    return site
+
+
+def _environment(site: Optional[Path]) -> dict[str, str]:
+    """This process's environment, with `site` first on PYTHONPATH (ahead of the editable install's finder)."""
+    env = dict(os.environ)
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(site), env.get("PYTHONPATH"))))
+    return env
+
+
+def imported_from(site: Optional[Path]) -> dict[str, str]:
+    """Where a fresh process (PYTHONPATH=site, or the working tree's install if None) finds the harness, its
+    engine and its fuzzer: a check that a comparison does not measure one tree twice."""
+    probe = ("import importlib.util, json; print(json.dumps({name: importlib.util.find_spec(name).origin for name in "
+             "('mlx_invariants', 'mlx_invariants.engine', 'mlx_invariants.fuzz')}))")
+    with tempfile.TemporaryDirectory() as elsewhere:  # run as the fuzz runs are: from a folder holding nothing
+        found = subprocess.run([sys.executable, "-c", probe], cwd=elsewhere, env=_environment(site),
+                               capture_output=True, text=True, check=True)
+    return json.loads(found.stdout)
+
+
+_VERDICT = re.compile(r"no new finding in (\d+) example\(s\), ([\d.]+)s")
+
+
+def parse_verdict(output: str) -> dict[str, Any]:
+    """Examples and seconds from the fuzz command's verdict line (`ENGINE: no new finding in N example(s), Xs`,
+    printed the same by this tree and by the revisions compared); a run that found something is no rate."""
+    found = _VERDICT.findall(output)
+    if not found:
+        raise RuntimeError(f"the fuzz run printed no 'no new finding' verdict:\n{output[-3000:]}")
+    examples, elapsed = found[-1]
+    return {"examples": int(examples), "elapsed_s": float(elapsed)}
+
+
+def fuzz_run(route: str, examples: int, site: Optional[Path], scratch: Path) -> dict[str, Any]:
+    """One `fuzz --jobs 0` run of `route` in a fresh process, with the harness from `site` (or the tree):
+    examples and seconds from its verdict line; engines started, MLX calls and seconds in MLX from its
+    run folder's summary.json where it writes them (None where not)."""
+    with tempfile.TemporaryDirectory(dir=scratch) as reports:
+        run = subprocess.run([sys.executable, "-m", "mlx_invariants", "fuzz", "--jobs", "0", "--engine", route,
+                              "--examples", str(examples), "--budget", "900", "--report", reports],
+                             cwd=scratch, env=_environment(site), capture_output=True, text=True, timeout=1200)
+        done = parse_verdict(run.stdout + run.stderr)
+        summaries = sorted(Path(reports).glob("*/summary.json"))
+        summary = json.loads(summaries[-1].read_text()) if summaries else {}
+    sentinel = summary.get("sentinel", {})
+    return {**done, "engines": summary.get("engines_started"), "mlx_calls": sentinel.get("mlx_calls"),
+            "mlx_s": sentinel.get("mlx_s")}
 
 
 def observed_operations(repeats: int = 2000) -> None:
@@ -193,6 +317,8 @@ def main() -> None:
                         help="only examples/s with and without the drop-in observation, side by side")
     parser.add_argument("--shapes", action="store_true",
                         help="only examples/s with the profile's schedule shapes and the earlier short ones")
+    parser.add_argument("--against", metavar="REV",
+                        help="only examples/s of the fuzzer at git revision REV and of the working tree, side by side")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -208,6 +334,15 @@ def main() -> None:
         observation_table(args.rounds, args.throughput_examples)
         print()
         observed_operations()
+        print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+        return
+    if args.against:
+        print(f"machine: {platform.platform()}, {os.cpu_count()} cores, MLX {mx.__version__} on "
+              f"{mx.default_device()}, load average {os.getloadavg()[0]:.1f} at start\n")
+        try:
+            against_table(args.against, args.rounds, args.throughput_examples)
+        except ValueError as error:  # an unknown revision: a usage mistake, exit 2
+            parser.error(str(error))
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
         return
     if args.shapes:

@@ -30,7 +30,7 @@ from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
 from mlx_invariants.fuzz.faults import Injector, wait_loop_idle
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
-from mlx_invariants.fuzz.scenario import FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.scenario import VICTIM_KINDS, FaultSpec, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace
 
 TICK_S = 0.1
@@ -274,9 +274,15 @@ class ScenarioRun:
             if not restarting:  # else `_wait_clients` launches it on the restarted engine
                 self._launch(client)
             return None
+        if kind in VICTIM_KINDS:
+            rid = fault.victim
         client = self.clients[rid]
         task = client.task
         info = {"at": str(fault.at)}
+        if rid != fault.at.rid and (task is None or task.done()):
+            # Another request's client, not started yet or already ended: nothing to hit.
+            self.trace.record("fault", kind, rid, info={**info, "delivered": False, "client": "absent"})
+            return None
         if kind in ("cancel", "cancel-twice", "disconnect"):
             client.disconnected = kind == "disconnect"
             delivered = task is not None and task.cancel()

@@ -18,7 +18,13 @@ fault is due:
   client disconnects during a long prefill. A paused worker shows a release
   that comes too early only if the engine lets go before its worker resumes;
   this shows one that comes before the worker's call returns. Elsewhere it is
-  delivered at once, with no settling afterwards.
+  delivered at once, with no settling afterwards. One aimed at another request
+  (`FaultSpec.rid`) is delivered the same way, at once: the worker at the point
+  is not the victim's, so there is no call of the victim's to wait for.
+
+A fault with a victim (`FaultSpec.rid`) is triggered by the point of `at.rid`
+and acts on the victim's client (`ScenarioRun._deliver`); "raise", "shutdown"
+and "restart" take no victim.
 """
 
 from __future__ import annotations
@@ -92,7 +98,9 @@ class Injector:
                 self._pause_for([])
             return
         raises = [f for f in fired if f.kind == "raise"]
-        in_call = [FaultSpec("cancel", f.at) for f in fired if f.kind == IN_CALL]  # a cancel, delivered apart
+        # A cancel, delivered apart; one aimed at another request's client is a plain cancel of it, at once.
+        in_call = [FaultSpec("cancel", f.at, f.rid) for f in fired if f.kind == IN_CALL and f.victim == rid]
+        across = [FaultSpec("cancel", f.at, f.rid) for f in fired if f.kind == IN_CALL and f.victim != rid]
         others = [f for f in fired if f.kind not in ("raise", IN_CALL)]
         if others:
             if on_loop:
@@ -103,6 +111,8 @@ class Injector:
                 self._pause_for(others)
         if in_call:  # after any pause: the worker goes on into its call from here
             self._cancel_in_call(in_call, on_loop or name not in RAISE_POINTS)
+        if across:
+            self._cancel_in_call(across, True)
         if raises and not on_loop:
             self.trace.record("fault", "raise", rid, info={"at": str(raises[0].at)})
             raise InjectedFault(f"injected MLX error at {raises[0].at}")
@@ -111,7 +121,7 @@ class Injector:
         """Deliver the cancels without pausing anyone: `now` (on the loop, or from a worker with no MLX
         call ahead) at once; else scheduled for when this worker is inside its next MLX call."""
         if now:
-            self.trace.record("fault", "in-call", cancels[0].at.rid, info={"at": str(cancels[0].at)})
+            self.trace.record("fault", "in-call", cancels[0].victim, info={"at": str(cancels[0].at)})
             if self._on_loop_thread():
                 self._deliver_each(cancels)
             else:
@@ -144,7 +154,7 @@ class Injector:
             where = "capped"
         else:
             where = f"{'inside' if went_on.kind == 'mlx' and went_on.end is None else 'past'} {went_on.name}"
-        self.trace.record("fault", "in-call", cancels[0].at.rid, info={"at": str(cancels[0].at), "worker": where})
+        self.trace.record("fault", "in-call", cancels[0].victim, info={"at": str(cancels[0].at), "worker": where})
         self._deliver_each(cancels)
 
     def _deliver_each(self, faults: list[FaultSpec]) -> None:

@@ -25,6 +25,9 @@ INDEXED_POINTS: frozenset[str] = frozenset({"BEFORE_DECODE", "CHUNK_SENT", "SERV
 # Simplest first: Hypothesis shrinks towards the front of each list.
 FAULT_KINDS: tuple[str, ...] = ("cancel", "abort", "disconnect", "cancel-twice", "raise", "shutdown",
                                "cancel-in-call", "restart")
+# Kinds that act on one request's client: they may hit another request than the one whose point triggers
+# them (`FaultSpec.rid`). The others act on the engine or the worker at the point.
+VICTIM_KINDS: frozenset[str] = frozenset({"cancel", "abort", "disconnect", "cancel-twice", "cancel-in-call"})
 EXECUTORS: tuple[str, ...] = ("owner", "alternate", "pool")
 ROUTES: tuple[str, ...] = ("completions", "chat")
 
@@ -57,13 +60,23 @@ class RequestSpec:
 
 @dataclass(frozen=True)
 class FaultSpec:
-    """`kind` delivered when `at` is reached: on the loop, while an owner-side worker waits."""
+    """`kind` delivered when `at` is reached: on the loop, while an owner-side worker waits.
+
+    `rid` names the request it hits when that is not the one at `at` (None: the same one): one request's
+    point is then the moment another is cancelled, e.g. while that other one waits in the engine's
+    admission queue, where it reaches no point of its own. Only `VICTIM_KINDS` take one."""
 
     kind: str
     at: At
+    rid: str | None = None
+
+    @property
+    def victim(self) -> str:
+        return self.rid or self.at.rid
 
     def __str__(self) -> str:
-        return f"{self.kind} at {self.at}"
+        victim = f" {self.rid}" if self.rid and self.rid != self.at.rid else ""
+        return f"{self.kind}{victim} at {self.at}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,11 @@ class Scenario:
 
     # -- JSON -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for fault in data["faults"]:
+            if fault["rid"] is None:
+                del fault["rid"]  # same request: the file reads as one written before victims existed
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Scenario":
@@ -94,7 +111,7 @@ class Scenario:
         requests = tuple(
             RequestSpec(**{**r, "arrival": At(**r["arrival"]) if r.get("arrival") else None})
             for r in data["requests"])
-        faults = tuple(FaultSpec(f["kind"], At(**f["at"])) for f in data.get("faults", ()))
+        faults = tuple(FaultSpec(f["kind"], At(**f["at"]), f.get("rid")) for f in data.get("faults", ()))
         scenario = cls(requests, faults, data.get("executor", "owner"), data.get("followup", True),
                        data.get("debug", False), dict(data.get("meta", {})))
         scenario.validate()
@@ -125,6 +142,10 @@ class Scenario:
             if fault.kind not in FAULT_KINDS:
                 raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {fault.kind!r}")
             _check_at(fault.at, rids)
+            if fault.rid is not None and fault.rid not in rids:
+                raise ValueError(f"{fault}: its victim {fault.rid!r} names no request of this scenario")
+            if fault.rid is not None and fault.kind not in VICTIM_KINDS:
+                raise ValueError(f"{fault}: only {sorted(VICTIM_KINDS)} hit a request; a {fault.kind} takes no rid")
             if fault.kind == "raise" and fault.at.point not in RAISE_POINTS:
                 raise ValueError(f"{fault}: a raise fault needs one of {sorted(RAISE_POINTS)}")
 

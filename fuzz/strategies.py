@@ -16,6 +16,15 @@ A "cancel-in-call" fault (the worker goes on into its next MLX call while
 the cancel lands) gives its request a long prompt one time in
 `IN_CALL_LONG_ODDS`, where the profile allows long ones: the prefill it
 races is then long enough to be a real window.
+
+One fault of a kind that hits a client (`VICTIM_KINDS`) in `ACROSS_ODDS`
+draws the request it hits, which may be another than the one whose point
+triggers it ("cancel r1 at r0@BEFORE_DECODE(2)"): a request waiting in the
+engine's admission queue reaches no point, so only another request's point
+can cancel it while it waits. Victims are drawn last (`_victims`) and shrink
+to "the same request". (The odds and the placement were chosen so that the
+derandomized ci draws still shrink every catalogue mutant to one fault on two
+requests: tests/mutants/test_fuzz_kills.py.)
 """
 
 from __future__ import annotations
@@ -26,8 +35,8 @@ from typing import Optional
 from hypothesis import strategies as st
 
 from mlx_invariants.fuzz.faults import IN_CALL
-from mlx_invariants.fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES, At, FaultSpec,
-                           RequestSpec, Scenario)
+from mlx_invariants.fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES,
+                                          VICTIM_KINDS, At, FaultSpec, RequestSpec, Scenario)
 
 
 def _first_index(point: str) -> int:
@@ -41,6 +50,7 @@ LONG_ODDS = 8       # one length in this many is drawn long (where the profile a
 DEEP_ODDS = 4       # one decode step aimed at in this many is drawn long: it reaches deep only into a long request
 TOGETHER_ODDS = 3   # one fault in this many is delivered together with the fault before it
 IN_CALL_LONG_ODDS = 2   # one cancel-in-call in this many gives its request a long prompt (where allowed)
+ACROSS_ODDS = 4     # one fault of a victim kind in this many draws a request to hit (maybe the one at its point)
 
 
 @st.composite
@@ -95,6 +105,21 @@ def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec]) -> 
     return tuple(faults)
 
 
+@st.composite
+def _victims(draw: st.DrawFn, faults: tuple[FaultSpec, ...], requests: list[RequestSpec]) -> tuple[FaultSpec, ...]:
+    """`faults`, one of a victim kind in `ACROSS_ODDS` given the request it hits (the aimed one: none).
+
+    Drawn after everything else in a scenario, so the rest is drawn as it was before victims existed
+    (the derandomized ci draws, and where shrinking ends for the catalogue's mutants, stay put)."""
+    out = []
+    for fault in faults:
+        if fault.kind in VICTIM_KINDS and draw(st.integers(0, ACROSS_ODDS - 1)) == ACROSS_ODDS - 1:
+            rid = requests[draw(st.integers(0, len(requests) - 1))].rid
+            fault = replace(fault, rid=None if rid == fault.at.rid else rid)
+        out.append(fault)
+    return tuple(out)
+
+
 def _lengthen(requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
               prompts: list[Optional[int]]) -> list[RequestSpec]:
     """`requests` with each long prompt drawn with a fault given to the request that fault landed on."""
@@ -110,13 +135,13 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
               kinds: tuple[str, ...] = FAULT_KINDS, points: tuple[str, ...] = POINTS,
               executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
               routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
-              long_tokens: int = 0) -> Scenario:
+              long_tokens: int = 0, across: bool = True) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
     Prompts run to `SHORT_PROMPT` words and budgets to `max_tokens`, now and then
     to `long_prompt` / `long_tokens` (0: never longer). "raise" faults are only
     aimed at points inside the worker's MLX work, where they stand for an
-    error inside an MLX call.
+    error inside an MLX call. `across`: faults may hit another request than the one at their point.
     """
     aim = _aim(points, max_requests, max_tokens, long_tokens)
     shapes = draw(st.lists(st.tuples(
@@ -132,4 +157,5 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
                           min_size=min_faults, max_size=max_faults))
     faults = _faults([d[:3] for d in drawn], requests)
     requests = _lengthen(requests, faults, [d[3] for d in drawn])
-    return Scenario(tuple(requests), faults, draw(st.sampled_from(executors)))
+    executor = draw(st.sampled_from(executors))
+    return Scenario(tuple(requests), draw(_victims(faults, requests)) if across else faults, executor)

@@ -8,7 +8,8 @@ from mlx_invariants.engine.batched import BatchedEngine
 from mlx_invariants.engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown, StartupError
 from mlx_invariants.engine.messages import Failed, Finished, Pending, SamplingParams, Token
 from mlx_invariants.engine.model import tiny_model_path
-from mlx_invariants.engine.points import Point
+from mlx_invariants.engine.points import Point, Side
+from mlx_invariants.engine.points import set_hook as set_point_hook
 from mlx_invariants.engine.serial import SimpleEngine
 from mlx_invariants.engine.stream import RequestStream
 
@@ -16,6 +17,6 @@ ENGINES = {"simple": SimpleEngine, "batched": BatchedEngine}
 
 __all__ = [
     "BatchedEngine", "Busy", "ENGINES", "Engine", "EngineConfig", "EngineError", "Failed", "Finished",
-    "InvalidRequest", "Pending", "Point", "RequestStream", "SamplingParams", "ShuttingDown", "SimpleEngine",
-    "StartupError", "Token", "tiny_model_path",
+    "InvalidRequest", "Pending", "Point", "RequestStream", "SamplingParams", "ShuttingDown", "Side", "SimpleEngine",
+    "StartupError", "Token", "set_point_hook", "tiny_model_path",
 ]

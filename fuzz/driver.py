@@ -28,9 +28,9 @@ from mlx_invariants.fuzz.adapters.base import Adapter, Handle
 from mlx_invariants.fuzz.compute import gone_clients, watch_gone
 from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
-from mlx_invariants.fuzz.faults import Injector, wait_loop_idle
+from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
-from mlx_invariants.fuzz.scenario import VICTIM_KINDS, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.scenario import FaultKind, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace
 
 TICK_S = 0.1
@@ -97,8 +97,7 @@ class ScenarioRun:
         self.settings, self.expected_followup, self.keep = settings, expected_followup, keep
         self.kept = False
         self.clients = {r.rid: Client(r) for r in scenario.requests}
-        triggers = list(scenario.faults) + [FaultSpec(f"arrive {r.rid}", r.arrival)
-                                             for r in scenario.requests if r.arrival]
+        triggers = list(scenario.faults) + [Arrival(r.rid, r.arrival) for r in scenario.requests if r.arrival]
         # Engine-side request ids carry a per-run suffix, so a point reached by an earlier run's
         # leftover coroutine (finalized during this run) is never mistaken for one of ours.
         self.suffix = f"~{next(_RUNS)}"
@@ -263,45 +262,72 @@ class ScenarioRun:
         return True
 
     # -- faults ---------------------------------------------------------------------
-    def _deliver(self, fault: FaultSpec) -> Optional[Awaitable[None]]:
-        """Deliver `fault` now, on the loop; a second cancel comes back as the rest to await."""
-        kind, rid = fault.kind, fault.at.rid
-        if kind.startswith("arrive "):
-            client = self.clients[kind.split(" ", 1)[1]]
-            restarting = self.restart_task is not None and not self.restart_task.done()
-            self.trace.record("fault", "arrive", client.spec.rid,
-                              info={"at": str(fault.at), **({"after": "restart"} if restarting else {})})
-            if not restarting:  # else `_wait_clients` launches it on the restarted engine
-                self._launch(client)
+    def _deliver(self, trigger: Trigger) -> Optional[Awaitable[None]]:
+        """Deliver `trigger` now, on the loop: an arrival sends its request, a fault goes by its kind's row
+        of `DELIVERIES`; a second cancel comes back as the rest to await."""
+        if isinstance(trigger, Arrival):
+            self._arrive(trigger)
             return None
-        if kind in VICTIM_KINDS:
-            rid = fault.victim
+        kind = FaultKind(trigger.kind)
+        rid = trigger.victim if kind.victim else trigger.at.rid
         client = self.clients[rid]
-        task = client.task
-        info = {"at": str(fault.at)}
-        if rid != fault.at.rid and (task is None or task.done()):
+        info = {"at": str(trigger.at)}
+        if rid != trigger.at.rid and (client.task is None or client.task.done()):
             # Another request's client, not started yet or already ended: nothing to hit.
-            self.trace.record("fault", kind, rid, info={**info, "delivered": False, "client": "absent"})
+            self.trace.record("fault", kind.value, rid, info={**info, "delivered": False, "client": "absent"})
             return None
-        if kind in ("cancel", "cancel-twice", "disconnect"):
-            client.disconnected = kind == "disconnect"
-            delivered = task is not None and task.cancel()
-            self.trace.record("fault", "cancel" if kind == "cancel-twice" else kind, rid,
-                              info={**info, "delivered": delivered})
-            if kind == "cancel-twice" and delivered:
-                return self._cancel_again(client, info)
-        elif kind == "abort":
-            if client.handle is None:
-                client.abort_pending = True
-                self.trace.record("fault", "abort-deferred", rid, info=info)
-            else:
-                self._abort(client)
-        elif kind == "shutdown":
-            self.trace.record("fault", "shutdown", rid, info=info)
-            self._start_shutdown()
-        elif kind == "restart":
-            self._start_restart(rid, info)
-        return None
+        return self.DELIVERIES[kind](self, client, info)
+
+    def _arrive(self, arrival: Arrival) -> None:
+        """Send the arriving request, unless a restart is on its way (`_wait_clients` then sends it)."""
+        client = self.clients[arrival.rid]
+        restarting = self.restart_task is not None and not self.restart_task.done()
+        self.trace.record("fault", "arrive", client.spec.rid,
+                          info={"at": str(arrival.at), **({"after": "restart"} if restarting else {})})
+        if not restarting:
+            self._launch(client)
+
+    def _cancel_client(self, client: Client, name: str, info: dict[str, Any], disconnect: bool = False) -> bool:
+        """Cancel the client's task (a disconnect: it ends as disconnected); whether the cancel was delivered."""
+        client.disconnected = disconnect
+        delivered = client.task is not None and client.task.cancel()
+        self.trace.record("fault", name, client.spec.rid, info={**info, "delivered": delivered})
+        return delivered
+
+    def _deliver_cancel(self, client: Client, info: dict[str, Any]) -> None:
+        self._cancel_client(client, "cancel", info)
+
+    def _deliver_disconnect(self, client: Client, info: dict[str, Any]) -> None:
+        self._cancel_client(client, "disconnect", info, disconnect=True)
+
+    def _deliver_cancel_twice(self, client: Client, info: dict[str, Any]) -> Optional[Awaitable[None]]:
+        return self._cancel_again(client, info) if self._cancel_client(client, "cancel", info) else None
+
+    def _deliver_abort(self, client: Client, info: dict[str, Any]) -> None:
+        if client.handle is None:  # not submitted yet: `_client` aborts it once `submit` returned
+            client.abort_pending = True
+            self.trace.record("fault", "abort-deferred", client.spec.rid, info=info)
+        else:
+            self._abort(client)
+
+    def _deliver_shutdown(self, client: Client, info: dict[str, Any]) -> None:
+        self.trace.record("fault", "shutdown", client.spec.rid, info=info)
+        self._start_shutdown()
+
+    def _deliver_restart(self, client: Client, info: dict[str, Any]) -> None:
+        self._start_restart(client.spec.rid, info)
+
+    # The faults delivered on the loop, by kind (`Delivery.LOOP`). The fuzz/faults.py injector delivers
+    # the others itself: a raise in the worker, a cancel-in-call as a plain cancel here once the worker is
+    # inside its MLX call. tests/fuzz/test_vocabulary.py checks every kind is delivered one way or the other.
+    DELIVERIES: dict[FaultKind, Callable[["ScenarioRun", Client, dict[str, Any]], Optional[Awaitable[None]]]] = {
+        FaultKind.CANCEL: _deliver_cancel,
+        FaultKind.ABORT: _deliver_abort,
+        FaultKind.DISCONNECT: _deliver_disconnect,
+        FaultKind.CANCEL_TWICE: _deliver_cancel_twice,
+        FaultKind.SHUTDOWN: _deliver_shutdown,
+        FaultKind.RESTART: _deliver_restart,
+    }
 
     async def _cancel_again(self, client: Client, info: dict[str, Any]) -> None:
         """The second cancel of cancel-twice, once the first has been taken (the loop went idle)."""

@@ -24,24 +24,46 @@ fault is due:
 
 A fault with a victim (`FaultSpec.rid`) is triggered by the point of `at.rid`
 and acts on the victim's client (`ScenarioRun._deliver`); "raise", "shutdown"
-and "restart" take no victim.
+and "restart" take no victim. Which of the three ways above a fault takes is
+its kind's `FaultKind.delivery`. A late arrival is a trigger of its own
+(`Arrival`): it rides on a point as a fault does and is delivered on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional, Union
 
 from mlx_invariants.fuzz.errors import InjectedFault
-from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS, FaultSpec
+from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS, At, Delivery, FaultKind, FaultSpec
 from mlx_invariants.fuzz.trace import Trace, capture_stack, thread_token
 
-IN_CALL = "cancel-in-call"  # the fault kind that never pauses the worker
+IN_CALL = FaultKind.CANCEL_IN_CALL.value  # the fault kind that never pauses the worker
 IN_CALL_POLL_S = 0.0002     # how often the loop looks whether the worker entered MLX (it sends no event)
 
-# Delivers a fault at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
-Action = Callable[[FaultSpec], Optional[Awaitable[None]]]
+
+@dataclass(frozen=True)
+class Arrival:
+    """Request `rid` is sent when `at` is reached (`RequestSpec.arrival`): a trigger, not a fault."""
+
+    rid: str
+    at: At
+
+    def __str__(self) -> str:
+        return f"arrival of {self.rid} at {self.at}"
+
+
+# What the injector waits for: a fault to deliver, or a request to send.
+Trigger = Union[FaultSpec, Arrival]
+# Delivers a trigger at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
+Action = Callable[[Trigger], Optional[Awaitable[None]]]
+
+
+def delivery(trigger: Trigger) -> Delivery:
+    """How `trigger` is delivered: an arrival, like most faults, on the loop."""
+    return FaultKind(trigger.kind).delivery if isinstance(trigger, FaultSpec) else Delivery.LOOP
 
 
 async def wait_loop_idle(max_turns: int = 1000) -> bool:
@@ -57,7 +79,7 @@ async def wait_loop_idle(max_turns: int = 1000) -> bool:
 class Injector:
     """The points hook for one scenario run."""
 
-    def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[FaultSpec],
+    def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[Trigger],
                  deliver: Action, cap_s: float = 2.0, suffix: str = ""):
         self.trace = trace
         self.suffix = suffix
@@ -71,7 +93,7 @@ class Injector:
         self._settle = False
 
     @property
-    def undelivered(self) -> list[FaultSpec]:
+    def undelivered(self) -> list[Trigger]:
         with self._lock:
             return list(self._due)
 
@@ -97,11 +119,12 @@ class Injector:
                 self._settle = False
                 self._pause_for([])
             return
-        raises = [f for f in fired if f.kind == "raise"]
+        raises = [f for f in fired if delivery(f) is Delivery.WORKER]
         # A cancel, delivered apart; one aimed at another request's client is a plain cancel of it, at once.
-        in_call = [FaultSpec("cancel", f.at, f.rid) for f in fired if f.kind == IN_CALL and f.victim == rid]
-        across = [FaultSpec("cancel", f.at, f.rid) for f in fired if f.kind == IN_CALL and f.victim != rid]
-        others = [f for f in fired if f.kind not in ("raise", IN_CALL)]
+        calls = [f for f in fired if delivery(f) is Delivery.IN_CALL]
+        in_call = [FaultSpec(FaultKind.CANCEL.value, f.at, f.rid) for f in calls if f.victim == rid]
+        across = [FaultSpec(FaultKind.CANCEL.value, f.at, f.rid) for f in calls if f.victim != rid]
+        others = [f for f in fired if delivery(f) is Delivery.LOOP]
         if others:
             if on_loop:
                 self._settle = True
@@ -157,11 +180,11 @@ class Injector:
         self.trace.record("fault", "in-call", cancels[0].victim, info={"at": str(cancels[0].at), "worker": where})
         self._deliver_each(cancels)
 
-    def _deliver_each(self, faults: list[FaultSpec]) -> None:
+    def _deliver_each(self, faults: list[Trigger]) -> None:
         for fault in faults:
             self._track(self._deliver(fault))
 
-    def _pause_for(self, faults: list[FaultSpec]) -> None:
+    def _pause_for(self, faults: list[Trigger]) -> None:
         resume = threading.Event()
         try:
             self.loop.call_soon_threadsafe(self._start_delivery, faults, resume)
@@ -175,7 +198,7 @@ class Injector:
         finally:
             self.paused -= 1
 
-    def _start_delivery(self, faults: list[FaultSpec], resume: threading.Event) -> None:
+    def _start_delivery(self, faults: list[Trigger], resume: threading.Event) -> None:
         self._track(self._deliver_all(faults, resume))
 
     def _track(self, pending: Optional[Awaitable[None]]) -> None:
@@ -185,7 +208,7 @@ class Injector:
         self.deliveries.add(task)
         task.add_done_callback(self.deliveries.discard)
 
-    async def _deliver_all(self, faults: list[FaultSpec], resume: threading.Event) -> None:
+    async def _deliver_all(self, faults: list[Trigger], resume: threading.Event) -> None:
         try:
             for fault in faults:
                 rest = self._deliver(fault)

@@ -1,33 +1,96 @@
 """A scenario as plain data: requests, faults aimed at named points, and the executor policy.
 
 Everything here round-trips through JSON, so a failing case is a file that
-`invariants fuzz --replay FILE` runs again without Hypothesis.
+`invariants fuzz --replay FILE` runs again without Hypothesis. Points and fault
+kinds travel by name (`"BEFORE_DECODE"`, `"cancel-twice"`), as files written
+before either was an enum do.
+
+The vocabularies are declared once: points in `mlx_invariants.points.Point`
+(shared with the engine), fault kinds in `FaultKind` below; the name sets the
+rest of the fuzzer uses (`POINTS`, `RAISE_POINTS`, `FAULT_KINDS`,
+`VICTIM_KINDS`, ...) are derived from those declarations, and docs/fuzz.md's
+tables are generated from them (ci/fuzz_docs.py).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-POINTS: tuple[str, ...] = (
-    "ADMITTED", "SLOT_ACQUIRED", "WORKER_STARTED", "PREFILL_DONE",
-    "BEFORE_DECODE", "CHUNK_SENT", "FINISHED", "SLOT_RELEASED",
-)
+from mlx_invariants.points import Point, Side
+
+# Simplest first: Hypothesis shrinks towards the front of each list.
+POINTS: tuple[str, ...] = tuple(p.name for p in Point if p.engine_marks)
 # Points the engine marks on its owner thread: the fuzzer pauses the worker there.
-OWNER_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE", "FINISHED"})
+OWNER_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.side is Side.OWNER)
 # Points inside the worker's MLX work: where a "raise" fault stands for an MLX error.
-RAISE_POINTS: frozenset[str] = frozenset({"WORKER_STARTED", "PREFILL_DONE", "BEFORE_DECODE"})
+RAISE_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.may_raise)
 # Points only an HTTP client reaches (fuzz/adapters/http.py): a server-side MLX entry seen while waiting
 # for the response, half the request body sent. Drawn for HTTP targets only.
-CLIENT_POINTS: tuple[str, ...] = ("SERVER_STEP", "BODY_PART")
-INDEXED_POINTS: frozenset[str] = frozenset({"BEFORE_DECODE", "CHUNK_SENT", "SERVER_STEP"})
-# Simplest first: Hypothesis shrinks towards the front of each list.
-FAULT_KINDS: tuple[str, ...] = ("cancel", "abort", "disconnect", "cancel-twice", "raise", "shutdown",
-                               "cancel-in-call", "restart")
+CLIENT_POINTS: tuple[str, ...] = tuple(p.name for p in Point if p.side is Side.CLIENT)
+INDEXED_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.indexed)
+
+
+class Delivery(enum.Enum):
+    """Who delivers a fault once its point is reached (fuzz/faults.py's `Injector` sorts them by this)."""
+
+    LOOP = "loop"          # `ScenarioRun._deliver`'s table, on the event loop (an owner-side worker waits)
+    WORKER = "worker"      # the injector raises it in the worker at the point (owner side only)
+    IN_CALL = "in-call"    # the worker goes on into its MLX call; the loop then delivers a plain cancel
+
+
+class FaultKind(enum.Enum):
+    """What a fault does when its point is reached. Simplest first: shrinking moves towards the front."""
+
+    # value, hits a client (may take a victim), delivery, aimed at servers, only at `Point.may_raise`, doc
+    CANCEL = ("cancel", True, Delivery.LOOP, True, False,
+              "cancels the request's client task (a client that goes away); over HTTP the client disconnects")
+    ABORT = ("abort", True, Delivery.LOOP, False, False,
+             "calls the handle's `abort()` (deferred until `submit` returned); an acknowledged abort must stop "
+             "decoding and never complete")
+    DISCONNECT = ("disconnect", True, Delivery.LOOP, True, False,
+                  "cancels the client task and ends the request as disconnected (the client takes the cancel "
+                  "itself, as a server's handler does when its socket closes)")
+    CANCEL_TWICE = ("cancel-twice", True, Delivery.LOOP, False, False,
+                    "a cancel, then a second one once the loop went idle (the first has been taken): a drain "
+                    "that survives one cancel but not two lets go early")
+    RAISE = ("raise", False, Delivery.WORKER, False, True,
+             "raises `InjectedFault` out of the hook in the worker, standing for an exception inside the MLX "
+             "call at that spot; the engine must end that request with a clear error and go on")
+    SHUTDOWN = ("shutdown", False, Delivery.LOOP, False, False,
+                "starts the adapter's `shutdown()` in a task; every request must then end and nothing may be "
+                "left waiting, running or alive")
+    CANCEL_IN_CALL = ("cancel-in-call", True, Delivery.IN_CALL, False, False,
+                      "a cancel that never pauses the worker: at an owner-side point before MLX work it lands "
+                      "once the sentinel saw the worker enter its next MLX call, so the task unwinds while the "
+                      "call runs; elsewhere, or aimed at another request, a plain cancel at once")
+    RESTART = ("restart", False, Delivery.LOOP, False, False,
+               "in-process targets only: shuts the engine down (checked as after any shutdown) and starts it "
+               "again through the adapter's `start()`; later arrivals and the follow-up meet the second run")
+
+    def __new__(cls, value: str, victim: bool, delivery: Delivery, over_http: bool, inside_mlx: bool,
+                doc: str) -> "FaultKind":
+        member = object.__new__(cls)
+        member._value_ = value
+        member.victim = victim          # acts on one request's client, so it may hit another one (FaultSpec.rid)
+        member.delivery = delivery
+        member.over_http = over_http    # aimed at a server by default (its client can do it)
+        member.inside_mlx = inside_mlx  # only at points inside the worker's MLX work (RAISE_POINTS)
+        member.doc = doc
+        return member
+
+    @property
+    def pauses(self) -> bool:
+        """Whether an owner-side worker waits at the point while the loop delivers it."""
+        return self.delivery is Delivery.LOOP
+
+
+FAULT_KINDS: tuple[str, ...] = tuple(k.value for k in FaultKind)
 # Kinds that act on one request's client: they may hit another request than the one whose point triggers
 # them (`FaultSpec.rid`). The others act on the engine or the worker at the point.
-VICTIM_KINDS: frozenset[str] = frozenset({"cancel", "abort", "disconnect", "cancel-twice", "cancel-in-call"})
+VICTIM_KINDS: frozenset[str] = frozenset(k.value for k in FaultKind if k.victim)
 EXECUTORS: tuple[str, ...] = ("owner", "alternate", "pool")
 ROUTES: tuple[str, ...] = ("completions", "chat")
 
@@ -146,7 +209,7 @@ class Scenario:
                 raise ValueError(f"{fault}: its victim {fault.rid!r} names no request of this scenario")
             if fault.rid is not None and fault.kind not in VICTIM_KINDS:
                 raise ValueError(f"{fault}: only {sorted(VICTIM_KINDS)} hit a request; a {fault.kind} takes no rid")
-            if fault.kind == "raise" and fault.at.point not in RAISE_POINTS:
+            if FaultKind(fault.kind).inside_mlx and fault.at.point not in RAISE_POINTS:
                 raise ValueError(f"{fault}: a raise fault needs one of {sorted(RAISE_POINTS)}")
 
 

@@ -36,16 +36,18 @@ from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
 from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
 from mlx_invariants.fuzz.lifeline import Lifeline
-from mlx_invariants.fuzz.scenario import ROUTES, RequestSpec
+from mlx_invariants.fuzz.scenario import ROUTES, FaultKind, RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.points import Point
 
-HTTP_KINDS = ("cancel", "disconnect")
+# The fault kinds and points a client of a server can use, declared on `FaultKind` and `Point` (`over_http`).
+HTTP_KINDS = tuple(kind.value for kind in FaultKind if kind.over_http)
 # A log line that names why a server stopped: an exception, a missing module or command, a bind failure.
 _ERROR_LINE = re.compile(r"\w(Error|Exception)\b|No module named|not found|[Aa]ddress already in use|^error\b")
 # Simplest first (shrinking moves towards the front): SERVER_STEP needs a launched server's records, and
 # BODY_PART sends the server a request it cannot parse.
-HTTP_POINTS = ("ADMITTED", "CHUNK_SENT", "SERVER_STEP", "BODY_PART")
+HTTP_POINTS = tuple(point.name for point in Point if point.over_http)
 # How often a client waiting for its response reads the server's sentinel records (SERVER_STEP).
 RECORDS_POLL_S = 0.003
 
@@ -185,7 +187,7 @@ class HttpHandle:
             text = choice.get("text")
             if text is None:
                 text = (choice.get("delta") or {}).get("content") or ""
-            self.adapter.reach("CHUNK_SENT", self.rid, index=self._chunks)
+            self.adapter.reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
             self._chunks += 1
             await asyncio.sleep(0)  # a fault delivered at this chunk lands here, before the next read
             return text
@@ -241,9 +243,9 @@ class HttpAdapter:
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
 
-    def reach(self, point: str, rid: str, **info: Any) -> None:
+    def reach(self, point: Point, rid: str, **info: Any) -> None:
         if self._hook is not None:
-            self._hook(_ClientPoint(point), rid, info)
+            self._hook(point, rid, info)
 
     async def start(self) -> None:
         import httpx
@@ -275,7 +277,7 @@ class HttpAdapter:
             await response.aread()
             await response.aclose()
             raise Refused(_error_code(response), response.text[:200])
-        self.reach("ADMITTED", spec.rid)
+        self.reach(Point.ADMITTED, spec.rid)
         return HttpHandle(self, spec.rid, response=response)
 
     async def _json(self, request: Any, waiting: "_Waiting") -> dict:
@@ -323,7 +325,7 @@ class _Waiting:
         holding headers that promise more body than will ever come."""
         half = len(content) // 2
         yield content[:half]  # httpcore has written it to the socket before it asks for the next part
-        self.adapter.reach("BODY_PART", self.rid)
+        self.adapter.reach(Point.BODY_PART, self.rid)
         await asyncio.sleep(0)  # a fault delivered here lands before the rest is sent
         if self.records is not None:  # counted from here: the server cannot begin before the rest arrives
             self.offset = self.records.stat().st_size if self.records.exists() else 0
@@ -332,7 +334,7 @@ class _Waiting:
     async def trace(self, event: str, info: dict) -> None:
         """httpcore's trace hook: ADMITTED for a non-streaming request once its whole body is on the wire."""
         if event == "http11.send_request_body.complete" and not self.stream:
-            self.adapter.reach("ADMITTED", self.rid)  # a disconnect now leaves the server a request in hand
+            self.adapter.reach(Point.ADMITTED, self.rid)  # a disconnect now leaves the server a request in hand
             await asyncio.sleep(0)  # a fault delivered here lands before the response is awaited
 
     async def until(self, sending: Awaitable[T]) -> T:
@@ -355,7 +357,7 @@ class _Waiting:
             events, self.offset = read_records(str(self.records), self.offset)
             for event in events:
                 if event.kind == "mlx" and self.steps < self.last:
-                    self.adapter.reach("SERVER_STEP", self.rid, index=self.steps)
+                    self.adapter.reach(Point.SERVER_STEP, self.rid, index=self.steps)
                     self.steps += 1
                     await asyncio.sleep(0)  # a fault delivered here lands before the next entry is reached
 
@@ -372,13 +374,6 @@ def _frame(data: str) -> tuple[dict, Optional[str]]:
     if frame.get("error"):
         return frame, f"an error frame inside an HTTP 200 stream: {json.dumps(frame['error'])[:300]}"
     return frame, None
-
-
-class _ClientPoint:
-    """A point as the client sees it, shaped like an engine's Point member."""
-
-    def __init__(self, name: str):
-        self.name = name
 
 
 def _error_code(response: Any) -> str:

@@ -2,16 +2,18 @@
 
 Works on every route of `mlx_invariants.engine` (its `ENGINES` registry), and on any copy of the
 engine package under another import path (the fuzz-kill tests, `invariants
-mutants`): the messages, errors and points modules are looked up next to the
-engine class (or the nearest base class that has them: a user's subclass in a
-plain module), so a copy is fuzzed through its own `points.set_hook`.
+mutants`): the engine package's public surface (`set_point_hook`, `Pending`,
+`SamplingParams`, `EngineError`) is looked up in the package of the engine
+class (or of the nearest base class whose package has it: a user's subclass in
+a plain module), so a copy is fuzzed through its own `set_point_hook`, and
+nothing here reaches into the engine's modules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
+from types import ModuleType
 from typing import Any, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
@@ -72,32 +74,29 @@ class ReferenceAdapter:
         self.busy_bound_s = busy_bound_s
         self.engine: Any = None
         self._hook: Optional[PointHook] = None
-        self._points: Any = None
+        self._package: Optional[ModuleType] = None  # the engine's package: its public surface
         self._shutdown: Optional[asyncio.Task] = None
 
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
-        if self._points is not None:
-            self._points.set_hook(hook)
+        if self._package is not None:
+            self._package.set_point_hook(hook)
 
     async def start(self) -> None:
         if self.engine is None:
             engine = self.factory()
-            package = _engine_package(type(engine))
-            self._points = importlib.import_module(f"{package}.points")
-            self._messages = importlib.import_module(f"{package}.messages")
-            self._errors = importlib.import_module(f"{package}.errors")
+            self._package = _engine_package(type(engine))
             self.engine = engine
         self._shutdown = None  # a restart: the next shutdown is this run's
-        self._points.set_hook(self._hook)
+        self._package.set_point_hook(self._hook)
         await self.engine.start()
 
     async def submit(self, spec: RequestSpec) -> StreamHandle:
-        m = self._messages
+        m = self._package
         pending = m.Pending(spec.rid, self._prompt(spec), m.SamplingParams(max_tokens=spec.max_tokens))
         try:
             stream = await self.engine.submit(pending)
-        except self._errors.EngineError as exc:
+        except m.EngineError as exc:
             raise Refused(exc.code, str(exc)) from None
         return StreamHandle(stream)
 
@@ -117,8 +116,8 @@ class ReferenceAdapter:
         try:
             await asyncio.shield(self._shutdown)
         finally:
-            if self._points is not None and self._shutdown.done():
-                self._points.set_hook(None)
+            if self._package is not None and self._shutdown.done():
+                self._package.set_point_hook(None)
 
     @property
     def healthy(self) -> bool:
@@ -142,22 +141,32 @@ class ReferenceAdapter:
         return held
 
 
-def _engine_package(engine_class: type) -> str:
-    """The package whose points, messages and errors modules the engine uses: the nearest class in its
-    MRO that lives in such a package, so a user's subclass in a plain module (`myengine.py`) works."""
+# What the adapter takes from an engine package: the reference engine's public surface, which a copy keeps.
+SURFACE = ("set_point_hook", "Pending", "SamplingParams", "EngineError")
+
+
+def _engine_package(engine_class: type) -> ModuleType:
+    """The engine package whose public surface the engine uses: that of the nearest class in its MRO
+    whose package exports `SURFACE`, so a user's subclass in a plain module (`myengine.py`) works."""
     for cls in engine_class.__mro__:
-        package = cls.__module__.rsplit(".", 1)[0]
-        if _has_module(package, "points"):
-            return package
-    raise TargetError(f"{engine_class.__qualname__} has no points, messages and errors modules beside it "
-                      "or beside a base class; return an adapter from the factory instead")
+        for package in _packages_of(cls.__module__):
+            if all(hasattr(package, name) for name in SURFACE):
+                return package
+    raise TargetError(f"{engine_class.__qualname__} is not in a package that exports {', '.join(SURFACE)} "
+                      "(as mlx_invariants.engine does), nor is a base class; return an adapter from the factory "
+                      "instead")
 
 
-def _has_module(package: str, name: str) -> bool:
-    try:
-        return importlib.util.find_spec(f"{package}.{name}") is not None
-    except ImportError:  # `package` is missing, or a plain module rather than a package
-        return False
+def _packages_of(module: str) -> list[ModuleType]:
+    """`module` itself (a class defined in a package's `__init__`) and the package it belongs to."""
+    names = [module, module.rsplit(".", 1)[0]] if "." in module else [module]
+    found = []
+    for name in names:
+        try:
+            found.append(importlib.import_module(name))  # already imported: the class came from it
+        except ImportError:
+            continue
+    return found
 
 
 def reference_engine(route: str, package: str = ENGINE_PACKAGE, **config: Any) -> Callable[[], ReferenceAdapter]:

@@ -46,7 +46,7 @@ def layer_of(module: str) -> str:
         return "fuzz"
     if parts[:2] == [PACKAGE, "mutants"]:
         return "mutants"
-    if module in (PACKAGE, f"{PACKAGE}.errors"):
+    if module in (PACKAGE, f"{PACKAGE}.errors", f"{PACKAGE}.points"):
         return "base"
     return "cli"  # cli, commands, extras, __main__
 

@@ -13,4 +13,5 @@ REPORT_DIR = "fuzz-reports"
 REPLAYS = 3        # automatic replays of a failure on fresh engines ("reproduced k/N")
 CONFIRM = 2        # of those, how many must show it again before a timing or output finding counts
 SHRINK_S = 60.0    # shrinking stops after this long with the smallest failure so far
-SHRINK_FLOOR_S = 10.0  # ... or at the budget's end, but a failure found then still gets this long
+SHRINK_FLOOR_S = 5.0   # ... or at the budget's end, but a failure found then still gets this long
+BUDGET_GRACE_S = 5.0   # past the budget, confirming, shrinking and replaying stop (the scenario in flight ends)

@@ -27,11 +27,12 @@ from typing import Any, Awaitable, Callable, Optional
 from mlx_invariants.fuzz.adapters.base import Adapter, Handle
 from mlx_invariants.fuzz.compute import gone_clients, watch_gone
 from mlx_invariants.fuzz.errors import Refused
-from mlx_invariants.fuzz.executors import THREAD_PREFIX, CountingExecutor
+from mlx_invariants.fuzz.executors import THREAD_PREFIX, EngineExecutors
 from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
+from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.scenario import FaultKind, RequestSpec, Scenario
-from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.fuzz.trace import Trace, thread_token
 
 TICK_S = 0.1
 SETTLE_POLL_S = 0.001
@@ -71,6 +72,8 @@ class LiveEngine:
     # Called before it starts again inside a scenario (a "restart" fault): the sentinel forgets which
     # thread owned MLX, since the second run's owner is a new thread.
     forget_owner: Callable[[], None] = lambda: None
+    # What `asyncio.to_thread` and `run_in_executor(None, ...)` land on, kept for the engine's whole life.
+    executors: EngineExecutors = field(default_factory=EngineExecutors)
 
 
 @dataclass
@@ -91,7 +94,7 @@ class ScenarioRun:
     """
 
     def __init__(self, engine: LiveEngine, settings: DriverSettings, scenario: Scenario, trace: Trace,
-                 executor: CountingExecutor, expected_followup: Optional[list[Any]], keep: bool):
+                 executor: EngineExecutors, expected_followup: Optional[FollowupOutcome], keep: bool):
         self.engine, self.adapter, self.loop = engine, engine.adapter, engine.loop
         self.scenario, self.trace, self.executor = scenario, trace, executor
         self.settings, self.expected_followup, self.keep = settings, expected_followup, keep
@@ -107,6 +110,7 @@ class ScenarioRun:
         self.restart_task: Optional[asyncio.Task] = None  # the latest "restart": True once it serves again
         self.shutdown_stalled = False  # a shutdown never returned: nothing after it is waited for
         self.max_lag = 0.0
+        self.lag_window = (0.0, 0.0)
         self.tasks_before: set[asyncio.Task] = set()
         self.threads_before: set[threading.Thread] = set()
 
@@ -138,7 +142,9 @@ class ScenarioRun:
         if live and self.shutdown_task is None:
             self.trace.record("check", "status", info=await self._status_after_grace())
         lag.cancel()
-        self.trace.record("check", "loop-lag", info={"max_s": round(self.max_lag, 4)})
+        self.trace.record("check", "loop-lag", info={
+            "max_s": round(self.max_lag, 4), "window": [round(t, 4) for t in self.lag_window],
+            "loop_thread": thread_token(), "in_process": getattr(self.adapter, "collect", None) is None})
         if self.keep and live and self.shutdown_task is None and await self._fit_for_next():
             self.kept = True
             return
@@ -254,11 +260,11 @@ class ScenarioRun:
         self._launch(client)
         if not await self._wait_clients():
             return False
-        end = self.trace.of("request", "end", "followup")[-1].info
-        got: Any = client.tokens if end.get("outcome") == "completed" else f"{end.get('outcome')} {end}"
-        self.trace.meta["followup"] = got
+        got = FollowupOutcome.of(self.trace.of("request", "end", "followup")[-1].info, client.tokens)
+        self.trace.meta["followup"] = got.to_json()
         if self.expected_followup is not None:
-            self.trace.record("check", "followup", info={"got": got, "expected": self.expected_followup})
+            self.trace.record("check", "followup", info={"got": got.to_json(),
+                                                         "expected": self.expected_followup.to_json()})
         return True
 
     # -- faults ---------------------------------------------------------------------
@@ -502,11 +508,14 @@ class ScenarioRun:
         self.trace.record("loop", "error", info={"message": context.get("message", ""), "traceback": text})
 
     async def _watch_lag(self) -> None:
+        """The loop's worst lag and when it was (trace time), so the oracle can ask what the loop was doing."""
         period = 0.02
         while True:
-            before = self.loop.time()
+            before = self.trace.now()
             await asyncio.sleep(period)
-            self.max_lag = max(self.max_lag, self.loop.time() - before - period)
+            after = self.trace.now()
+            if after - before - period > self.max_lag:
+                self.max_lag, self.lag_window = after - before - period, (before + period, after)
 
 
 def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -50,6 +50,34 @@ class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
+class EngineExecutors:
+    """The executors one engine is served with over its life, one per policy, each made on first use.
+
+    A kept engine meets the same threads scenario after scenario, as a deployed engine meets the same
+    default pool: a new executor per scenario would move its work onto a brand-new thread every time,
+    a condition no deployment creates (and one the MLX thread oracles would then report).
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[str, CountingExecutor] = {}
+
+    def for_policy(self, policy: str) -> CountingExecutor:
+        if policy not in self._made:
+            self._made[policy] = make_executor(policy)
+        return self._made[policy]
+
+    @property
+    def busy(self) -> int:
+        """Jobs still running on any of them."""
+        return sum(executor.busy for executor in self._made.values())
+
+    def shutdown(self) -> None:
+        """Once the engine is retired: its threads go (without waiting for a wedged job)."""
+        for executor in self._made.values():
+            executor.shutdown(wait=False)
+        self._made.clear()
+
+
 def make_executor(policy: str) -> CountingExecutor:
     """"owner": one stable thread; "alternate": two threads strictly taking turns; "pool": a plain
     four-thread pool where the pool decides."""

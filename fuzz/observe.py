@@ -279,6 +279,35 @@ def _thread_start(observer: Observer, original: Callable[..., Any]) -> Callable[
     return start
 
 
+def _canceller(task: Any) -> str:
+    """Who is cancelling `task`: "self" (the task itself, or a task it started, directly or not: a cancel it
+    arranged for itself), "task" (another task: a caller, a TaskGroup's parent, a server shutting down) or
+    "callback" (no task is running: a timer, a transport's callback)."""
+    try:
+        current = asyncio.current_task()
+    except RuntimeError:
+        current = None
+    if current is None:
+        return "callback"
+    while current is not None:
+        if current is task:
+            return "self"
+        parent = getattr(current, "_observed_parent", None)
+        current = parent() if parent is not None else None
+    return "task"
+
+
+def _waits_for_result(fn: Any) -> bool:
+    """Whether a done callback is something waiting for the task's outcome (a task awaiting it, `gather`,
+    `wait`, `wait_for`, a TaskGroup), not a bookkeeping callback such as a server's connection cleanup."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, asyncio.Future) or type(owner).__name__ == "TaskGroup":
+        return True
+    inner = getattr(fn, "func", fn)  # functools.partial (wait_for's _release_waiter)
+    name = getattr(inner, "__qualname__", "")
+    return any(part in name for part in ("gather", "_on_completion", "_release_waiter", "wait"))
+
+
 def _observed_task_class(observer: Observer, base: type) -> type:
     watched: "weakref.WeakSet[Any]" = weakref.WeakSet()  # tasks whose end this observer records
 
@@ -290,7 +319,8 @@ def _observed_task_class(observer: Observer, base: type) -> type:
         else:
             outcome = "returned" if task._exception is None else "raised"  # exception() would mark it retrieved
         observer.record("task", "end", {"task": task._observed_id, "name": task.get_name(), "outcome": outcome,
-                                        "coro": getattr(task.get_coro(), "__qualname__", "")})
+                                        "coro": getattr(task.get_coro(), "__qualname__", ""),
+                                        "awaited": getattr(task, "_observed_awaited", False)})
 
     class ObservedTask(base):  # type: ignore[valid-type, misc]
         """A task whose delivered cancels, uncancels and (once cancelled) end are recorded."""
@@ -311,8 +341,14 @@ def _observed_task_class(observer: Observer, base: type) -> type:
                 if self not in watched:
                     watched.add(self)
                     self.add_done_callback(ended)
-                observer.record("task", "cancel", {"task": self._observed_id, "name": self.get_name()})
+                observer.record("task", "cancel", {"task": self._observed_id, "name": self.get_name(),
+                                                   "by": _canceller(self)})
             return delivered
+
+        def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+            if _waits_for_result(fn):
+                self._observed_awaited = True
+            super().add_done_callback(fn, context=context)
 
         def uncancel(self) -> int:
             left = super().uncancel()

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from mlx_invariants.fuzz.case import load_case
 from mlx_invariants.fuzz.driver import DriverSettings
-from mlx_invariants.fuzz.errors import ReplayError, SetupError
+from mlx_invariants.fuzz.errors import ReplayError
+from mlx_invariants.fuzz.followup import reference_of
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.report import Failure, device_info
@@ -54,11 +55,9 @@ def replay(path: str | Path, target: Target | Engines | None = None, *, times: i
         # The liveness waits scale with the target's pace, measured on the baseline, as in a search.
         settings, _ = driver_settings(DriverSettings(strict=strict), Pace(startup_s=startup_s), remote)
         baseline = run_scenario(engines, Scenario(()), sentinel=sentinel, settings=settings)
-        failed = baseline.first("check", "startup-failed")
-        if failed is not None:
-            raise SetupError(f"{engines.target.label}: the engine did not start: {failed.info.get('error')}")
+        expected = reference_of(baseline, engines.target.label, engines.log_tail(),
+                                sees_server_mlx=engines.sees_server_mlx)
         settings, _ = driver_settings(DriverSettings(strict=strict), measure(baseline, startup_s), remote)
-        expected: Any = baseline.meta.get("followup")
         last: Optional[Trace] = None
         for _ in range(times):
             last = run_scenario(engines, scenario, sentinel=sentinel, expected_followup=expected, settings=settings)

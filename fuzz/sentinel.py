@@ -176,6 +176,7 @@ class Sentinel:
                     self._loader_token = token
                 elif token != self._loader_token:
                     info["off_loader"] = True
+                    info["mlx_version"] = mlx_version()
             if others:
                 info["while"] = others[0].seq
             refused = self.strict and (off_owner or bool(others))
@@ -382,6 +383,20 @@ class _NotifyingLoader(importlib.abc.Loader):
 
 
 # -- records in a file (a sentinel injected into another process) ------------
+@functools.lru_cache(maxsize=1)
+def mlx_version() -> str:
+    """The MLX version this process runs ("" when MLX is not importable), read from its metadata so
+    asking never imports MLX."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("mlx", "mlx-cuda", "mlx-metal"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return ""
+
+
 def file_emitter(path: str) -> Callable[[Event], None]:
     """Append each finished span or error as one JSON line; a killed process loses nothing finished."""
     lock = threading.Lock()

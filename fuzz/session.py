@@ -27,7 +27,6 @@ from typing import Any, Callable, Iterator, Optional
 
 from mlx_invariants.fuzz.adapters.base import Adapter, capacity_of
 from mlx_invariants.fuzz.driver import DriverSettings, LiveEngine, ScenarioRun
-from mlx_invariants.fuzz.executors import make_executor
 from mlx_invariants.fuzz.faults import wait_loop_idle
 from mlx_invariants.fuzz.locks import LockWatch, watch_locks
 from mlx_invariants.fuzz.scenario import Scenario
@@ -68,7 +67,6 @@ class EngineSession:
         keep = self.reuse if keep is None else keep
         trace = Trace()
         trace.meta.update(scenario=scenario.to_json(), lag_bound_s=self.settings.lag_bound_s)
-        executor = make_executor(scenario.executor)
         run: Optional[ScenarioRun] = None
         try:
             with watch_locks(self._locks), _logs_into(trace):
@@ -76,13 +74,14 @@ class EngineSession:
                 fresh = self.engine is None
                 engine = self._open() if fresh else self.engine  # its asyncio locks are built under the watch
                 adapter, loop = engine.adapter, engine.loop
+                executor = engine.executors.for_policy(scenario.executor)
                 loop.set_default_executor(executor)
                 loop.set_debug(scenario.debug)
                 trace.meta.update(engine=adapter.name, busy_bound_s=adapter.busy_bound_s,
                                   owner=adapter.owner, reused=self.served)
                 self.sentinel.owner = adapter.owner
                 self.sentinel.attach(trace, forget_owner=fresh)
-                run = ScenarioRun(engine, self.settings, scenario, trace, executor, expected_followup, keep)
+                run = ScenarioRun(engine, self.settings, scenario, trace, engine.executors, expected_followup, keep)
                 loop.run_until_complete(loop.create_task(run.main(), name="fuzz-main"))
                 trace.meta["capacity"] = capacity_of(adapter)  # known once the engine started
         finally:
@@ -92,7 +91,6 @@ class EngineSession:
             self.last = scenario
             if run is not None and run.kept:
                 self.served += 1
-                executor.shutdown(wait=False)  # idle: the scenario's executor had no job left
             else:
                 self._retire()
         return trace
@@ -129,6 +127,7 @@ class EngineSession:
         engine, self.engine, self.served = self.engine, None, 0
         if engine is not None:
             _close_loop(engine.loop)
+            engine.executors.shutdown()
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ no other flag. `build()` is the one way to turn it into adapters.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -42,7 +43,8 @@ class Target:
     `package` belongs to routes; `owner` (the server's MLX owner thread-name glob, default: the
     first thread to enter MLX), `model` (the model field sent) and `routes` (the OpenAI routes the
     server answers: a chat-only server 404s on completions, and the follow-up must not be sent
-    there) to HTTP targets. `fault_kinds` and `points` are what scenarios may aim at it: a server
+    there) and `request_body` (JSON object text merged into every request body: sampling fields a server
+    requires, extra fields; it wins over what the fuzzer sends) to HTTP targets. `fault_kinds` and `points` are what scenarios may aim at it: a server
     is not restarted per scenario and shows only the points a client sees.
     """
 
@@ -54,6 +56,7 @@ class Target:
     fault_kinds: tuple[str, ...] = FAULT_KINDS
     points: tuple[str, ...] = POINTS
     routes: tuple[str, ...] = ROUTES
+    request_body: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, TargetKind):
@@ -73,6 +76,10 @@ class Target:
             raise TargetError("only a route target names an engine package")
         if (self.owner is not None or self.model != HTTP_MODEL) and not self.kind.http:
             raise TargetError("an owner glob and a model name apply to HTTP targets (--url, --server-cmd) only")
+        if self.request_body:
+            if not self.kind.http:
+                raise TargetError("a request body applies to HTTP targets (--url, --server-cmd) only")
+            extra_body(self.request_body)
         if not self.routes or not set(self.routes) <= set(ROUTES):
             raise TargetError(f"routes must be some of {ROUTES}, got {self.routes}")
         if set(self.routes) != set(ROUTES) and not self.kind.http:
@@ -102,17 +109,17 @@ class Target:
 
     @classmethod
     def url(cls, url: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
-            routes: tuple[str, ...] = ROUTES) -> "Target":
+            routes: tuple[str, ...] = ROUTES, request_body: str = "") -> "Target":
         kinds, points = _aims(TargetKind.URL)
         return cls(TargetKind.URL, url, owner=owner, model=model, fault_kinds=kinds, points=points,
-                   routes=tuple(routes))
+                   routes=tuple(routes), request_body=request_body)
 
     @classmethod
     def server(cls, command: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
-               routes: tuple[str, ...] = ROUTES) -> "Target":
+               routes: tuple[str, ...] = ROUTES, request_body: str = "") -> "Target":
         kinds, points = _aims(TargetKind.SERVER)
         return cls(TargetKind.SERVER, command, owner=owner, model=model, fault_kinds=kinds, points=points,
-                   routes=tuple(routes))
+                   routes=tuple(routes), request_body=request_body)
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +129,8 @@ class Target:
             data["package"] = self.package
         if self.kind.http:
             data.update(owner=self.owner, model=self.model, routes=list(self.routes))
+            if self.request_body:
+                data["request_body"] = self.request_body
         data.update(fault_kinds=list(self.fault_kinds), points=list(self.points))
         return data
 
@@ -138,7 +147,8 @@ class Target:
         try:
             return cls(kind, data["name"], data.get("package", ENGINE_PACKAGE), data.get("owner"),
                        data.get("model", HTTP_MODEL), tuple(data.get("fault_kinds", kinds)),
-                       tuple(data.get("points", points)), tuple(data.get("routes", ROUTES)))
+                       tuple(data.get("points", points)), tuple(data.get("routes", ROUTES)),
+                       data.get("request_body", ""))
         except TypeError as exc:
             raise TargetError(f"not a target: {data!r} ({exc})") from None
 
@@ -171,7 +181,21 @@ class Target:
             return Engines(self, _module_factory(self.name))
         server = ServerProcess(self.name, self.owner) if self.kind is TargetKind.SERVER else None
         url = check_loopback(self.name) if self.kind is TargetKind.URL else ""
-        return Engines(self, lambda: HttpAdapter(url, server, self.model, self.routes), server)
+        body = extra_body(self.request_body)
+        return Engines(self, lambda: HttpAdapter(url, server, self.model, self.routes, body), server)
+
+
+def extra_body(text: str) -> dict[str, Any]:
+    """The JSON object `text` names ({} for ""); anything else is a `TargetError`."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise TargetError(f"the request body must be a JSON object, got {text!r} ({exc})") from None
+    if not isinstance(value, dict):
+        raise TargetError(f"the request body must be a JSON object, got {text!r}")
+    return value
 
 
 def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -212,6 +236,12 @@ class Engines:
     def server_log(self) -> Optional[Path]:
         """The started server's log file (stdout and stderr), if this target starts one."""
         return self._server.log if self._server is not None else None
+
+    @property
+    def sees_server_mlx(self) -> bool:
+        """Whether the sentinel records the MLX calls of what this target runs: a server launched here
+        (a bare URL's server is out of sight; an in-process engine's MLX is seen directly)."""
+        return self._server is not None
 
     def log_tail(self, lines: int = 30) -> str:
         """The server's last log lines ("" when there is no server), for reports."""

@@ -69,7 +69,9 @@ class ServerProcess:
 
     def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = 180.0):
         self.command = command
-        self.owner = owner or "sticky"
+        # No owner unless declared: the first thread into MLX is then remembered as the loader, and what
+        # another thread does is judged by the MLX version's thread rules (`ownership.mlx_only_on_loader`).
+        self.owner = owner
         self.startup_s = startup_s
         self.folder = Path(tempfile.mkdtemp(prefix="mlx-invariants-server-"))
         self.records = self.folder / "sentinel.jsonl"
@@ -228,8 +230,10 @@ class HttpAdapter:
     a completions request that it can only refuse.
     """
 
-    def __init__(self, url: str, server: Optional[ServerProcess], model: str, routes: tuple[str, ...] = ROUTES):
+    def __init__(self, url: str, server: Optional[ServerProcess], model: str, routes: tuple[str, ...] = ROUTES,
+                 extra: Optional[dict[str, Any]] = None):
         self.url = url
+        self.extra = extra or {}  # merged into every body, over the fuzzer's own fields
         self.server = server
         self.routes = routes
         self.owner = None  # this process only runs the client; the server's sentinel has its own owner
@@ -263,7 +267,7 @@ class HttpAdapter:
             path, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
         else:
             path, body = "/v1/completions", {**common, "prompt": text}
-        content = json.dumps(body).encode()
+        content = json.dumps({**body, **self.extra}).encode()
         waiting = _Waiting(self, spec)
         # The full Content-Length up front, the body in two parts (BODY_PART in between).
         request = self._client.build_request("POST", path, content=waiting.body(content),

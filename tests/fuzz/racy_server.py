@@ -1,5 +1,7 @@
-"""A deliberately racy OpenAI-style server for the HTTP adapter tests: every request runs its MLX work
-on its own handler thread (ThreadingHTTPServer), so two requests enter MLX from different threads.
+"""A deliberately racy OpenAI-style server for the HTTP adapter tests: it warms MLX up on a thread named
+"generation", which it says owns MLX, but every request runs its MLX work on its own handler thread
+(ThreadingHTTPServer), so requests enter MLX off that owner, and two of them at once. The tests declare
+the owner (`--owner generation`), as a maintainer of such a server would.
 
     python tests/fuzz/racy_server.py PORT
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import mlx.core as mx
@@ -41,4 +44,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
+    warmup = threading.Thread(target=lambda: mx.eval(mx.arange(256) * 2), name="generation")
+    warmup.start()
+    warmup.join()
     ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from mlx_invariants.cli import main
+from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.adapters.http import HTTP_POINTS, HttpAdapter, HttpHandle, ServerProcess, check_loopback
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.driver import DriverSettings
@@ -42,7 +43,7 @@ def mlx_lm_server():
 
 def test_mlx_lm_server_passes_and_its_mlx_calls_are_seen(mlx_lm_server):
     fresh = run_scenario(mlx_lm_server, Scenario(()))
-    trace = run_scenario(mlx_lm_server, STREAMS, expected_followup=fresh.meta["followup"])
+    trace = run_scenario(mlx_lm_server, STREAMS, expected_followup=FollowupOutcome.of_trace(fresh))
     assert judge(trace) == []
     disconnect = trace.first("fault", "disconnect", "r0")
     assert disconnect is not None and disconnect.info["delivered"]
@@ -60,7 +61,7 @@ def test_mlx_lm_server_survives_a_short_fuzz_run(mlx_lm_server):
 
 
 def test_mlx_on_request_threads_is_caught_inside_the_server_process():
-    engines = Target.server(f"{sys.executable} tests/fuzz/racy_server.py {{port}}").build()
+    engines = Target.server(f"{sys.executable} tests/fuzz/racy_server.py {{port}}", owner="generation").build()
     try:
         trace = run_scenario(engines, Scenario((RequestSpec("r0", 2, 3, False), RequestSpec("r1", 2, 3, True))))
     finally:
@@ -77,7 +78,7 @@ def test_only_loopback_urls_are_fuzzed(url):
 
 
 def test_a_server_target_replays_from_its_scenario_file_alone(tmp_path, capsys):
-    target = Target.server(f"{sys.executable} tests/fuzz/racy_server.py {{port}}")
+    target = Target.server(f"{sys.executable} tests/fuzz/racy_server.py {{port}}", owner="generation")
     case = tmp_path / "scenario.json"
     case.write_text(dumps_case(Scenario((RequestSpec("r0", 2, 3, False), RequestSpec("r1", 2, 3, True))), target))
     assert main(["fuzz", "--replay", str(case), "--replays", "1", "--report", str(tmp_path / "reports")]) == 1
@@ -112,7 +113,7 @@ def _served(command: str, scenario: Scenario, busy_bound_s: float = 0.0) -> Trac
     engines = Engines(target, make, server)
     try:
         fresh = run_scenario(engines, Scenario(()), settings=REMOTE)
-        trace = run_scenario(engines, scenario, expected_followup=fresh.meta["followup"], settings=REMOTE)
+        trace = run_scenario(engines, scenario, expected_followup=FollowupOutcome.of_trace(fresh), settings=REMOTE)
         trace.meta["server_log"] = server.log_tail()
         return trace
     finally:

@@ -6,6 +6,7 @@ import pytest
 
 from mlx_invariants.fuzz.oracles import ORACLES, judge
 from mlx_invariants.fuzz import oracles
+from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.trace import Event, Trace
 
 
@@ -130,10 +131,15 @@ def test_waiter_left_after_shutdown():
     assert kinds(oracles.nothing_waits_after_shutdown, trace_of(check("status", active=0))) == []
 
 
+def completed(*tokens: int) -> dict:
+    return FollowupOutcome("completed", tokens=tokens).to_json()
+
+
 def test_followup_must_match_a_fresh_engine():
     assert kinds(oracles.followup_matches_fresh,
-                 trace_of(check("followup", got=[1, 2], expected=[1, 3]))) == ["followup-differs"]
-    assert kinds(oracles.followup_matches_fresh, trace_of(check("followup", got=[1, 2], expected=[1, 2]))) == []
+                 trace_of(check("followup", got=completed(1, 2), expected=completed(1, 3)))) == ["followup-differs"]
+    assert kinds(oracles.followup_matches_fresh,
+                 trace_of(check("followup", got=completed(1, 2), expected=completed(1, 2)))) == []
 
 
 def test_stall_is_reported_with_stacks():
@@ -149,10 +155,19 @@ def test_busy_answer_must_be_fast():
     assert kinds(oracles.busy_answers_fast, fast) == []
 
 
-def test_loop_lag_and_unhandled_loop_errors():
-    laggy = trace_of(check("loop-lag", max_s=2.0), {"kind": "loop", "name": "error", "info": {"message": "boom"}},
-                     meta={"lag_bound_s": 0.5})
-    assert kinds(oracles.loop_stays_responsive, laggy) == ["loop-lag", "loop-error"]
+def _lag(max_s: float, *, loop_in_mlx_s: float, in_process: bool = True) -> Trace:
+    """A worst lag of `max_s` from t=1.0, during which the loop's thread (7) spent `loop_in_mlx_s` inside MLX."""
+    span = {**mlx(7, end=3), "t": 1.0, "t_end": 1.0 + loop_in_mlx_s}
+    return trace_of(span, check("loop-lag", max_s=max_s, window=[1.0, 1.0 + max_s], loop_thread=7,
+                                in_process=in_process),
+                    {"kind": "loop", "name": "error", "info": {"message": "boom"}}, meta={"lag_bound_s": 0.5})
+
+
+def test_loop_lag_counts_when_the_loop_itself_was_inside_mlx_and_unhandled_errors_always():
+    assert kinds(oracles.loop_stays_responsive, _lag(2.0, loop_in_mlx_s=1.8)) == ["loop-lag", "loop-error"]
+    # A loaded machine that did not schedule the loop, or a server's lag seen from the client: not the engine.
+    assert kinds(oracles.loop_stays_responsive, _lag(2.0, loop_in_mlx_s=0.1)) == ["loop-error"]
+    assert kinds(oracles.loop_stays_responsive, _lag(2.0, loop_in_mlx_s=1.8, in_process=False)) == ["loop-error"]
     assert kinds(oracles.loop_stays_responsive, trace_of(check("loop-lag", max_s=0.01))) == []
 
 
@@ -166,7 +181,7 @@ def test_a_clean_trace_passes_every_oracle():
         request("submit"), point("ADMITTED", thread=2), point("SLOT_ACQUIRED", thread=2), point("WORKER_STARTED"),
         mlx(1, end=6), point("PREFILL_DONE"), point("FINISHED"), point("SLOT_RELEASED", thread=2),
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
-        check("loop-lag", max_s=0.01), check("followup", got=[5], expected=[5]))
+        check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
     assert len(ORACLES) == 20  # 15 + fuzz/ownership.py's four + fuzz/compute.py's one
 

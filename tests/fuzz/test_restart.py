@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.oracles import judge
@@ -28,8 +29,8 @@ def _names(trace, *kinds):
     return [(e.kind, e.name, e.rid) for e in trace.events if e.kind in kinds]
 
 
-def _followup(factory) -> list:
-    return run_scenario(factory, Scenario(())).meta["followup"]
+def _followup(factory) -> FollowupOutcome:
+    return FollowupOutcome.of_trace(run_scenario(factory, Scenario(())))
 
 
 @pytest.mark.parametrize("route", ["simple", "batched"])

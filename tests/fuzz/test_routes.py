@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from mlx_invariants.cli import main
+from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.scenario import RequestSpec, Scenario
@@ -53,23 +54,23 @@ def test_the_chat_only_zoo_recipe_states_its_route():
     assert next(r for r in RECIPES if r.name == "mlx-lm").routes == "completions,chat"
 
 
-def _followup(routes: tuple[str, ...]) -> tuple[object, list]:
+def _followup(routes: tuple[str, ...]) -> tuple[FollowupOutcome, list]:
     engines = Target.server(CHAT_ONLY, routes=routes).build()
     try:
         fresh = run_scenario(engines, Scenario(()))
         trace = run_scenario(engines, Scenario((RequestSpec("r0", 3, 4, False),)),
-                             expected_followup=fresh.meta["followup"])
+                             expected_followup=FollowupOutcome.of_trace(fresh))
     finally:
         engines.close()
-    return trace.meta["followup"], judge(trace)
+    return FollowupOutcome.of_trace(trace), judge(trace)
 
 
 def test_a_chat_only_server_stated_so_gets_its_follow_up_on_the_chat_route():
     got, found = _followup(("chat",))
-    assert isinstance(got, list) and got, got
+    assert got.kind == "completed" and got.tokens, got
     assert found == []
 
 
 def test_the_same_server_asked_on_both_routes_refuses_the_completions_follow_up():
     got, _ = _followup(("completions", "chat"))
-    assert "refused" in str(got)
+    assert got.kind == "refused", got

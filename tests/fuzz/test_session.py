@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from mlx_invariants.commands import fuzz as command
+from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, StreamHandle, reference_engine
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.runner import run_fuzz
@@ -36,8 +37,8 @@ def session(sentinel):
     opened.close()
 
 
-def _expected(session: EngineSession) -> list:
-    return session.run(Scenario(())).meta["followup"]
+def _expected(session: EngineSession) -> FollowupOutcome:
+    return FollowupOutcome.of_trace(session.run(Scenario(())))
 
 
 def test_clean_scenarios_run_one_after_another_on_one_engine(session):

@@ -1,0 +1,88 @@
+"""A target the fuzzer cannot judge is a setup error (exit 2, in the server's words), never a finding.
+
+Before these checks, a server whose follow-up was refused failed every run with a "confirmed"
+followup-differs: two refusals of the same request were compared with their timings, and a
+server that never entered MLX was fuzzed for its whole budget.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlx_invariants.fuzz.errors import SetupError, TargetError
+from mlx_invariants.fuzz.followup import FollowupOutcome
+from mlx_invariants.fuzz.oracles import followup_matches_fresh
+from mlx_invariants.fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.target import Target
+from mlx_invariants.fuzz.trace import Trace
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOW = f"{sys.executable} tests/fuzz/slow_server.py {{port}}"
+QUICK = FuzzSettings(examples=2, explicit=(), debug_run=False, replays=1)
+
+
+def _followup_check(got: dict, expected: dict) -> list[str]:
+    trace = Trace()
+    trace.record("check", "followup", info={"got": got, "expected": expected})
+    return [v.kind for v in followup_matches_fresh(trace)]
+
+
+def _refusal(**end) -> dict:
+    return FollowupOutcome.of({"outcome": "refused", "code": "text_generation_busy", "message": "busy", **end},
+                              []).to_json()
+
+
+def test_two_refusals_of_the_follow_up_are_the_same_answer_whatever_they_took():
+    assert _followup_check(_refusal(elapsed_s=0.0013), _refusal(elapsed_s=0.0021)) == []
+    assert _followup_check(_refusal(message="said otherwise"), _refusal()) == []  # words are not compared
+
+
+@pytest.mark.parametrize("got", [
+    FollowupOutcome("completed", tokens=(1, 2, 4)).to_json(),    # other tokens
+    FollowupOutcome("refused", code="model_not_found").to_json(),  # refused where a fresh engine served
+    FollowupOutcome("error", code="internal_error").to_json(),
+])
+def test_a_follow_up_that_ends_otherwise_or_with_other_tokens_differs(got):
+    expected = FollowupOutcome("completed", tokens=(1, 2, 3)).to_json()
+    assert _followup_check(got, expected) == ["followup-differs"]
+
+
+def test_a_server_whose_baseline_follow_up_is_refused_is_a_setup_error_in_its_own_words():
+    with pytest.raises(SetupError, match=r"follow-up request was refused invalid_temperature: .*greater than 0"):
+        run_fuzz(Target.server(f"{SLOW} --rejects-greedy"), QUICK)
+
+
+def test_the_request_body_lets_that_server_be_fuzzed():
+    result = run_fuzz(Target.server(f"{SLOW} --rejects-greedy", request_body='{"temperature": 0.5}'), QUICK)
+    assert result.examples == 2 and result.ok, [f.failure.headline for f in result.findings]
+
+
+def test_a_launched_server_that_never_enters_mlx_is_a_setup_error():
+    with pytest.raises(SetupError, match="saw no MLX call"):
+        run_fuzz(Target.server(f"{sys.executable} tests/fuzz/cut_body_server.py {{port}}"), QUICK)
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", "{temperature: 1}"])
+def test_a_request_body_that_is_not_a_json_object_is_refused(body):
+    with pytest.raises(TargetError, match="must be a JSON object"):
+        Target.server(SLOW, request_body=body)
+
+
+def test_a_request_body_travels_with_the_target_into_replay_files():
+    target = Target.server(SLOW, request_body='{"top_p": 0.9}')
+    assert Target.from_dict(target.to_dict()) == target
+
+
+def test_the_cli_exits_2_naming_the_model_it_was_not_served(tmp_path):
+    """The reference server without --model: every request names a model it does not serve."""
+    command = f"{sys.executable} -m mlx_invariants serve --port {{port}}"
+    done = subprocess.run([sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command, "--jobs", "0",
+                           "--examples", "2", "--report", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "model_not_found" in done.stderr and "--model" in done.stderr and "Traceback" not in done.stderr

@@ -3,6 +3,11 @@
 None of them sleeps or touches an engine: the driver records facts (points,
 MLX spans, request outcomes, after-the-fact checks) and these decide what is
 wrong, so every oracle is tested on hand-built traces.
+
+Each oracle declares the kinds it yields (`@yields(ViolationKind(...))`, see
+`fuzz.violation`): a one-line doc, whether it is exact, and why. `KINDS`
+gathers the declarations; `EXACT_KINDS`, `invariants explain KIND` and
+docs/fuzz.md's oracle table are derived from them.
 """
 
 from __future__ import annotations
@@ -12,21 +17,13 @@ from typing import Callable, Iterator
 from mlx_invariants.fuzz.compute import compute_stops_for_gone_clients
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.trace import Trace
-from mlx_invariants.fuzz.violation import Violation
+from mlx_invariants.fuzz.violation import Violation, ViolationKind, declared_by, yields
 
 # After an acknowledged abort the owner may finish the step it is in and one more.
 ABORT_SLACK_STEPS = 2
 # A slot released within this many event-loop turns (each a 1 ms nap) of the last request's end is not a
 # leak: a `finally` or a callback the last end scheduled is still on its way (the driver waits them out).
 RELEASE_GRACE_TURNS = 50
-# Oracles exact by construction: each judges a recorded fact no correct engine can produce (two threads
-# inside MLX at once, MLX off its owner, a lock re-entered, a request ended twice, an abort acknowledged
-# and then completed, an unexpected exception), so one sighting is a bug however rarely it replays. The
-# others judge order across threads, timing, leftovers or outputs, and count only once they replay
-# (`fuzz.findings`).
-EXACT_KINDS = frozenset({"mlx-concurrent", "mlx-off-owner", "mlx-no-stream", "lock-reentered",
-                         "request-ended-twice", "request-crashed", "unclear-error", "abort-completed",
-                         "loop-error", "cancel-swallowed", "mlx-off-loader", "mlx-finalized-off-thread"})
 
 
 def is_exact(kind: str) -> bool:
@@ -34,6 +31,13 @@ def is_exact(kind: str) -> bool:
     return kind in EXACT_KINDS
 
 
+@yields(ViolationKind(
+    "mlx-concurrent", "Two threads were inside MLX at the same time.", exact=True,
+    why="Two MLX spans on different threads overlapped in the trace's sequence numbers, which order events "
+        "exactly across threads: the engine let a second thread into MLX while one was inside, which no "
+        "correct engine does however the threads were scheduled.",
+    known_problems="Sees only MLX entered through a wrapped Python entry point (see the sentinel's blind "
+                   "spots); CPU MLX does not crash on it, so the sentinel is the only witness on Linux."))
 def mlx_never_concurrent(trace: Trace) -> Iterator[Violation]:
     """Two threads were inside MLX at the same time."""
     for first, second in trace.overlapping("mlx"):
@@ -42,6 +46,12 @@ def mlx_never_concurrent(trace: Trace) -> Iterator[Violation]:
                         stacks=(first.stack, second.stack))
 
 
+@yields(ViolationKind(
+    "mlx-off-owner", "MLX was entered from a thread that is not the declared owner.", exact=True,
+    why="The sentinel records the thread of every MLX entry against the owner the adapter declared; an "
+        "engine that keeps MLX on its owner never enters it anywhere else, whatever the timing.",
+    known_problems="Needs an owner declared (a thread-name glob, or `sticky`); without one, `mlx-off-loader` "
+                   "judges instead."))
 def mlx_only_on_owner(trace: Trace) -> Iterator[Violation]:
     """MLX was entered from a thread that is not the declared owner (reported once per thread)."""
     owner = next((e for e in trace.of("mlx") if not e.info.get("off_owner")), None)
@@ -54,6 +64,11 @@ def mlx_only_on_owner(trace: Trace) -> Iterator[Violation]:
                             stacks=((owner.stack if owner else ()), span.stack))
 
 
+@yields(ViolationKind(
+    "mlx-no-stream", 'MLX raised "There is no Stream(...) in current thread": an array or stream crossed threads.',
+    exact=True,
+    why="The error is the record: MLX raised it because an array or stream made on one thread was used on "
+        "another, which a correct engine never does."))
 def no_stream_errors(trace: Trace) -> Iterator[Violation]:
     """MLX raised "There is no Stream(...) in current thread": an array or stream crossed threads."""
     for event in trace.of("mlx-error", "no-stream"):
@@ -61,6 +76,13 @@ def no_stream_errors(trace: Trace) -> Iterator[Violation]:
                         stacks=(event.stack,))
 
 
+@yields(ViolationKind(
+    "slot-freed-early", "A request's slot was released while its worker was still inside MLX (before FINISHED).",
+    exact=False,
+    why="Orders SLOT_RELEASED on the loop against FINISHED on the worker: whether the worker got there first "
+        "depends on how the two threads interleaved, so it counts once it replays.",
+    known_problems="Needs WORKER_STARTED, FINISHED and SLOT_RELEASED marked; an engine that marks none of them "
+                   "is judged by `lock-released-early` instead."))
 def slot_kept_until_worker_done(trace: Trace) -> Iterator[Violation]:
     """A request's slot was released while its worker was still inside MLX (before FINISHED)."""
     for rid in trace.rids():
@@ -76,6 +98,12 @@ def slot_kept_until_worker_done(trace: Trace) -> Iterator[Violation]:
                             stacks=(started.stack, released.stack), rid=rid)
 
 
+@yields(ViolationKind(
+    "lock-reentered", "A task acquired an asyncio lock it already held.", exact=True,
+    why="The owner-aware lock records the acquiring task against the holder: a task that re-acquires its own "
+        "lock deadlocks on a plain asyncio.Lock whatever the timing.",
+    known_problems="Sees only locks built as `asyncio.Lock` while the watch is installed, not ones bound by "
+                   "`from asyncio import Lock` before it."))
 def lock_never_reentered(trace: Trace) -> Iterator[Violation]:
     """A task acquired an asyncio lock it already held: without `OwnedLock` that deadlocks."""
     for event in trace.of("lock", "reentered"):
@@ -83,6 +111,23 @@ def lock_never_reentered(trace: Trace) -> Iterator[Violation]:
                         stacks=(tuple(event.info.get("holder_stack", ())), event.stack), rid=event.rid)
 
 
+@yields(
+    ViolationKind(
+        "request-unended", "A submitted request never ended.", exact=False,
+        why="The scenario gave up waiting (stalled, or the backstop) before the request ended: when it gives "
+            "up depends on timing, and the stall itself is reported as `stalled`."),
+    ViolationKind(
+        "request-ended-twice", "A request ended more than once, or reached FINISHED more than once.", exact=True,
+        why="Each client records one end, and FINISHED is marked in a `finally`: two of either for one request "
+            "are recorded facts no correct engine produces."),
+    ViolationKind(
+        "request-crashed", "A request ended with an unexpected exception, not a clear engine error.", exact=True,
+        why="An exception escaped the request that the engine (or its adapter) did not turn into an outcome: "
+            "the exception is the record, and a correct engine maps every failure to a clear error."),
+    ViolationKind(
+        "unclear-error", "A request failed without a message.", exact=True,
+        why="The recorded outcome is an error with an empty message; a correct engine says what went wrong."),
+)
 def every_request_ends_once(trace: Trace) -> Iterator[Violation]:
     """Each submitted request ends exactly once: completed, cancelled, aborted, refused or a clear error."""
     for submit in trace.of("request", "submit"):
@@ -106,6 +151,19 @@ def every_request_ends_once(trace: Trace) -> Iterator[Violation]:
                 yield Violation("unclear-error", f"{rid} failed without a message", rid=rid)
 
 
+@yields(
+    ViolationKind(
+        "abort-completed", "An abort was acknowledged, and the request then completed.", exact=True,
+        why="The engine said yes to the abort (`abort()` returned True) and later reported the request "
+            "completed: both are recorded, and no correct engine does both, whatever the timing."),
+    ViolationKind(
+        "abort-ignored", "Decoding went on for more than two steps after a delivered cancel, disconnect or "
+                         "acknowledged abort.", exact=False,
+        why="Counts BEFORE_DECODE points after the stop: how many steps the worker takes before it sees the "
+            "stop depends on thread timing.",
+        known_problems="Needs BEFORE_DECODE marked; an engine that marks nothing is judged by "
+                       "`compute-after-disconnect`."),
+)
 def acknowledged_abort_never_completes(trace: Trace) -> Iterator[Violation]:
     """An acknowledged abort (or the abort a cancelled client's close sends) stops decoding within a
     step or two, and an acknowledged abort never ends as completed."""
@@ -125,6 +183,24 @@ def acknowledged_abort_never_completes(trace: Trace) -> Iterator[Violation]:
                             stacks=(fault.stack, steps[-1].stack), rid=fault.rid)
 
 
+@yields(
+    ViolationKind(
+        "slot-leaked", "The engine's status still showed something held after every request ended.",
+        exact=False,
+        why="Leftovers: read after a grace of event-loop turns, so a release still on its way late on a loaded "
+            "machine looks like a leak; it counts once it replays.",
+        known_problems="Only what the adapter's `status()` reports is seen (`{}` reports nothing)."),
+    ViolationKind(
+        "stray-task", "Asyncio tasks the engine started were still pending after the scenario.", exact=False,
+        why="Leftovers: a task on its way out when the check ran depends on how many loop turns it needed."),
+    ViolationKind(
+        "executor-busy", "Executor jobs were still running after shutdown returned.", exact=False,
+        why="Leftovers: a job finishing just after shutdown returned depends on thread timing."),
+    ViolationKind(
+        "thread-leaked", "Threads the engine started were still alive after shutdown (a 2 s join allowed).",
+        exact=False,
+        why="Leftovers: a thread still exiting when the join gave up depends on timing and load."),
+)
 def nothing_leaked(trace: Trace) -> Iterator[Violation]:
     """After the scenario the engine holds no slot, queue entry, stray task or busy executor."""
     for check in trace.of("check", "status"):
@@ -142,6 +218,10 @@ def nothing_leaked(trace: Trace) -> Iterator[Violation]:
                         detail=check.info.get("stacks", ""))
 
 
+@yields(ViolationKind(
+    "shutdown-left-waiter", "A request was still waiting after shutdown returned.", exact=False,
+    why="Judged once shutdown returned and the loop went idle: whether a waiter had been woken by then "
+        "depends on the order the loop ran them and where the shutdown caught each request."))
 def nothing_waits_after_shutdown(trace: Trace) -> Iterator[Violation]:
     """Once shutdown returned, every request has ended."""
     for check in trace.of("check", "waiters-after-shutdown"):
@@ -150,6 +230,11 @@ def nothing_waits_after_shutdown(trace: Trace) -> Iterator[Violation]:
                         detail=check.info.get("stacks", ""))
 
 
+@yields(ViolationKind(
+    "followup-differs", "A greedy follow-up request returned something else than on a fresh engine.",
+    exact=False,
+    why="Outputs: compared with the baseline's follow-up; a race that corrupts state (or a refusal while "
+        "something is still held) shows only when it lands, so it counts once it replays."))
 def followup_matches_fresh(trace: Trace) -> Iterator[Violation]:
     """A greedy follow-up request returns what it returns on a fresh engine."""
     for check in trace.of("check", "followup"):
@@ -158,6 +243,12 @@ def followup_matches_fresh(trace: Trace) -> Iterator[Violation]:
                             f"follow-up returned {check.info.get('got')}, a fresh engine {check.info.get('expected')}")
 
 
+@yields(ViolationKind(
+    "stalled", "Nothing could run but requests were unfinished: a deadlock, reported with every stack.",
+    exact=False,
+    why="Timing: judged by quiet ticks (every thread parked, the loop idle) and a wall-clock bound scaled "
+        "to the target's measured pace; a loaded machine can look quiet for too long.",
+    known_problems="A server's threads cannot be seen, so over HTTP only \"no progress at all\" counts."))
 def stays_live(trace: Trace) -> Iterator[Violation]:
     """Nothing could run but requests were unfinished: a deadlock, reported with every stack."""
     basis = trace.meta.get("stall_basis")  # what the wait scaled with, as the runner measured it
@@ -167,6 +258,9 @@ def stays_live(trace: Trace) -> Iterator[Violation]:
                         detail=check.info.get("stacks", ""))
 
 
+@yields(ViolationKind(
+    "busy-slow", "A refused request heard so after more than the admission bound.", exact=False,
+    why="Timing: the refusal's wall-clock delay against the adapter's `busy_bound_s`."))
 def busy_answers_fast(trace: Trace) -> Iterator[Violation]:
     """A refused request heard so within the admission bound."""
     bound = trace.meta.get("busy_bound_s", 1.0)
@@ -177,6 +271,10 @@ def busy_answers_fast(trace: Trace) -> Iterator[Violation]:
                             rid=end.rid)
 
 
+@yields(ViolationKind(
+    "cut-body-blocks", "After a client went with half its request body sent (BODY_PART), the follow-up's answer "
+                       "did not begin within the admission bound.", exact=False,
+    why="Timing: the follow-up's wall-clock wait against the admission bound (5 s over HTTP)."))
 def cut_body_frees_server(trace: Trace) -> Iterator[Violation]:
     """After a client went with half its request body sent (BODY_PART), the follow-up's answer began within
     the admission bound: a server holds no handler or slot waiting for a body that will never come."""
@@ -193,6 +291,17 @@ def cut_body_frees_server(trace: Trace) -> Iterator[Violation]:
                         rid=cut[0])
 
 
+@yields(
+    ViolationKind(
+        "loop-lag", "The event loop stalled for longer than the lag bound (2 s).", exact=False,
+        why="Timing: measured by the fuzzer's lag watcher in wall-clock time; a loaded machine lags too."),
+    ViolationKind(
+        "loop-error", "A callback or task died on the event loop with an exception nobody handled.", exact=True,
+        why="The loop's exception handler was called: an exception was lost on the loop (an unretrieved "
+            "future, a failing callback), which a correct engine never leaves, whatever the timing.",
+        known_problems="\"Future exception was never retrieved\" is reported when the future is collected, "
+                       "which may be in a later scenario on a reused engine."),
+)
 def loop_stays_responsive(trace: Trace) -> Iterator[Violation]:
     """The event loop never stalled longer than a loose bound, and no callback died unnoticed."""
     bound = trace.meta.get("lag_bound_s", 2.0)
@@ -204,6 +313,11 @@ def loop_stays_responsive(trace: Trace) -> Iterator[Violation]:
                         stacks=(event.stack,), detail=event.info.get("traceback", ""))
 
 
+@yields(ViolationKind(
+    "startup-failed", "The engine under test did not start (its `start()` raised).", exact=True,
+    why="The start's exception is recorded: a correct engine starts again after a shutdown, or says why "
+        "through its own clear error. A run's first start failing is a setup error (exit 2), not a finding.",
+    known_problems="A machine out of memory or a missing model also fails a start."))
 def engine_starts(trace: Trace) -> Iterator[Violation]:
     """The engine under test started; nothing else means anything if it did not."""
     for check in trace.of("check", "startup-failed"):
@@ -231,6 +345,32 @@ ORACLES: tuple[Oracle, ...] = (
     loop_stays_responsive,
     compute_stops_for_gone_clients,  # MLX still busy after every client had gone (fuzz/compute.py)
 )
+
+
+# Not an oracle's: the parent of a `--jobs` child reports it when the child died mid-scenario (fuzz/jobs.py).
+PROCESS_CRASHED = ViolationKind(
+    "process-crashed", "The fuzz process died (a signal, an exit) while running the scenario.", exact=False,
+    why="Leftovers: the engine it died on may have run earlier scenarios, so the crash may come from their "
+        "state; it counts once a replay crashes (`--fresh-engine` pins it to one scenario).",
+    oracle="jobs (the parent of a --jobs child)")
+
+
+def declared_kinds() -> list[ViolationKind]:
+    """Every declaration, in oracle order (a kind declared twice appears twice: the vocabulary test says so)."""
+    return [kind for oracle in ORACLES for kind in declared_by(oracle)] + [PROCESS_CRASHED]
+
+
+# Every violation kind by name: what `invariants explain KIND` prints and docs/fuzz.md's table lists.
+KINDS: dict[str, ViolationKind] = {kind.name: kind for kind in declared_kinds()}
+# Kinds exact by construction: each judges a recorded fact no correct engine can produce, so one sighting
+# is a bug however rarely it replays. The others judge order across threads, timing, leftovers or outputs,
+# and count only once they replay (`fuzz.findings`). Each declaration says which, and why.
+EXACT_KINDS: frozenset[str] = frozenset(name for name, kind in KINDS.items() if kind.exact)
+
+
+def oracle_of(kind: ViolationKind) -> Oracle | None:
+    """The oracle function that declared `kind` (None for one no oracle yields, e.g. `process-crashed`)."""
+    return next((oracle for oracle in ORACLES if kind in declared_by(oracle)), None)
 
 
 def judge(trace: Trace) -> list[Violation]:

@@ -28,10 +28,18 @@ from __future__ import annotations
 import sys
 from typing import Iterator
 
-from mlx_invariants.fuzz.violation import Violation
+from mlx_invariants.fuzz.violation import Violation, ViolationKind, yields
 from mlx_invariants.fuzz.trace import Event, Trace
 
 
+@yields(ViolationKind(
+    "lock-released-early", "A lock or semaphore was released, while its holder unwound an exception, with work "
+                           "submitted under it still in MLX.", exact=False,
+    why="Orders a release on the loop against MLX spans on a worker thread: whether the worker had picked "
+        "the job up, and was still inside MLX when the lock went, depends on thread timing.",
+    known_problems="Sees locks built by code outside the standard library and work handed over through "
+                   "`to_thread`, `run_in_executor`, `ThreadPoolExecutor.submit` or `Thread.start`; not work "
+                   "handed to threads by C extensions."))
 def lock_kept_over_its_work(trace: Trace) -> Iterator[Violation]:
     """A lock or semaphore was let go, while its holder unwound, with work submitted under it still in MLX."""
     releases = [e for e in trace.of("sync", "release") if e.info.get("unwinding")]
@@ -78,6 +86,13 @@ def _mlx_after(spans: list[Event], start: Event, end: int, released: int) -> Eve
     return None
 
 
+@yields(ViolationKind(
+    "mlx-off-loader", "With no owner declared, MLX was entered off the thread that entered it first (the one "
+                      "that loaded the model).", exact=False,
+    why="Which thread is the loader is whichever entered MLX first: with no owner declared, the order of the "
+        "first entries across threads can differ from run to run, so it counts once it replays.",
+    known_problems="An engine that loads the model on one thread and serves from another by design is "
+                   "reported unless its adapter declares that owner (then `mlx-off-owner` judges)."))
 def mlx_only_on_loader(trace: Trace) -> Iterator[Violation]:
     """With no owner declared, MLX was entered off the thread that entered it first (reported once per thread)."""
     loader = next((e for e in trace.of("mlx") if not e.info.get("off_loader")), None)
@@ -91,6 +106,12 @@ def mlx_only_on_loader(trace: Trace) -> Iterator[Violation]:
                             stacks=((loader.stack if loader else ()), span.stack))
 
 
+@yields(ViolationKind(
+    "cancel-swallowed", "A task cancelled from outside returned normally and never called `uncancel()`.",
+    exact=False,
+    why="Whether the cancel landed while the task could still swallow it (inside a `try` that ate it) or "
+        "after it had its result depends on timing across loop turns and threads.",
+    known_problems="Tasks made by a custom task factory are not observed."))
 def cancel_is_honoured(trace: Trace) -> Iterator[Violation]:
     """A task whose cancel was delivered returned normally and never called `uncancel()`: it swallowed
     the cancel. (Cancels requested before the task runs again arrive as one `CancelledError`, so one
@@ -110,6 +131,13 @@ def cancel_is_honoured(trace: Trace) -> Iterator[Violation]:
                             f"{cancels[task]} time(s) but returned normally at #{event.seq}")
 
 
+@yields(ViolationKind(
+    "mlx-finalized-off-thread", "An MLX generator (e.g. mlx-lm's generate_step) was dropped mid-body on another "
+                                "thread than made it.", exact=False,
+    why="When a dropped generator is finalized, and on which thread, depends on the garbage collector and "
+        "on which thread drops the last reference, so it counts once it replays.",
+    known_problems="Only generators the sentinel wraps; an array or stream whose last reference drops on "
+                   "another thread is not seen."))
 def mlx_finalized_where_it_lives(trace: Trace) -> Iterator[Violation]:
     """An MLX generator (e.g. mlx-lm's generate_step) was dropped mid-body on another thread than made it."""
     for event in trace.of("mlx-gc", "finalized-off-thread"):

@@ -68,7 +68,8 @@ class FaultKind(enum.Enum):
                       "call runs; elsewhere, or aimed at another request, a plain cancel at once")
     RESTART = ("restart", False, Delivery.LOOP, False, False,
                "in-process targets only: shuts the engine down (checked as after any shutdown) and starts it "
-               "again through the adapter's `start()`; later arrivals and the follow-up meet the second run")
+               "again through the adapter's `start()`; later arrivals, the follow-up and the status check meet "
+               "the second run, so a lock or flag a stop left behind is found")
 
     def __new__(cls, value: str, victim: bool, delivery: Delivery, over_http: bool, inside_mlx: bool,
                 doc: str) -> "FaultKind":

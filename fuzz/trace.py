@@ -3,6 +3,11 @@
 Every event gets a sequence number under one lock, so "A happened before B"
 is exact across threads even where clocks are too coarse. MLX calls are spans
 (`seq` at entry, `end` at exit); everything else is an instant.
+
+`EVENTS` declares every event kind and the names recorded under it: what an
+oracle may look for (`trace.of(kind, name)`) and what a report shows.
+tests/fuzz/test_vocabulary.py checks that every literal `record`, `of` and
+`first` in fuzz/ uses a declared kind and name.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Optional
+
+from mlx_invariants.fuzz.scenario import FaultKind
+from mlx_invariants.points import Point
 
 _local = threading.local()
 _tokens = itertools.count(1)
@@ -41,12 +49,77 @@ def capture_stack(skip: int = 1, limit: int = 30) -> tuple[str, ...]:
     return tuple(lines)
 
 
+@dataclass(frozen=True)
+class EventKind:
+    """One kind of trace event: what it records, and the names recorded under it (None: any name, as
+    `open_names` says)."""
+
+    doc: str
+    names: Optional[Mapping[str, str]]
+    open_names: str = ""
+
+
+_POINT_NAMES = {point.name: point.marked for point in Point}
+EVENTS: dict[str, EventKind] = {
+    "point": EventKind("a request reached a named point (the injector records every one; info: step or index)",
+                       _POINT_NAMES),
+    "stale": EventKind("a point reached by an earlier scenario's request (another run's rid suffix): ignored",
+                       _POINT_NAMES),
+    "mlx": EventKind("one outermost MLX entry as a span, with its thread and stack (the sentinel)", None,
+                     "the wrapped entry point, e.g. `core.eval`"),
+    "mlx-error": EventKind("MLX raised inside a wrapped call (the sentinel)", {
+        "no-stream": "\"There is no Stream(...) in current thread\": an array or stream crossed threads"}),
+    "mlx-gc": EventKind("an MLX object was finalized (the sentinel's wrapped generators)", {
+        "finalized-off-thread": "a wrapped generator dropped mid-body on another thread than made it"}),
+    "fault": EventKind("a fault or arrival was delivered, or found nothing to hit (info: at, delivered)", {
+        **{kind.value: f"a `{kind.value}` fault delivered (or, `delivered: false`, nothing to hit)"
+           for kind in FaultKind},
+        "arrive": "a request whose arrival point came was sent",
+        "abort-deferred": "an abort aimed at a request not submitted yet: sent once `submit` returns",
+        "cancel-again": "the second cancel of `cancel-twice`, once the first was taken",
+        "in-call": "a `cancel-in-call` let go: at once, or once the worker entered MLX (info: worker)",
+        "resume-capped": "a paused worker resumed after `cap_s` although the loop never went idle"}),
+    "request": EventKind("a client's request (info: the outcome at its end)", {
+        "submit": "the client sent it", "end": "the client saw it end: completed, cancelled, disconnected, "
+                                               "aborted, refused, error or crashed"}),
+    "lock": EventKind("the owner-aware asyncio lock (fuzz/locks.py)", {
+        "reentered": "a task acquired a lock it already holds"}),
+    "check": EventKind("an after-the-fact check the driver made (the oracles judge its info)", {
+        "status": "the adapter's status once every request ended (after a grace of loop turns)",
+        "loop-lag": "the event loop's longest lag during the scenario",
+        "startup-failed": "the engine's `start()` raised",
+        "start-unsettled": "the engine's threads were not all parked within `cap_s` of its start",
+        "shutdown-failed": "the adapter's `shutdown()` raised",
+        "executor-busy": "executor jobs still running after shutdown returned",
+        "stray-tasks": "asyncio tasks still pending after the scenario",
+        "threads-alive": "threads the engine started still alive after shutdown",
+        "stalled": "nothing could run but requests were unfinished (with every stack)",
+        "waiters-after-shutdown": "requests still waiting once shutdown returned",
+        "followup": "the follow-up's answer next to a fresh engine's",
+        "clients-gone": "every client had ended, some gone: the MLX watch begins",
+        "compute-after-gone": "the MLX calls counted after the last client went"}),
+    "loop": EventKind("the event loop itself", {"error": "its exception handler was called"}),
+    "engine": EventKind("the engine's life inside a scenario (a restart fault)", {
+        "stopped": "shut down, checked as after any shutdown", "restarted": "started again and settled"}),
+    "sync": EventKind("an asyncio or threading lock or semaphore (drop-in observation, fuzz/observe.py)", {
+        "acquire": "taken (info: holder)", "release": "let go (info: holder, the exception being unwound)"}),
+    "work": EventKind("work handed to a thread (drop-in observation)", {
+        "submit": "handed over (info: how, by whom, under which locks)", "start": "began on its thread",
+        "finish": "ended on its thread"}),
+    "task": EventKind("an asyncio task's cancellation (drop-in observation)", {
+        "cancel": "a cancel was delivered to it", "uncancel": "it called `uncancel()`",
+        "end": "it ended: cancelled, returned or raised"}),
+    "log": EventKind("a log record the engine emitted during the scenario", None,
+                     "the record's level, lowercased"),
+}
+
+
 @dataclass
 class Event:
     """One fact. `kind` groups events for the oracles; `name` says which one."""
 
     seq: int
-    kind: str  # point | mlx | fault | request | lock | loop | check | engine; drop-in observation: sync | work | task | mlx-gc
+    kind: str  # one of `EVENTS`
     name: str
     rid: str | None = None
     thread: int = 0

@@ -1,4 +1,8 @@
-"""Print a rule's documentation: what it asks, why, its options, a bad and a good example."""
+"""Print a rule's documentation (what it asks, why, its options, a bad and a good example), or a fuzz
+violation kind's (its oracle, what it means, whether it is exact and why, known problems).
+
+Violation kinds come from their oracles' declarations (`mlx_invariants.fuzz.oracles.KINDS`), which import
+no MLX, Hypothesis or httpx, so this works on the checker-only install."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ import textwrap
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rule", metavar="RULE", help="a rule id (INV105) or name (lock-released-before-worker)")
+    parser.add_argument("rule", metavar="RULE",
+                        help="a rule id (INV105) or name (lock-released-before-worker), or a fuzz violation kind "
+                             "(slot-freed-early)")
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -37,8 +43,14 @@ def run(args: argparse.Namespace) -> int:
         if wanted.upper() == rule.id or wanted.lower() == rule.name():
             sys.stdout.write(explain(rule))
             return 0
+    from mlx_invariants.fuzz.oracles import KINDS
+
+    if wanted.lower() in KINDS:
+        sys.stdout.write(explain_kind(KINDS[wanted.lower()]))
+        return 0
     known = ", ".join([*BUILTIN, *(r.id for r in RULES)])
-    print(f"invariants: error: unknown rule '{wanted}'; known rules: {known} (run `invariants rules`)", file=sys.stderr)
+    print(f"invariants: error: unknown rule '{wanted}' (nor a fuzz violation kind); known rules: {known} (run "
+          f"`invariants rules`); violation kinds: {', '.join(sorted(KINDS))}", file=sys.stderr)
     return 2
 
 
@@ -59,4 +71,20 @@ def explain(rule) -> str:
     else:
         parts += [f"Options ([tool.invariants.{rule.id}])", "    paths = [...]  # only check these paths (globs)", ""]
     parts += ["Known problems", _indent(textwrap.fill(rule.known_problems or "None known.", 88)), ""]
+    return "\n".join(parts)
+
+
+def explain_kind(kind) -> str:
+    """A fuzz violation kind as its oracle declared it (`fuzz.violation.ViolationKind`)."""
+    from mlx_invariants.fuzz.oracles import oracle_of
+
+    oracle = oracle_of(kind)
+    summary = (oracle.__doc__ or "").strip().split("\n\n")[0] if oracle is not None else ""
+    parts = [f"{kind.name} (fuzz violation kind)", ""]
+    parts += ["What", _indent(textwrap.fill(kind.doc, 88)), ""]
+    parts += ["Oracle", _indent(textwrap.fill(f"{kind.oracle}: {' '.join(summary.split())}" if summary else kind.oracle, 88)), ""]
+    verdict = ("exact: one sighting fails the run, no replay needed" if kind.exact
+               else "not exact: counts once it replays (`--confirm` of the `--replays` re-runs)")
+    parts += ["Exact", _indent(textwrap.fill(f"{verdict}. {kind.why}", 88)), ""]
+    parts += ["Known problems", _indent(textwrap.fill(kind.known_problems or "None known.", 88)), ""]
     return "\n".join(parts)

@@ -9,7 +9,6 @@ command that works when pasted into a shell (`fuzz.reproduce`).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Union
@@ -17,9 +16,10 @@ from typing import Any, Callable, Union
 from mlx_invariants.fuzz.baseline import load_baseline
 from mlx_invariants.fuzz.defaults import REPORT_DIR
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.reproduce import replay_shell_command
+from mlx_invariants.fuzz.evidence import summarize
 from mlx_invariants.fuzz.runner import FuzzResult, run_fuzz
 from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.summary import render_finding
 from mlx_invariants.fuzz.target import Target
 
 # What names an engine here: a Target, "MODULE:FACTORY" or a reference route, a server command with
@@ -73,24 +73,18 @@ def fuzz_engine(engine: EngineSpec, settings: FuzzSettings | None = None, **over
 
 
 def failure_message(result: FuzzResult, target: Target) -> str:
-    """What to read first comes first: per new finding its headline, the shrunk scenario, the report and
-    the replay line; then the run folder, whose summary.md also lists accepted and unconfirmed ones."""
-    new = result.new_findings
-    lines = [f"fuzzing {target.label}: {len(new)} new finding(s) in {result.examples} example(s), "
-             f"{result.elapsed_s:.1f}s"]
-    for number, finding in enumerate(new, 1):
-        failure = finding.failure
-        k, n = finding.confirmation
-        lines.append(f"[{number}] {failure.headline} (seen again in {k}/{n} re-run(s) on fresh engines)")
-        lines.append(f"    {'shrunk' if finding.shrunk else 'unshrunk'} scenario: {failure.scenario.describe()}")
-        lines.append(f"      {json.dumps(failure.scenario.to_json())}")
-        if finding.report_dir is not None:
-            lines.append(f"    report: {Path(finding.report_dir) / 'report.txt'}")
-            lines.append(f"    replay: {replay_shell_command(Path(finding.report_dir) / 'scenario.json', target)}")
-    if result.run_dir is not None:
-        others = len(result.findings) - len(new)
+    """What to read first comes first: per new finding its headline, the shrunk scenario, how it was judged,
+    the report and the replay line (`render_finding`, as the CLI prints it); then the run folder, whose
+    summary.md also lists accepted and unconfirmed ones."""
+    summary = result.summary or summarize(result)
+    new = summary.new_findings
+    lines = [f"fuzzing {target.label}: {len(new)} new finding(s) in {summary.examples} example(s), "
+             f"{summary.elapsed_s:.1f}s"]
+    lines += [render_finding(finding, f"[{number}]") for number, finding in enumerate(new, 1)]
+    if summary.run_dir is not None:
+        others = len(summary.findings) - len(new)
         listed = f"; {others} accepted or unconfirmed finding(s) listed there" if others else ""
-        lines.append(f"run folder: {result.run_dir} (summary.md, junit.xml{listed})")
+        lines.append(f"run folder: {summary.run_dir} (summary.md, junit.xml{listed})")
     return "\n".join(lines)
 
 

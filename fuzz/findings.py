@@ -24,23 +24,18 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 from mlx_invariants.fuzz.oracles import Violation, is_exact
 from mlx_invariants.fuzz.report import Failure
+from mlx_invariants.fuzz.reproduce import replay_shell_command
+from mlx_invariants.fuzz.summary import FindingSummary, Status
 
 FRAMES_PER_STACK = 3   # innermost engine frames per stack that make a signature
 _FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))
 _NOT_ENGINE = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
                                  sysconfig.get_paths().get("platlib"), sys.base_prefix, _FUZZ_DIR) if p})
-
-
-class Status(Enum):
-    VIOLATION = "violation"       # fails the run
-    ACCEPTED = "accepted"         # in the baseline
-    UNCONFIRMED = "unconfirmed"   # replayed too rarely for an oracle that judges timing or outputs
 
 
 def frames_that_matter(stack: tuple[str, ...]) -> tuple[str, ...]:
@@ -82,6 +77,8 @@ class Finding:
     shrunk: bool = False
     seen: int = 1                          # examples that showed this signature
     report_dir: Optional[Path] = None
+    found_after_s: Optional[float] = None  # seconds from the run's start to the example that first showed it
+    examples_before: Optional[int] = None  # examples run by then, that one included
 
     @property
     def kind(self) -> str:
@@ -96,13 +93,21 @@ class Finding:
         """Fails the run."""
         return self.status is Status.VIOLATION
 
+    def summary(self) -> FindingSummary:
+        """The finding as reported; its replay command is built here, once its report is written."""
+        failure = self.failure
+        replay = replay_shell_command(self.report_dir / "scenario.json", failure.target) if self.report_dir else None
+        return FindingSummary(
+            signature=self.signature, id=short_id(self.signature), status=self.status, oracle=self.kind,
+            exact=self.exact, headline=failure.headline, confirmation=tuple(self.confirmation),
+            reproduced=tuple(failure.reproduced) if failure.reproduced else None, shrunk=self.shrunk,
+            seen=self.seen, scenario=failure.scenario.describe(), report=str(self.report_dir) if self.report_dir else None,
+            replay=replay, found_after_s=None if self.found_after_s is None else round(self.found_after_s, 2),
+            examples_before=self.examples_before)
+
     def to_json(self) -> dict:
-        return {"signature": self.signature, "id": short_id(self.signature), "status": self.status.value,
-                "oracle": self.kind, "exact": self.exact, "headline": self.failure.headline,
-                "confirmation": list(self.confirmation),
-                "reproduced": list(self.failure.reproduced) if self.failure.reproduced else None,
-                "shrunk": self.shrunk, "seen": self.seen, "scenario": self.failure.scenario.describe(),
-                "report": str(self.report_dir) if self.report_dir else None}
+        """`summary().to_json()`: the finding as summary.json lists it."""
+        return self.summary().to_json()
 
 
 def confirmed(kind: str, hits: int, runs: int, needed: int) -> bool:

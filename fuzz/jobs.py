@@ -6,7 +6,8 @@ scenario started and turns it into a crash report with a replay command.
 The parent hands each child its target and settings as one JSON argument
 (`Target.to_dict`, `FuzzSettings.to_dict`), so a child runs exactly what was
 asked; children talk to the parent in JSON lines on stdout: progress, then a
-result, or a setup error (a server that never came up), which the parent
+result (the child's `fuzz.summary.RunSummary`, the same value its summary.json
+holds), or a setup error (a server that never came up), which the parent
 raises as a `SetupError` (exit 2), never as a crash. Each child writes its run
 folder (`fuzz.evidence`): one job its own `<time>-<target>` folder; several jobs
 `<time>-<target>/job<i>`, and the parent then writes the merged summary of
@@ -22,46 +23,54 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from mlx_invariants.errors import UsageError
 from mlx_invariants.fuzz.case import load_case
 from mlx_invariants.fuzz.errors import SetupError
-from mlx_invariants.fuzz.evidence import distinct, write_merged_folder
+from mlx_invariants.fuzz.evidence import JobPart, merge_summaries, summarize, write_merged_folder
 from mlx_invariants.fuzz.lifeline import exit_with_parent
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.report import Failure, device_info, write_report
 from mlx_invariants.fuzz.runner import Progress, run_fuzz
 from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.summary import RunSummary
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
 
 
 @dataclass
 class JobOutcome:
+    """One child, as the parent hears from it: its `RunSummary` at the end, or why it died."""
+
     job: int
-    examples: int = 0
-    elapsed_s: float = 0.0
-    headline: Optional[str] = None       # the first new finding's
-    report_dir: Optional[str] = None     # its report folder (or the crash report's)
+    summary: Optional[RunSummary] = None   # the child's result line
+    examples: int = 0                      # as last reported (the summary's, once it came)
     crashed: Optional[str] = None
-    engines_started: int = 0
-    run_dir: Optional[str] = None
-    findings: list[dict[str, Any]] = field(default_factory=list)   # `Finding.to_json()` of each
+    report_dir: Optional[str] = None       # a child that died: the crash report of the scenario it was running
     setup_error: Optional[str] = None
 
     @property
     def failed(self) -> bool:
-        return self.headline is not None or self.crashed is not None
+        return self.crashed is not None or (self.summary is not None and self.summary.failed)
+
+    @property
+    def headline(self) -> Optional[str]:
+        """The first new finding's headline, or why the child died."""
+        new = self.summary.new_findings if self.summary else []
+        return new[0].headline if new else self.crashed
+
+    @property
+    def engines_started(self) -> int:
+        return self.summary.engines_started if self.summary else 0
 
 
 @dataclass
 class JobsRun:
     outcomes: list[JobOutcome]
-    findings: list[dict[str, Any]]    # distinct across jobs (`fuzz.evidence.distinct`)
-    run_dir: Optional[str] = None     # the merged run folder of several jobs, or the one job's
+    summary: RunSummary     # the one job's, or merged over the jobs (`fuzz.evidence.merge_summaries`)
 
 
 def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
@@ -101,13 +110,13 @@ def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
                     selector.unregister(key.fileobj)
                     open_streams -= 1
                     continue
-                _take_line(line, states[i], outcomes[i])
+                take_line(line, states[i], outcomes[i])
             progress(states)
         for i, process in children.items():
             code = process.wait()
             if outcomes[i].setup_error is not None:
                 raise SetupError(outcomes[i].setup_error)
-            if code != 0 and outcomes[i].headline is None:
+            if code != 0 and outcomes[i].summary is None:
                 outcomes[i].crashed = _describe_exit(code)
                 outcomes[i].examples = states[i]["examples"]
                 outcomes[i].report_dir = _crash_report(target, child_settings[i], outcomes[i].crashed)
@@ -116,17 +125,22 @@ def run_jobs(target: Target, settings: FuzzSettings, jobs: int, workroot: Path,
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
             process.stdin.close()
-    if jobs == 1:
-        return JobsRun(outcomes, outcomes[0].findings, outcomes[0].run_dir)
-    rows = [{"job": o.job, "seed": s.seed, "run_dir": o.run_dir, "crashed": o.crashed, "report": o.report_dir,
-             "examples": o.examples} for o, s in zip(outcomes, child_settings)]
-    if not settings.report_dir:
-        return JobsRun(outcomes, distinct([{**f, "job": o.job} for o in outcomes for f in o.findings]))
-    summary = write_merged_folder(run_root, target, rows)
-    return JobsRun(outcomes, summary["findings"], run_root)
+    if jobs == 1 and outcomes[0].summary is not None:
+        return JobsRun(outcomes, outcomes[0].summary)
+    parts = [JobPart(o.job, s.seed, o.summary, o.crashed, o.report_dir, o.examples)
+             for o, s in zip(outcomes, child_settings)]
+    if jobs == 1 or not settings.report_dir:
+        return JobsRun(outcomes, merge_summaries(target, parts))
+    return JobsRun(outcomes, write_merged_folder(run_root, target, parts))
 
 
-def _take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
+def result_line(summary: RunSummary) -> str:
+    """The child's last line: its run, as the parent reads it back (`take_line`)."""
+    return json.dumps({"result": summary.to_json()})
+
+
+def take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
+    """One line from a child: progress into `state`, its result or setup error into `outcome`."""
     try:
         message = json.loads(line)
     except json.JSONDecodeError:
@@ -136,14 +150,8 @@ def _take_line(line: str, state: dict[str, Any], outcome: JobOutcome) -> None:
     elif "setup_error" in message:
         outcome.setup_error = message["setup_error"]
     elif "result" in message:
-        result = message["result"]
-        outcome.examples = result["examples"]
-        outcome.elapsed_s = result["elapsed_s"]
-        outcome.headline = result.get("headline")
-        outcome.report_dir = result.get("report_dir")
-        outcome.engines_started = result.get("engines_started", 0)
-        outcome.run_dir = result.get("run_dir")
-        outcome.findings = result.get("findings", [])
+        outcome.summary = RunSummary.from_json(message["result"])
+        outcome.examples = outcome.summary.examples
         state.update(examples=outcome.examples, failed=outcome.failed)
 
 
@@ -182,14 +190,7 @@ def _child(message: dict[str, Any]) -> int:
     except UsageError as exc:
         print(json.dumps({"setup_error": str(exc)}), flush=True)
         return 2
-    print(json.dumps({"result": {
-        "examples": result.examples, "elapsed_s": round(result.elapsed_s, 1),
-        "engines_started": result.engines_started,
-        "headline": result.failure.headline if result.failure else None,
-        "report_dir": str(result.report_dir) if result.report_dir else None,
-        "run_dir": str(result.run_dir) if result.run_dir else None,
-        "findings": [f.to_json() for f in result.findings],
-    }}), flush=True)
+    print(result_line(result.summary or summarize(result)), flush=True)
     return 0
 
 

@@ -35,11 +35,25 @@ class Profile:
     max_requests: int = 6      # requests per scenario, at most, when the target's capacity is unknown
     long_prompt: int = 0       # a rare long prompt has up to this many words (0: none longer than short)
     long_tokens: int = 0       # a rare long budget has up to this many tokens (0: none longer than short)
+    purpose: str = ""          # who it is for, in a few words
 
     @property
     def shapes(self) -> dict[str, int]:
         """The `fuzz.strategies.scenarios()` arguments this profile sets."""
         return {"max_requests": self.max_requests, "long_prompt": self.long_prompt, "long_tokens": self.long_tokens}
+
+    def describe(self) -> str:
+        """What the profile does, in one line (`invariants fuzz --help` lists these)."""
+        seeds = ("derandomized, later rounds on fixed seeds" if self.derandomize
+                 else "random seeds (recorded)")
+        database = (f"example database {self.database_path()} (MLX_INVARIANTS_FUZZ_DB), earlier failures first"
+                    if self.database else "no example database")
+        long = (f"; now and then prompts of up to {self.long_prompt} words and {self.long_tokens} tokens"
+                if self.long_prompt or self.long_tokens else "")
+        cap = f"{self.examples} examples or " if self.examples < UNBOUNDED else ""
+        return (f"{self.purpose}: {seeds}; {cap}{self.budget_s:g}s unless --budget/--examples say; {database}; "
+                f"up to {self.max_requests} requests when the capacity is unknown{long}"
+                + ("; one asyncio debug-mode run" if self.debug_run else ""))
 
     def database_path(self) -> Optional[str]:
         if not self.database:
@@ -47,6 +61,7 @@ class Profile:
         return os.environ.get("MLX_INVARIANTS_FUZZ_DB", os.path.join(".hypothesis", "mlx-invariants"))
 
 
+UNBOUNDED = 1_000_000   # an example count that means "no cap" (the budget ends the run)
 PAST_CAPACITY = 2    # requests drawn beyond what the target holds at once
 MOST_REQUESTS = 16   # ... but never more than this many in one scenario, to stay fast
 
@@ -81,9 +96,10 @@ def requests_for(profile: Profile, given: Optional[int], engine: Optional[int]) 
 
 PROFILES: dict[str, Profile] = {
     "ci": Profile("ci", derandomize=True, examples=300, budget_s=120.0, round_examples=300, debug_run=True,
-                  database=False),
-    "runner": Profile("runner", derandomize=False, examples=1_000_000, budget_s=3600.0, round_examples=50,
-                      debug_run=True, database=True, max_requests=10, long_prompt=300, long_tokens=200),
+                  database=False, purpose="pytest and CPU CI jobs, fast and repeatable"),
+    "runner": Profile("runner", derandomize=False, examples=UNBOUNDED, budget_s=3600.0, round_examples=50,
+                      debug_run=True, database=True, max_requests=10, long_prompt=300, long_tokens=200,
+                      purpose="Apple Silicon and GPU runners, long and varied"),
 }
 
 

@@ -118,6 +118,7 @@ def write_report(directory: str | Path, failure: Failure, name: Optional[str] = 
     folder.mkdir(parents=True)
     scenario_path = folder / "scenario.json"
     scenario_path.write_text(dumps_case(failure.scenario, failure.target) + "\n")
+    replay = replay_shell_command(scenario_path, failure.target)
     (folder / "report.json").write_text(json.dumps({
         "headline": failure.headline,
         "engine": failure.engine,
@@ -128,20 +129,21 @@ def write_report(directory: str | Path, failure: Failure, name: Optional[str] = 
         "reproduce_blob": failure.blob,
         "reproduced": list(failure.reproduced) if failure.reproduced else None,
         "device": failure.device,
-        "replay": replay_shell_command(scenario_path, failure.target),
+        "replay": replay,
         "server_log": failure.server_log or None,
         "trace": failure.trace.to_json(),
     }, indent=2, default=str) + "\n")
-    (folder / "report.txt").write_text(render(failure, scenario_path))
-    (folder / "replay.sh").write_text(f"#!/bin/sh\n{replay_shell_command(scenario_path, failure.target)}\n")
+    (folder / "report.txt").write_text(render(failure, replay))
+    (folder / "replay.sh").write_text(f"#!/bin/sh\n{replay}\n")
     # Further views of the same failure are written here, beside the report.
     write_timeline(folder / "timeline.svg", failure.trace, f"{failure.engine}: {failure.headline}",
                    [f"scenario: {failure.scenario.describe()}"])
     return folder
 
 
-def render(failure: Failure, scenario_path: str | Path) -> str:
-    """The human report: what to read first comes first."""
+def render(failure: Failure, replay: str) -> str:
+    """The human report (report.txt), ending its header with the `replay` command: what to read first comes
+    first."""
     lines = [f"FUZZ {failure.verdict} in {failure.engine}: {failure.headline}", ""]
     lines.append(f"target:     {failure.target.describe()}")
     lines.append(f"scenario:   {failure.scenario.describe()}")
@@ -154,7 +156,7 @@ def render(failure: Failure, scenario_path: str | Path) -> str:
         lines.append(f"blob:       {failure.blob}")
     if failure.trace.meta.get("reused"):
         lines.append(f"engine:     reused; it had run {failure.trace.meta['reused']} scenario(s) before this one")
-    lines.append(f"replay:     {replay_shell_command(scenario_path, failure.target)}")
+    lines.append(f"replay:     {replay}")
     lines.append("")
     for number, violation in enumerate(failure.violations, 1):
         lines.append(f"[{number}] {violation.kind}: {violation.message}")

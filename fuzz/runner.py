@@ -47,6 +47,7 @@ from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultSpec,
                                            RequestSpec, Scenario)
 from mlx_invariants.fuzz.sentinel import Sentinel
+from mlx_invariants.fuzz.summary import RunSummary
 from mlx_invariants.fuzz.session import EngineSession
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Engines, Target
@@ -107,6 +108,7 @@ class FuzzResult:
     pace: Pace = field(default_factory=Pace)
     target: Optional[Target] = None
     requests: Optional[Requests] = None   # how many requests scenarios drew at most, and why (generation only)
+    summary: Optional[RunSummary] = None  # as reported (`fuzz.evidence.summarize`), once its run folder is written
 
     @property
     def new_findings(self) -> list[Finding]:
@@ -229,6 +231,7 @@ class _Fuzz:
         self.seed_label: Optional[str] = None
         self.shrink_s, self.shrink = settings.shrink_s, settings.shrink
         self.findings: dict[str, Finding] = {}
+        self._sighted: dict[str, tuple[float, int]] = {}   # signature: (seconds, examples) when first seen
         self._tries: Counter[str] = Counter()
         self._shrinking: Optional[str] = None     # the signature being shrunk
         self._failing: set[str] = set()           # scenarios (JSON) that showed it
@@ -330,6 +333,8 @@ class _Fuzz:
         (and `shrinkable`); otherwise records the finding as it stands and returns None."""
         for kind in {v.kind for v in violations}:
             self.counts[kind] += 1
+        for sig in {signature(v) for v in violations}:
+            self._sighted.setdefault(sig, (time.monotonic() - self.started, self.state.examples))
         for sig in {signature(v) for v in violations} & set(self.findings):
             self.findings[sig].seen += 1
         chosen = next((v for v in violations if self._open(v)), None)
@@ -382,8 +387,9 @@ class _Fuzz:
             if confirmation[0] * earlier.confirmation[1] > earlier.confirmation[0] * confirmation[1]:
                 earlier.failure, earlier.confirmation = failure, confirmation  # keep the steadier scenario
             return earlier
-        finding = Finding(failure, sig, status, confirmation, shrunk=shrunk,
-                          seen=earlier.seen if earlier else 1)
+        found_after_s, examples_before = self._sighted.get(sig, (time.monotonic() - self.started, self.state.examples))
+        finding = Finding(failure, sig, status, confirmation, shrunk=shrunk, seen=earlier.seen if earlier else 1,
+                          found_after_s=found_after_s, examples_before=examples_before)
         if status is Status.UNCONFIRMED:
             failure.verdict = f"FINDING (unconfirmed: {confirmation[0]} of {confirmation[1]} re-runs showed it)"
         elif status is Status.ACCEPTED:

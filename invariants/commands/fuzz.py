@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from mlx_invariants.errors import UsageError
 from mlx_invariants.fuzz.defaults import CONFIRM, HTTP_MODEL, REPLAYS, REPORT_DIR, ROUTE
+from mlx_invariants.fuzz.profiles import PROFILES
 from mlx_invariants.fuzz.scenario import ROUTES
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
 
 if TYPE_CHECKING:
     from mlx_invariants.fuzz.runner import FuzzResult, Progress
+    from mlx_invariants.fuzz.summary import RunSummary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start this server command on a free 127.0.0.1 port ({port} in CMD) with the "
                              "MLX sentinel injected, fuzz it over HTTP, stop it")
     target.add_argument("--owner", metavar="GLOB",
-                        help="--url/--server-cmd: thread-name glob of the server's MLX owner thread "
-                             "(default: the first thread to enter)")
+                        help="--url/--server-cmd: thread-name glob of the server's MLX owner thread; MLX entered "
+                             "on any other thread is then a violation (default: none declared: another thread "
+                             "than the first into MLX is reported only where the server's MLX version shares "
+                             "one stream between threads, before 0.31.2)")
     target.add_argument("--model", help=f"--url/--server-cmd: the model name sent in requests "
                                         f"(default: {HTTP_MODEL}, as mlx_lm.server expects)")
     target.add_argument("--routes", metavar="completions,chat",
@@ -53,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="after a finding, search on until the budget ends; each distinct finding "
                                 "(oracle and engine frames) is shrunk and reported once")
     run_group.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed (default: derandomized in ci)")
-    run_group.add_argument("--profile", choices=("ci", "runner"), default="ci")
+    run_group.add_argument("--profile", choices=tuple(PROFILES), default="ci", help=_profiles_help())
     run_group.add_argument("--jobs", type=int, default=1, metavar="N",
                            help="child processes fuzzing in parallel, each with its own seed; 0 runs in this process")
     run_group.add_argument("--exhaustive", action="store_true",
@@ -76,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--write-baseline", metavar="FILE",
                      help="write every finding of this run (and --baseline's) to FILE as accepted; exits 0")
     out.add_argument("--strict", action="store_true", help="the sentinel refuses bad MLX entries (raises)")
+
+
+def _profiles_help() -> str:
+    return "how to search (default: ci): " + "; ".join(f"{name}: {p.describe()}" for name, p in PROFILES.items())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,12 +112,13 @@ def run(args: argparse.Namespace) -> int:
     return _children(target, settings, args.jobs, args)
 
 
-def _accept(args: argparse.Namespace, settings: FuzzSettings, findings: list[dict[str, Any]], code: int) -> int:
+def _accept(args: argparse.Namespace, settings: FuzzSettings, summary: "RunSummary", code: int) -> int:
     """With --write-baseline, accept what was found (and what the baseline read held); the run then passes."""
     if not args.write_baseline:
         return code
     from mlx_invariants.fuzz.baseline import write_baseline
 
+    findings = [f.to_json() for f in summary.findings]
     path = write_baseline(args.write_baseline, findings, keep=settings.baseline)
     print(f"baseline: wrote {path} accepting {len(findings) + len(settings.baseline)} signature(s)")
     return 0
@@ -184,16 +194,12 @@ def _children(target: Target, settings: FuzzSettings, jobs: int, args: argparse.
                   f"{max(s['elapsed_s'] for s in states):.0f}s")
     run = run_jobs(target, settings, jobs, Path(settings.workdir), progress)
     line.done()
-    outcomes = run.outcomes
-    crashes = [(o.crashed, o.report_dir) for o in outcomes if o.crashed]
-    code = _summary(target, sum(o.examples for o in outcomes), max((o.elapsed_s for o in outcomes), default=0.0),
-                    run.findings, [run.run_dir] if run.run_dir else [], crashes)
-    return _accept(args, settings, run.findings, code)
+    return _accept(args, settings, run.summary, print_summary(run.summary))
 
 
 def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
     from mlx_invariants.fuzz.replay import replay
-    from mlx_invariants.fuzz.report import render, write_report
+    from mlx_invariants.fuzz.report import write_report
 
     times = max(args.replays, 1)
     result = replay(args.replay, target, times=times, strict=args.strict)
@@ -201,55 +207,43 @@ def _replay(args: argparse.Namespace, target: Optional[Target]) -> int:
     if result.failure is None:
         return 0
     folder = write_report(args.report, result.failure)
-    print(render(result.failure, folder / "scenario.json"))
+    print((folder / "report.txt").read_text(), end="")
     print(f"report: {folder}")
     return 1
 
 
 def _result_summary(result: "FuzzResult", args: argparse.Namespace, settings: FuzzSettings) -> int:
-    findings = [f.to_json() for f in result.findings]
-    cap = f"capped at {result.examples_cap} examples" if result.examples_cap else "no example cap"
-    requests = f"; {result.requests.describe()}" if result.requests else ""
-    code = _summary(result.target, result.examples, result.elapsed_s, findings,
-                    [str(result.run_dir)] if result.run_dir else [], [],
-                    limits=f"budget {result.budget_s:g}s, {cap}{requests}")
-    return _accept(args, settings, findings, code)
+    from mlx_invariants.fuzz.evidence import summarize
+
+    summary = result.summary or summarize(result)
+    return _accept(args, settings, summary, print_summary(summary))
 
 
-def _summary(target: Target, examples: int, elapsed: float, findings: list[dict[str, Any]], run_dirs: list[str],
-             crashes: list[tuple[str, Optional[str]]], limits: str = "") -> int:
-    """Print the verdict, each finding (new ones with their report and replay command), the run folder(s);
-    1 if anything new was found or a job crashed, else 0."""
-    from mlx_invariants.fuzz.reproduce import replay_shell_command
+def print_summary(summary: "RunSummary") -> int:
+    """Print the verdict, each new finding with its report and replay command (`render_finding`), a line
+    for each other one, the crashed jobs and the run folder; returns the exit status (1: something new
+    was found or a job crashed)."""
+    from mlx_invariants.fuzz.summary import render_finding
 
-    engine = target.label
-
-    new = [f for f in findings if f["status"] == "violation"]
-    others = [f for f in findings if f["status"] != "violation"]
-    noted = ", ".join(f"{sum(f['status'] == s for f in others)} {s}" for s in ("accepted", "unconfirmed")
-                      if any(f["status"] == s for f in others))
-    where = f"in {examples} example(s), {elapsed:.1f}s" + (f" ({limits})" if limits else "")
-    if not new and not crashes:
-        print(f"{engine}: no new finding {where}" + (f"; {noted}" if noted else ""))
-    else:
-        print(f"{engine}: {len(new) + len(crashes)} new finding(s) {where}" + (f"; {noted}" if noted else ""))
-    for finding in new:
-        print(f"  VIOLATION {finding['headline']}")
-        if finding["report"]:
-            print(f"    report: {Path(finding['report']) / 'report.txt'}")
-            print(f"    replay: {replay_shell_command(Path(finding['report']) / 'scenario.json', target)}")
-    for headline, report in crashes:
-        print(f"  VIOLATION process-crashed: {headline}")
-        if report:
-            print(f"    report: {report}/report.txt")
-            print(f"    replay: {replay_shell_command(Path(report) / 'scenario.json', target)}")
-    for finding in others:
-        k, n = finding["confirmation"]
-        why = "accepted (baseline)" if finding["status"] == "accepted" else f"unconfirmed ({k} of {n} re-runs)"
-        print(f"  {why}: {finding['headline']}")
-    for folder in run_dirs:
-        print(f"run folder: {folder} (summary.md, summary.json, junit.xml)")
-    return 1 if new or crashes else 0
+    counts = summary.counts
+    noted = ", ".join(f"{counts[s]} {s}" for s in ("accepted", "unconfirmed") if counts[s])
+    where = f"in {summary.examples} example(s), {summary.elapsed_s:.1f}s" + (f" ({summary.limits()})"
+                                                                           if summary.budget_s else "")
+    found = f"{len(summary.new_findings) + len(summary.crashes)} new finding(s)" if summary.failed else "no new finding"
+    print(f"{summary.label}: {found} {where}" + (f"; {noted}" if noted else ""))
+    for finding in summary.new_findings:
+        print(textwrap.indent(render_finding(finding), "  "))
+    for crash in summary.crashes:
+        print(f"  VIOLATION process-crashed: {crash.why}")
+        if crash.report:
+            print(f"      report: {crash.report}/report.txt")
+            print(f"      replay: {crash.replay}")
+    for finding in summary.findings:
+        if not finding.new:
+            print(textwrap.indent(render_finding(finding, detail=False), "  "))
+    if summary.run_dir:
+        print(f"run folder: {summary.run_dir} (summary.md, summary.json, junit.xml)")
+    return summary.exit_code
 
 
 class _ProgressLine:

@@ -28,6 +28,7 @@ import importlib.abc
 import inspect
 import json
 import os
+import re
 import sys
 import threading
 import types
@@ -55,6 +56,10 @@ DEFAULT_TARGETS: tuple[str, ...] = (
     "mlx_lm.generate:generate",
 )
 NO_STREAM = "There is no Stream("
+_STREAM_NAME = re.compile(r"Stream\((\w+), (\d+)\)")
+_STREAM_INDEX = re.compile(r", (\d+)\)$")
+# What makes a stream that belongs to the thread that made it (before 0.31.2 streams were shared).
+STREAM_MAKERS = ("new_stream", "new_thread_local_stream")
 STICKY = "sticky"
 OBSERVE_ENV = "MLX_INVARIANTS_OBSERVE"
 
@@ -85,6 +90,8 @@ class Sentinel:
         self._tls = threading.local()
         self._patches: list[tuple[Any, str, Any, bool, Any]] = []
         self._wrapped: set[tuple[str, str]] = set()
+        # Who made each stream, by "device:index" (the name a no-stream error gives): thread name and caller.
+        self.streams_made: dict[str, tuple[str, str]] = {}
         self._finder: _PostImportFinder | None = None
         self._active = False
 
@@ -204,9 +211,30 @@ class Sentinel:
 
     def _failed(self, target: str, exc: BaseException) -> None:
         if isinstance(exc, RuntimeError) and NO_STREAM in str(exc):
-            event = self.trace.record("mlx-error", "no-stream", info={"target": target, "message": str(exc)},
-                                      stack=capture_stack(2))
+            info = {"target": target, "message": str(exc)}
+            named = _STREAM_NAME.search(str(exc))
+            made = self.streams_made.get(f"{named.group(1)}:{named.group(2)}") if named else None
+            if made is not None:
+                info["made_by"], info["made_at"] = made
+            event = self.trace.record("mlx-error", "no-stream", info=info, stack=capture_stack(2))
             self._publish(event)
+
+    def _stream_maker(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """`original` (mx.new_stream and kin), remembering which thread made each stream and where."""
+        @functools.wraps(original)
+        def make(*args: Any, **kwargs: Any) -> Any:
+            stream = original(*args, **kwargs)
+            device = getattr(getattr(stream, "device", None), "type", None)
+            kind = str(device).rsplit(".", 1)[-1] if device is not None else "?"
+            index = getattr(stream, "index", None)  # or the last number of "Stream(Device(cpu, 0), 3)"
+            if index is None:
+                index = _STREAM_INDEX.search(repr(stream)).group(1) if _STREAM_INDEX.search(repr(stream)) else "?"
+            caller = capture_stack(1, limit=1)
+            self.streams_made[f"{kind}:{index}"] = (
+                threading.current_thread().name, caller[-1] if caller else "")
+            return stream
+        make.__mlx_sentinel__ = self  # type: ignore[attr-defined]
+        return make
 
     def _is_owner(self, token: int, name: str) -> bool:
         if self._owner_token is not None:
@@ -222,6 +250,11 @@ class Sentinel:
 
     # -- wrapping ------------------------------------------------------------
     def _on_import(self, module_name: str, module: types.ModuleType) -> None:
+        if module_name == "mlx.core" and (module_name, "<streams>") not in self._wrapped:
+            self._wrapped.add((module_name, "<streams>"))
+            for maker in STREAM_MAKERS:
+                if callable(getattr(module, maker, None)):
+                    self._patch(module, maker, self._stream_maker(getattr(module, maker)))
         for target in self.targets:
             pattern, qualname = target.split(":", 1)
             if fnmatch.fnmatchcase(module_name, pattern) and (module_name, qualname) not in self._wrapped:

@@ -98,6 +98,35 @@ def test_array_built_on_one_thread_and_evaluated_on_another_is_a_no_stream_error
     assert kinds(no_stream_errors(sentinel.trace)) == ["mlx-no-stream"]
 
 
+def _stream_used_elsewhere(maker: str) -> tuple[list, Sentinel]:
+    """A stream made on this thread by `mx.<maker>`, then used on a thread named request-worker."""
+    errors: list = []
+    with Sentinel(TARGETS) as sentinel:
+        stream = getattr(mx, maker)(mx.default_device())
+
+        def elsewhere() -> None:
+            with mx.stream(stream):
+                _eval_catching(mx.ones(3) * 2, errors)
+        thread = threading.Thread(target=elsewhere, name="request-worker")
+        thread.start()
+        thread.join()
+    return errors, sentinel
+
+
+def test_a_no_stream_error_names_the_thread_that_made_the_stream():
+    errors, sentinel = _stream_used_elsewhere("new_stream")
+    [found] = no_stream_errors(sentinel.trace)
+    assert errors and "(request-worker)" in found.message
+    assert "made on MainThread (" in found.message and "test_sentinel.py" in found.message, found.message
+    assert not hasattr(mx.new_stream, "__mlx_sentinel__")  # put back at uninstall
+
+
+def test_a_thread_local_stream_may_be_shared_between_threads():
+    """MLX >= 0.31.2: each thread that uses it gets its own instance, so nothing raises or is reported."""
+    errors, sentinel = _stream_used_elsewhere("new_thread_local_stream")
+    assert errors == [] and list(no_stream_errors(sentinel.trace)) == []
+
+
 def _eval_catching(array, errors: list) -> None:
     try:
         mx.eval(array)

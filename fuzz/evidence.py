@@ -128,8 +128,7 @@ def render_markdown(summary: RunSummary) -> str:
     sentinel, target = summary.sentinel, summary.target
     facts = [
         ("target", f"`{target.kind.value} {target.name}`" if target else summary.label),
-        ("examples", f"{summary.examples} in {summary.elapsed_s:.1f}s (budget {summary.budget_s:g}s"
-                     + (f", capped at {cap} examples)" if cap else ", no example cap)")),
+        ("examples", f"{summary.examples} in {summary.elapsed_s:.1f}s ({summary.limits()})"),
         ("scenario runs", f"{summary.scenario_runs} (confirmation and shrinking included), "
                           f"{summary.engines_started} engine(s) started"),
         ("requests", summary.requests.describe() if summary.requests else "scenarios given, not generated"),

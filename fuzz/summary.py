@@ -18,6 +18,7 @@ every renderer prints that value.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Optional, Union
@@ -247,7 +248,8 @@ class RunSummary:
     def limits(self) -> str:
         """The budget, the example cap and the requests drawn, in a few words."""
         cap = f"capped at {self.examples_cap} examples" if self.examples_cap else "no example cap"
-        return f"budget {self.budget_s:g}s, {cap}" + (f"; {self.requests.describe()}" if self.requests else "")
+        budget = f"budget {self.budget_s:g}s" if math.isfinite(self.budget_s) else "no budget"
+        return f"{budget}, {cap}" + (f"; {self.requests.describe()}" if self.requests else "")
 
     # -- JSON (summary.json, the --jobs child's result line) --------------------------
     def to_json(self) -> dict[str, Any]:
@@ -257,7 +259,7 @@ class RunSummary:
             "versions": dict(self.versions),
             "device": dict(self.device),
             "seed": list(self.seed) if isinstance(self.seed, tuple) else self.seed,
-            "budget_s": self.budget_s,
+            "budget_s": self.budget_s if math.isfinite(self.budget_s) else None,  # None: the count alone ends it
             "elapsed_s": self.elapsed_s,
             "examples": self.examples,
             "examples_cap": self.examples_cap,
@@ -296,7 +298,7 @@ class RunSummary:
         requests = data.get("requests")
         return cls(
             label=label, target=target, examples=int(data["examples"]), elapsed_s=float(data["elapsed_s"]),
-            budget_s=float(data["budget_s"]), seed=tuple(seed) if isinstance(seed, list) else seed,
+            budget_s=float("inf") if data["budget_s"] is None else float(data["budget_s"]), seed=tuple(seed) if isinstance(seed, list) else seed,
             examples_cap=data.get("examples_cap"), requests=Requests(**requests) if requests else None,
             scenario_runs=int(data.get("scenario_runs") or 0), engines_started=int(data.get("engines_started") or 0),
             pace=Pace(**{f.name: pace[f.name] for f in fields(Pace) if f.name in pace}) if pace else None,

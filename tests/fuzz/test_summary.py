@@ -4,6 +4,7 @@ files written before its newer keys, and a finding renders as one text wherever 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from mlx_invariants.fuzz.pace import Pace
 from mlx_invariants.fuzz.profiles import Requests
@@ -91,3 +92,10 @@ def test_a_finding_renders_its_verdict_scenario_judgement_report_and_replay() ->
     ]
     assert render_finding(FINDING, "[1]").startswith(f"[1] {FINDING.headline}\n")
     assert render_finding(UNCONFIRMED, detail=False) == "unconfirmed (0 of 3 re-runs): stalled: nothing moved for 5 s"
+
+
+def test_a_run_ended_by_its_count_alone_has_no_budget_and_writes_strict_json() -> None:
+    counted = replace(RUN, budget_s=float("inf"))
+    text = json.dumps(counted.to_json(), allow_nan=False)  # summary.json stays plain JSON: no Infinity
+    assert RunSummary.from_json(json.loads(text)) == counted
+    assert counted.limits().startswith("no budget")

@@ -86,49 +86,87 @@ def _mlx_after(spans: list[Event], start: Event, end: int, released: int) -> Eve
     return None
 
 
+# From this MLX version on, streams and command encoders are per thread and an evaluated array may be used
+# from any thread; a lazy array or a stream used on another thread raises "There is no Stream(...) in current
+# thread" (`oracles.no_stream_errors`). Before it, one stream served every thread and any second thread raced it.
+THREAD_LOCAL_STREAMS = (0, 31, 2)
+
+
+def _before_thread_local_streams(version: str) -> bool:
+    """Whether MLX `version` predates per-thread streams (an unknown version is not assumed old)."""
+    try:
+        numbers = tuple(int(part) for part in version.split(".")[:3])
+    except ValueError:
+        return False
+    return bool(numbers) and numbers < THREAD_LOCAL_STREAMS
+
+
 @yields(ViolationKind(
-    "mlx-off-loader", "With no owner declared, MLX was entered off the thread that entered it first (the one "
-                      "that loaded the model).", exact=False,
+    "mlx-off-loader", "With no owner declared and an MLX older than 0.31.2 (one stream shared by every thread), "
+                      "MLX was entered off the thread that entered it first (the one that loaded the model).",
+    exact=False,
     why="Which thread is the loader is whichever entered MLX first: with no owner declared, the order of the "
         "first entries across threads can differ from run to run, so it counts once it replays.",
-    known_problems="An engine that loads the model on one thread and serves from another by design is "
-                   "reported unless its adapter declares that owner (then `mlx-off-owner` judges)."))
+    known_problems="From MLX 0.31.2 on it never fires: another thread is no bug by itself there, and what goes "
+                   "wrong (a lazy array or a stream used across threads) raises and is `mlx-no-stream`. Before "
+                   "0.31.2, an engine that loads on one thread and serves from another by design is reported "
+                   "unless its adapter declares that owner (then `mlx-off-owner` judges)."))
 def mlx_only_on_loader(trace: Trace) -> Iterator[Violation]:
-    """With no owner declared, MLX was entered off the thread that entered it first (reported once per thread)."""
+    """With no owner declared and an MLX older than 0.31.2, MLX was entered off the thread that entered it
+    first (reported once per thread). From 0.31.2 on another thread is no bug by itself: what goes wrong
+    there (a lazy array or a stream used across threads) raises, and `mlx-no-stream` reports that."""
     loader = next((e for e in trace.of("mlx") if not e.info.get("off_loader")), None)
     seen: set[int] = set()
     for span in trace.of("mlx"):
-        if span.info.get("off_loader") and not span.info.get("off_owner") and span.thread not in seen:
+        if span.info.get("off_loader") and not span.info.get("off_owner") and span.thread not in seen \
+                and _before_thread_local_streams(span.info.get("mlx_version", "")):
             seen.add(span.thread)
             where = f" ({loader.who} entered it first)" if loader is not None else ""
             yield Violation("mlx-off-loader",
-                            f"{span.who} entered {span.name} off the thread that loaded the model{where}",
+                            f"{span.who} entered {span.name} off the thread that loaded the model{where}; MLX "
+                            f"{span.info['mlx_version']} shares one stream between threads (per-thread streams "
+                            f"came in 0.31.2)",
                             stacks=((loader.stack if loader else ()), span.stack))
 
 
 @yields(ViolationKind(
-    "cancel-swallowed", "A task cancelled from outside returned normally and never called `uncancel()`.",
+    "cancel-swallowed", "A task cancelled from outside (by another task, or by a callback while something "
+                        "awaited it) returned normally and never called `uncancel()`.",
     exact=False,
     why="Whether the cancel landed while the task could still swallow it (inside a `try` that ate it) or "
         "after it had its result depends on timing across loop turns and threads.",
-    known_problems="Tasks made by a custom task factory are not observed."))
+    known_problems="Tasks made by a custom task factory are not observed. A cancel arranged by the task "
+                   "itself (it, or a task it started, called `cancel()`) is never reported, nor one from a "
+                   "callback while nothing awaits the task (a server's connection handler that cancels "
+                   "itself when its client goes)."))
 def cancel_is_honoured(trace: Trace) -> Iterator[Violation]:
-    """A task whose cancel was delivered returned normally and never called `uncancel()`: it swallowed
-    the cancel. (Cancels requested before the task runs again arrive as one `CancelledError`, so one
+    """A task cancelled from outside returned normally and never called `uncancel()`: it swallowed a cancel
+    someone relied on. From outside means by another task (a caller, a TaskGroup's parent, a server shutting
+    down), or by a callback while something awaits the task (`wait_for`, `gather`, an awaiting task). A task
+    that cancels itself, through itself or a task it started, and cleans up and returns, swallows nothing
+    anyone waits for. (Cancels requested before the task runs again arrive as one `CancelledError`, so one
     `uncancel()` is taken to answer them all.)"""
-    cancels: dict[int, int] = {}
+    cancels: dict[int, list[str]] = {}
     answered: set[int] = set()
     for event in trace.of("task"):
         task = event.info["task"]
         if event.name == "cancel":
-            cancels[task] = cancels.get(task, 0) + 1
+            cancels.setdefault(task, []).append(event.info.get("by", "task"))
         elif event.name == "uncancel":
             answered.add(task)
-        elif event.name == "end" and event.info.get("outcome") == "returned" and cancels.get(task) \
-                and task not in answered:
-            yield Violation("cancel-swallowed",
-                            f"task {event.info['name']} ({event.info.get('coro')}) was cancelled "
-                            f"{cancels[task]} time(s) but returned normally at #{event.seq}")
+        elif event.name == "end" and event.info.get("outcome") == "returned" and task not in answered:
+            relied_on = [by for by in cancels.get(task, ()) if by == "task"
+                         or (by == "callback" and event.info.get("awaited"))]
+            if relied_on:
+                yield Violation("cancel-swallowed",
+                                f"task {event.info['name']} ({event.info.get('coro')}) was cancelled from outside "
+                                f"({_cancellers(relied_on)}) but returned normally at #{event.seq}")
+
+
+def _cancellers(kinds: list[str]) -> str:
+    """"by another task", "by a callback while awaited", or both with counts."""
+    words = {"task": "by another task", "callback": "by a callback while something awaited it"}
+    return "; ".join(f"{words[k]}{f' x{kinds.count(k)}' if kinds.count(k) > 1 else ''}" for k in sorted(set(kinds)))
 
 
 @yields(ViolationKind(

@@ -173,6 +173,10 @@ class Trace:
                 self.events.append(event)
         return event
 
+    def now(self) -> float:
+        """Seconds since this trace began, on the clock its events' `t` use."""
+        return time.perf_counter() - self._t0
+
     def close_span(self, event: Event) -> None:
         with self._lock:
             event.end = next(self._seq)

@@ -185,4 +185,32 @@ def mlx_finalized_where_it_lives(trace: Trace) -> Iterator[Violation]:
                         stacks=(event.stack,))
 
 
-OWNERSHIP_ORACLES = (lock_kept_over_its_work, mlx_only_on_loader, mlx_finalized_where_it_lives, cancel_is_honoured)
+# What is decode work wherever it runs: a forward pass or a generation step (the sentinel's span names).
+DECODE_SPANS = ("Model.__call__", "generate_step", "stream_generate", "generate.generate", "BatchGenerator.next",
+                "BatchGenerator.insert")
+LOOP_MLX_S = 0.05  # any other MLX call holding the loop this long counts too
+
+
+@yields(ViolationKind(
+    "mlx-on-loop", "Decode work ran on a thread running an asyncio event loop (a forward pass or generation "
+                   "step, or an MLX call that held it 50 ms or more) while it served requests.", exact=False,
+    why="Which thread runs a step can depend on the order of arrivals (a fast path taken only when nothing "
+        "else is queued), and the 50 ms part on the machine's speed, so it counts once it replays.",
+    known_problems="Work before the first request of a scenario (loading, warm-up) is not judged. A server "
+                   "whose loop thread does MLX but no asyncio loop runs on it (a plain thread) is not seen."))
+def mlx_stays_off_the_loop(trace: Trace) -> Iterator[Violation]:
+    """Decode work ran on an event loop's thread: every request on that loop waits for it (once per thread)."""
+    first = trace.first("request", "submit")
+    seen: set[int] = set()
+    for span in trace.of("mlx"):
+        if first is None or span.seq < first.seq or not span.info.get("on_loop") or span.thread in seen:
+            continue
+        if span.name.endswith(DECODE_SPANS) or span.duration >= LOOP_MLX_S:
+            seen.add(span.thread)
+            yield Violation("mlx-on-loop", f"{span.who} ran {span.name} ({span.duration * 1000:.0f} ms) on its asyncio "
+                                           f"event loop: every other request on that loop waited for it",
+                            stacks=(span.stack,))
+
+
+OWNERSHIP_ORACLES = (lock_kept_over_its_work, mlx_only_on_loader, mlx_finalized_where_it_lives, cancel_is_honoured,
+                     mlx_stays_off_the_loop)

@@ -22,6 +22,7 @@ sentinel injected through `sitecustomize` (see `fuzz/inject/`).
 
 from __future__ import annotations
 
+import asyncio.events as asyncio_events
 import fnmatch
 import functools
 import importlib.abc
@@ -178,6 +179,8 @@ class Sentinel:
             info: dict[str, Any] = {}
             if off_owner:
                 info["off_owner"] = True
+            if asyncio_events._get_running_loop() is not None:
+                info["on_loop"] = True  # this thread runs an asyncio event loop
             if self.owner is None and self._owner_token is None:
                 if self._loader_token is None:
                     self._loader_token = token

@@ -25,3 +25,8 @@ def steps(count: int):
     for i in range(count):
         mx.eval(mx.full((2,), i))
         yield i
+
+
+def generate_step(count: int) -> list[int]:
+    """A stand-in for mlx-lm's decode loop: its sentinel span is named like one (`mlx_work.generate_step`)."""
+    return [int(mx.sum(mx.full((4,), i)).item()) for i in range(count)]

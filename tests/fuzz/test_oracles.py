@@ -183,7 +183,7 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 20  # 15 + fuzz/ownership.py's four + fuzz/compute.py's one
+    assert len(ORACLES) == 21  # 15 + fuzz/ownership.py's five + fuzz/compute.py's one
 
 
 def test_a_cancelled_request_must_stop_decoding_too():

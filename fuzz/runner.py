@@ -36,9 +36,10 @@ from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
-from mlx_invariants.fuzz.defaults import SHRINK_FLOOR_S
+from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, SHRINK_FLOOR_S
 from mlx_invariants.fuzz.driver import DriverSettings
-from mlx_invariants.fuzz.errors import SetupError, ViolationFound
+from mlx_invariants.fuzz.errors import ViolationFound
+from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
 from mlx_invariants.fuzz.findings import Finding, Status, confirmed, short_id, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
@@ -152,9 +153,9 @@ def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), 
         profile = PROFILES[settings.profile]
         if settings.budget_s is None and settings.examples is None:
             budget_s, examples, cap = profile.budget_s, profile.examples, profile.examples
-        else:
-            budget_s = profile.budget_s if settings.budget_s is None else settings.budget_s
-            examples = settings.examples if settings.examples is not None else None
+        else:  # a count alone runs to the count, however long a loaded machine takes for it
+            budget_s = float("inf") if settings.budget_s is None else settings.budget_s
+            examples = settings.examples
             cap = examples
         explicit = list(SEED_SCENARIOS.values()) if settings.explicit is None else list(settings.explicit)
         debug_run = profile.debug_run if settings.debug_run is None else settings.debug_run
@@ -221,7 +222,7 @@ class _Fuzz:
         self.threads: set[str] = set()
         self.counts: Counter[str] = Counter()
         # The fresh-engine output of the follow-up request: computed once per run, by the baseline.
-        self.expected_followup: Optional[list[Any]] = None
+        self.expected_followup: Optional[FollowupOutcome] = None
         self.capacity: Optional[int] = None       # what the engine says it holds at once, read by the baseline
         self.requests: Optional[Requests] = None  # what generated scenarios draw, past that capacity
         self.started = time.monotonic()
@@ -273,6 +274,23 @@ class _Fuzz:
     def _out_of_time(self) -> bool:
         return time.monotonic() - self.started > self.budget_s
 
+    def _past_grace(self) -> bool:
+        """Past the budget and the few seconds a finding met at its end gets to be confirmed, shrunk and
+        replayed: the budget is a wall-clock promise, so what is left undone then is reported as such."""
+        return time.monotonic() - self.started > self.budget_s + BUDGET_GRACE_S
+
+    def _replays(self, scenario: Scenario, kind: str, runs: int) -> tuple[int, int, Optional[tuple[Trace, list[Violation]]]]:
+        """Re-run `scenario` on fresh engines up to `runs` times, fewer once past the budget's grace (at
+        least one): (runs that showed `kind`, runs made, the first such run)."""
+        hits, made, first = 0, 0, None
+        while made < runs and not (made and self._past_grace()):
+            rerun = self.run(scenario, fresh=True)
+            made += 1
+            if any(v.kind == kind for v in rerun[1]):
+                hits += 1
+                first = first or rerun
+        return hits, made, first
+
     # -- the fixed scenarios -------------------------------------------------------------
     def baseline(self) -> None:
         """A request-free scenario on a fresh engine: warms imports, measures the target's pace, and its
@@ -280,12 +298,8 @@ class _Fuzz:
         here is a setup error, not a finding."""
         scenario = Scenario(())
         trace, violations = self.run(scenario)
-        failed = trace.first("check", "startup-failed")
-        if failed is not None:
-            tail = self.engines.log_tail()
-            raise SetupError(f"{self.target.label}: the engine did not start: {failed.info.get('error')}"
-                             + (f"\nthe server's last log lines:\n{tail}" if tail else ""))
-        self.expected_followup = trace.meta.get("followup")
+        self.expected_followup = reference_of(trace, self.target.label, self.engines.log_tail(),
+                                              sees_server_mlx=self.engines.sees_server_mlx)
         self.capacity = trace.meta.get("capacity")
         self.pace = measure(trace, self.pace.startup_s)
         driver, self.stall_basis = driver_settings(self._base_driver, self.pace, self.remote)
@@ -343,7 +357,8 @@ class _Fuzz:
         sig = signature(chosen)
         self._tries[sig] += 1
         hits, runs, fresh_hit = self._confirm(scenario, chosen.kind)
-        counted = confirmed(chosen.kind, hits, runs, self.settings.confirm if self.settings.replays else 0)
+        counted = confirmed(chosen.kind, hits, max(self.settings.replays, 1),
+                            self.settings.confirm if self.settings.replays else 0)
         if fresh_hit is not None and trace.meta.get("reused", 0):
             trace, violations = fresh_hit  # report the fresh-engine run: it is what replays reproduce
         if counted and hits and shrinkable and self.shrink:
@@ -362,15 +377,8 @@ class _Fuzz:
 
     def _confirm(self, scenario: Scenario, kind: str) -> tuple[int, int, Optional[tuple[Trace, list[Violation]]]]:
         """Re-run `scenario` on fresh engines: (runs that showed `kind`, runs, the first such run)."""
-        runs = max(self.settings.replays, 1)
-        hits, first = 0, None
         self._tick(scenario, Phase.CONFIRM)
-        for _ in range(runs):
-            rerun = self.run(scenario, fresh=True)
-            if any(v.kind == kind for v in rerun[1]):
-                hits += 1
-                first = first or rerun
-        return hits, runs, first
+        return self._replays(scenario, kind, max(self.settings.replays, 1))
 
     def _record(self, failure: Failure, sig: str, confirmation: tuple[int, int], counted: bool,
                 shrunk: bool) -> Finding:
@@ -467,7 +475,7 @@ class _Fuzz:
         """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding."""
         key = scenario.dumps()
         if self._shrinking is not None:
-            if time.monotonic() > self._shrink_deadline and key not in self._failing:
+            if self._past_grace() or (time.monotonic() > self._shrink_deadline and key not in self._failing):
                 self._shrink_cut = True
                 return  # shrinking ran out of time: only the known failures still run
         elif not self._searching():
@@ -508,11 +516,10 @@ class _Fuzz:
         if note:
             failure.blob = f"{failure.blob or ''} ({note})".strip()
         kind = found.violations[0].kind
-        runs = self.settings.replays
-        hits = sum(any(v.kind == kind for v in self.run(found.scenario, fresh=True)[1]) for _ in range(runs))
+        hits, runs, _ = self._replays(found.scenario, kind, self.settings.replays) if self.settings.replays else (0, 0, None)
         failure.reproduced = (hits, runs)
         shrunk = True
-        if runs and self._unshrunk is not None and not confirmed(kind, hits, runs, self.settings.confirm):
+        if runs and self._unshrunk is not None and not confirmed(kind, hits, self.settings.replays, self.settings.confirm):
             # Shrinking slid onto a scenario that rarely shows it: report the one that was confirmed.
             failure = self.failure(*self._unshrunk)
             failure.reproduced, shrunk = self._confirmation, False

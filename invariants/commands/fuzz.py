@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--routes", metavar="completions,chat",
                         help="--url/--server-cmd: the OpenAI routes the server answers, comma-separated; requests "
                              "and the follow-up use only these (default: both)")
+    target.add_argument("--request-body", metavar="JSON",
+                        help="--url/--server-cmd: a JSON object merged into every request body, over the fuzzer's "
+                             "own fields (e.g. '{\"temperature\": 0.1}' for a server that rejects 0.0)")
     target.add_argument("--capacity", type=int, metavar="N",
                         help="requests the target holds at once (slots and queue); scenarios draw a few more. "
                              "Default: what the engine's adapter reports; a server's is unknown unless given, "
@@ -130,9 +133,10 @@ def target_of(args: argparse.Namespace) -> Optional[Target]:
                                        ("--server-cmd", args.server_cmd)) if value]
     if len(chosen) > 1:
         raise UsageError(f"choose one of {', '.join(chosen)}")
-    http = {"owner": args.owner, "model": args.model or HTTP_MODEL, "routes": _routes(args.routes)}
-    if (args.owner or args.model) and not (args.url or args.server_cmd):
-        raise UsageError("--owner and --model go with --url or --server-cmd")
+    http = {"owner": args.owner, "model": args.model or HTTP_MODEL, "routes": _routes(args.routes),
+            "request_body": args.request_body or ""}
+    if (args.owner or args.model or args.request_body) and not (args.url or args.server_cmd):
+        raise UsageError("--owner, --model and --request-body go with --url or --server-cmd")
     if args.routes and not (args.url or args.server_cmd):
         raise UsageError("--routes goes with --url or --server-cmd")
     if args.url:

@@ -86,3 +86,16 @@ def test_the_cli_exits_2_naming_the_model_it_was_not_served(tmp_path):
                           text=True, timeout=240)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "model_not_found" in done.stderr and "--model" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("past_budget, runs", [(False, 3), (True, 1)])
+def test_past_the_budget_a_finding_is_replayed_once_not_three_times(monkeypatch, past_budget, runs):
+    """The budget is a wall-clock promise: once past it (and its grace), confirmation and replays stop after
+    one fresh run each instead of `replays`, and the finding says how many it had."""
+    from mlx_invariants.fuzz import runner
+
+    monkeypatch.setattr(runner._Fuzz, "_past_grace", lambda self: past_budget)
+    result = run_fuzz(Target.module_factory("tests.fuzz.fastpath_engine:make"),
+                      FuzzSettings(examples=3, replays=3, debug_run=False, shrink=False))
+    finding = result.findings[0]
+    assert finding.kind == "mlx-off-owner" and finding.confirmation[1] == runs, finding.confirmation

@@ -90,7 +90,9 @@ class Engine:
             raise
         self._loop.call_soon_threadsafe(_settle, self._ready, None)
         try:
-            while (job := self._inbox.get()) is not None:
+            while not self._stopping.is_set():  # a shutdown starts no queued job
+                if (job := self._inbox.get()) is None:
+                    break
                 self._generate(job)
             self._fail_queued()
         finally:

@@ -21,6 +21,7 @@ _EXPORTS = {
     "DriverSettings": "mlx_invariants.fuzz.driver",
     "run_scenario": "mlx_invariants.fuzz.session", "EngineSession": "mlx_invariants.fuzz.session",
     "run_fuzz": "mlx_invariants.fuzz.runner", "run_exhaustive": "mlx_invariants.fuzz.runner", "FuzzResult": "mlx_invariants.fuzz.runner",
+    "RunSummary": "mlx_invariants.fuzz.summary", "FindingSummary": "mlx_invariants.fuzz.summary",
     "fuzz_engine": "mlx_invariants.fuzz.api", "FuzzFailure": "mlx_invariants.fuzz.api",
     "replay": "mlx_invariants.fuzz.replay", "Failure": "mlx_invariants.fuzz.report", "write_report": "mlx_invariants.fuzz.report",
     "reference_engine": "mlx_invariants.fuzz.adapters.reference",

@@ -36,12 +36,18 @@ from hypothesis import strategies as st
 
 from mlx_invariants.fuzz.faults import IN_CALL
 from mlx_invariants.fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES,
-                                          VICTIM_KINDS, At, FaultSpec, RequestSpec, Scenario)
+                                          VICTIM_KINDS, At, FaultKind, FaultSpec, RequestSpec, Scenario)
+from mlx_invariants.points import Point
 
 
 def _first_index(point: str) -> int:
     """Decode step k follows k produced tokens: the first is step 1 (the prefill samples token 0)."""
-    return 1 if point == "BEFORE_DECODE" else 0
+    return Point[point].first_index
+
+
+def _inside_mlx(kind: str) -> bool:
+    """Whether a fault of `kind` may only be aimed inside the worker's MLX work (`RAISE_POINTS`): a raise."""
+    return FaultKind(kind).inside_mlx
 
 
 SHORT_PROMPT = 12   # prompt words drawn when a length is short
@@ -85,7 +91,7 @@ def _fault(draw: st.DrawFn, kinds: tuple[str, ...], points: tuple[str, ...], max
     """A kind, an aim, whether it rides on the fault before it instead (one time in `TOGETHER_ODDS`), and
     for a cancel-in-call now and then a long prompt for the request it aims at (None: leave it)."""
     kind = draw(st.sampled_from(kinds))
-    allowed = tuple(p for p in points if p in RAISE_POINTS) if kind == "raise" else points
+    allowed = tuple(p for p in points if p in RAISE_POINTS) if _inside_mlx(kind) else points
     aim = draw(_aim(allowed, max_requests, max_tokens, long_tokens))
     together = draw(st.integers(0, TOGETHER_ODDS - 1)) == TOGETHER_ODDS - 1
     prompt = None
@@ -100,7 +106,7 @@ def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec]) -> 
     in the same loop turn: a second cancel before the first is taken, a cancel while shutdown is closing."""
     faults: list[FaultSpec] = []
     for kind, aim, together in drawn:
-        same = together and bool(faults) and (kind != "raise" or faults[-1].at.point in RAISE_POINTS)
+        same = together and bool(faults) and (not _inside_mlx(kind) or faults[-1].at.point in RAISE_POINTS)
         faults.append(FaultSpec(kind, faults[-1].at if same else _resolve(aim, requests)))
     return tuple(faults)
 
@@ -152,7 +158,7 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
         requests.append(RequestSpec(f"r{i}", prompt_len=prompt_len, max_tokens=budget, stream=stream, route=route,
                                     arrival=_resolve(arrival, requests) if arrival and requests else None))
     if not any(p in RAISE_POINTS for p in points):
-        kinds = tuple(k for k in kinds if k != "raise")
+        kinds = tuple(k for k in kinds if not _inside_mlx(k))
     drawn = draw(st.lists(_fault(kinds, points, max_requests, max_tokens, long_tokens, long_prompt),
                           min_size=min_faults, max_size=max_faults))
     faults = _faults([d[:3] for d in drawn], requests)

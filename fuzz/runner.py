@@ -45,8 +45,8 @@ from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.profiles import PROFILES, Profile, Requests, hypothesis_settings, requests_for
 from mlx_invariants.fuzz.report import Failure, device_info
-from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultSpec,
-                                           RequestSpec, Scenario)
+from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultKind,
+                                           FaultSpec, RequestSpec, Scenario)
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.summary import RunSummary
 from mlx_invariants.fuzz.session import EngineSession
@@ -572,7 +572,7 @@ def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS
         for kind in kinds:
             for request in requests:
                 for point in points:
-                    if kind == "raise" and point not in RAISE_POINTS:
+                    if FaultKind(kind).inside_mlx and point not in RAISE_POINTS:
                         continue
                     for index in range(max_tokens if point in INDEXED_POINTS else 1):
                         out.append(Scenario(requests, (FaultSpec(kind, At(request.rid, point, index)),)))

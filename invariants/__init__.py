@@ -9,6 +9,7 @@ those below it (docs/layers.md):
     fuzz              the cancellation fuzzer and MLX sentinel
     engine, checker   the reference engine; the static checker   (bottom)
     errors            what every layer may raise at the user
+    points            the named points the engine marks and the fuzzer aims at
 
 Importing this package loads nothing else: the pre-commit hook and the
 injected sentinel both import it.

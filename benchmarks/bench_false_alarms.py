@@ -145,7 +145,9 @@ def render_table(pairs: Sequence[Pair], results: Sequence[RunResult], skipped: d
         found = [r for r in twins if r.failing]
         times = [r.first_find_s for r in found if r.first_find_s is not None]
         median = f"{statistics.median(times):.1f}" if times else "—"
-        headline = next((f"{f.oracle}: {f.headline}" for r in found for f in r.violations), "missed")
+        hints = sorted({f.oracle for r in twins for f in r.unconfirmed})
+        missed = "missed" + (f" (unconfirmed only: {', '.join(hints)})" if hints else "")
+        headline = next((f.headline for r in found for f in r.violations), missed)
         correct_cell = f"{len(correct)} / {failing}"
         if errors:
             correct_cell += f" ({len(errors)} run(s) exited 2: {_short(errors[0].note or 'setup error', 60)})"

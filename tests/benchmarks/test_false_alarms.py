@@ -131,8 +131,8 @@ def test_table_counts_false_alarms_and_twin_finds() -> None:
         bench.RunResult("pool_owner", False, 1, 0),
         bench.RunResult("pool_owner", False, 2, 1, (bug,)),
         bench.RunResult("pool_owner", False, 3, 0, (noise,)),
-        bench.RunResult("pool_owner", True, 1, 1, (bench.Finding("lock-reentered", "violation", "re-entered", 2.0),)),
-        bench.RunResult("pool_owner", True, 2, 1, (bench.Finding("lock-reentered", "violation", "re-entered", 6.0),)),
+        bench.RunResult("pool_owner", True, 1, 1, (bench.Finding("lock-reentered", "violation", "lock-reentered: r0 re-entered", 2.0),)),
+        bench.RunResult("pool_owner", True, 2, 1, (bench.Finding("lock-reentered", "violation", "lock-reentered: r0 re-entered", 6.0),)),
         bench.RunResult("pool_owner", True, 3, 0),
         bench.RunResult("queue_owner", False, 1, 0),
         bench.RunResult("queue_owner", True, 1, 0, (noise,)),
@@ -142,9 +142,9 @@ def test_table_counts_false_alarms_and_twin_finds() -> None:
             for line in bench.render_table(pairs, results, {"aiohttp_server": "needs aiohttp"}).splitlines()[2:]}
     pool = rows["pool_owner"].split(" | ")
     assert pool[2:6] == ["3 / 1", "1 (stalled)", "2/3", "4.0"]
-    assert pool[6].startswith("lock-reentered: re-entered")
+    assert pool[6].startswith("lock-reentered: r0 re-entered")
     queue = rows["queue_owner"].split(" | ")
-    assert queue[2:6] == ["1 / 0", "0", "0/1", "—"] and queue[6].startswith("missed")
+    assert queue[2:6] == ["1 / 0", "0", "0/1", "—"] and queue[6].startswith("missed (unconfirmed only: stalled)")
     assert "skipped: needs aiohttp" in rows["aiohttp_server"]
     assert "pool_owner seed 2 (violation, slot-leaked): r0 held its slot" in bench.render_false_alarms(results)
 

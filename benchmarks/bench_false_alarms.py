@@ -31,7 +31,9 @@ sys.path.insert(0, str(HERE))
 
 from false_alarms.pairs import BY_NAME, PAIRS, Pair  # noqa: E402
 
-INVARIANTS = Path(sys.executable).with_name("invariants")
+# The console script through this interpreter: works wherever the package imports (an install with
+# `pip --target` has no `invariants` beside the interpreter).
+INVARIANTS = (sys.executable, "-m", "mlx_invariants")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def fuzz_command(pair: Pair, twin: bool, seed: int, budget: float, report: Path)
         target = ["--engine", f"{module}:make"]
     else:
         target = ["--server-cmd", f"{sys.executable} -m {module} --port {{port}}"]
-    return [str(INVARIANTS), "fuzz", *target, "--profile", "runner", "--keep-going", "--budget", f"{budget:g}",
+    return [*INVARIANTS, "fuzz", *target, "--profile", "runner", "--keep-going", "--budget", f"{budget:g}",
             "--seed", str(seed), "--jobs", "0", "--report", str(report)]
 
 
@@ -173,6 +175,9 @@ def render_false_alarms(results: Sequence[RunResult]) -> str:
     return "\n".join(lines) if lines else "none"
 
 
+SIDES = {"both": (False, True), "correct": (False,), "twin": (True,)}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds per engine: 1..N (default 3)")
@@ -180,6 +185,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME",
                         help="only this pair (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="fuzz processes side by side (default 1)")
+    parser.add_argument("--side", choices=("both", "correct", "twin"), default="both",
+                        help="fuzz the correct engines, their twins, or both (default both)")
     parser.add_argument("--report", type=Path, default=REPO / "fuzz-reports" / "false-alarms",
                         help="where each run's folder goes")
     args = parser.parse_args(argv)
@@ -187,7 +194,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     skipped = {pair.name: why for pair in pairs if (why := missing(pair))}
     reports = args.report / time.strftime("%Y%m%d-%H%M%S")
     runs = [(pair, twin, seed) for pair in pairs if pair.name not in skipped
-            for seed in range(1, args.seeds + 1) for twin in (False, True)]
+            for seed in range(1, args.seeds + 1) for twin in SIDES[args.side]]
     print(f"{len(runs)} fuzz run(s) of {args.budget:g}s, {args.jobs} at a time; reports under {reports}",
           flush=True)
     results = []

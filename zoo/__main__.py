@@ -1,4 +1,5 @@
-"""`python -m mlx_invariants.fuzz.zoo install|run|doc|list` (ci/zoo.sh is the documented front door).
+"""`python -m zoo install|run|doc|list` from the repository root, or `python CHECKOUT/zoo ...` from anywhere
+(ci/zoo.sh is the documented front door).
 
 install  put each recipe's pinned server into its venv under the zoo cache
 run      install, fuzz each recipe for --budget seconds (runner profile, one --seed, --keep-going), run its
@@ -16,15 +17,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mlx_invariants.fuzz.zoo import doc, install
-from mlx_invariants.fuzz.zoo.recipes import ALL, BLOCKED, find
+if not __package__:  # `python zoo ...` or `python CHECKOUT/zoo ...`: put the checkout root, not the working folder, first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-RESULT = Path("fuzz/zoo/results/zoo.json")
-DOC = Path("docs/zoo.md")
+from zoo import doc, install  # noqa: E402
+from zoo.recipes import ALL, BLOCKED, find  # noqa: E402
+
+HERE = Path(__file__).resolve().parent  # zoo/; its parent is the repository root
+RESULT = HERE / "results" / "zoo.json"
+DOC = HERE.parent / "docs" / "zoo.md"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mlx_invariants.fuzz.zoo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zoo", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("install", "run"):
         command = sub.add_parser(name)
@@ -74,7 +79,7 @@ def _install(recipes: list) -> int:
 
 def _run(recipes: list, args: argparse.Namespace) -> int:
     from mlx_invariants.engine import tiny_model_path
-    from mlx_invariants.fuzz.zoo.run import run_zoo
+    from zoo.run import run_zoo
 
     if args.budget <= 0 or args.repro_runs < 1:
         print("--budget must be positive and --repro-runs at least 1", file=sys.stderr)

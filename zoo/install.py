@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from mlx_invariants.fuzz.zoo.recipes import Recipe
+from zoo.recipes import Recipe
 
 UV = "uv==0.13.9"
-CHECKOUT = Path(__file__).resolve().parents[2]  # fuzz/zoo/install.py -> the repository root
+CHECKOUT = Path(__file__).resolve().parents[1]  # zoo/install.py -> the repository root
 CACHE_ENV = "MLX_INVARIANTS_ZOO_CACHE"
 REPORTED = ("mlx", "mlx-cpu", "mlx-lm", "mlx-vlm", "torch", "transformers")
 

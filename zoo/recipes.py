@@ -217,9 +217,9 @@ IN_PROCESS: tuple[Recipe, ...] = tuple(
         model_name="",
         ready_path="",
         endpoints=(),
-        engine=f"mlx_invariants.fuzz.zoo.vllm_engines:{kind}",
+        engine=f"zoo.vllm_engines:{kind}",
         venv="vllm-mlx-0.6.0-inproc",
-        notes=f"`vllm_mlx.engine.{cls}` fuzzed in-process through its public API (`fuzz/zoo/vllm_engines.py`): "
+        notes=f"`vllm_mlx.engine.{cls}` fuzzed in-process through its public API (`zoo/vllm_engines.py`): "
               "no HTTP server; faults land at the points a caller sees (handed over, each output).",
         known=known,
         why_unconfirmed=((("mlx-finalized-off-thread", FINALIZED_ONCE),) if kind == "simple" else

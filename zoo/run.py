@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from mlx_invariants.fuzz.zoo import install
-from mlx_invariants.fuzz.zoo.recipes import BLOCKED, Known, Recipe
-from mlx_invariants.fuzz.zoo.vllm_engines import MODEL_ENV
+from zoo import install
+from zoo.recipes import BLOCKED, Known, Recipe
+from zoo.vllm_engines import MODEL_ENV
 
 DATABASE_ENV = "MLX_INVARIANTS_FUZZ_DB"  # where the runner profile keeps its example database
 
 REPRODUCERS = Path(__file__).resolve().parent / "reproducers"
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository root, from which `zoo.vllm_engines` imports
 FOUND = re.compile(r"(\d+) (?:new )?(?:finding\(s\)|failing)")
 PROFILE = "runner"  # long prompts and budgets: the ci profile draws at most 12 words / 10 tokens
 BUG, NOT_SHOWN, INCONCLUSIVE = 1, 0, 2
@@ -132,6 +133,15 @@ def fuzz_argv(recipe: Recipe, venv: Path, command: str, budget_s: float, seed: i
                    "--report", str(report)]
 
 
+def fuzz_env(recipe: Recipe, model: str, report: Path) -> dict[str, str]:
+    """The fuzz child's environment: the model folder, a fresh example database, and for an in-process
+    recipe the checkout on PYTHONPATH, so its venv's python imports the `--engine` module from the zoo."""
+    env = {**os.environ, MODEL_ENV: model, DATABASE_ENV: str(report / ".hypothesis")}
+    if recipe.in_process:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: float, seed: int, report: Path,
                 say: Callable[[str], None]) -> dict[str, Any]:
     """One `invariants fuzz` run (`--server-cmd`, or `--engine` by the recipe's python): its counts,
@@ -146,7 +156,7 @@ def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: 
     found_at: list[float] = []
     tail: list[str] = []
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, MODEL_ENV: model, DATABASE_ENV: str(report / ".hypothesis")})
+                             env=fuzz_env(recipe, model, report))
     # Shrinking, replays and the server's start-up come on top of the budget.
     killer = threading.Timer(3 * budget_s + 600, os.killpg, (child.pid, signal.SIGKILL))
     killer.start()

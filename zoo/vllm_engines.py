@@ -1,9 +1,10 @@
 """In-process adapters for vllm-mlx's engines (`SimpleEngine`, `BatchedEngine`), public API only.
 
-`invariants fuzz --engine mlx_invariants.fuzz.zoo.vllm_engines:simple` (or `:batched`), run
-by the python of a venv that holds both vllm-mlx and mlx-invariants (`bash ci/zoo.sh
-install vllm-mlx-inproc` makes one), fuzzes the engine without its HTTP server: the
-fuzzer's own sentinel and drop-in observation see its threads and locks directly.
+`invariants fuzz --engine zoo.vllm_engines:simple` (or `:batched`), run by the python of
+a venv that holds both vllm-mlx and mlx-invariants (`bash ci/zoo.sh install
+vllm-mlx-simple-inproc` makes one) with the repository root on PYTHONPATH (run.py sets it),
+fuzzes the engine without its HTTP server: the fuzzer's own sentinel and drop-in
+observation see its threads and locks directly.
 
 Only what vllm-mlx documents as the engine interface (`vllm_mlx.engine.BaseEngine`) is
 used: the constructor with a model folder, `start`, `stream_generate`, `stream_chat`,

@@ -33,6 +33,8 @@ LAYERS: dict[str, frozenset[str]] = {
 }
 # The top-level names the package used before it had one; nothing may import them any more.
 FORMER_NAMES = ("engine", "fuzz", "invariants")
+# Folders of the checkout that use the package from outside it (not in the wheel); nothing in it may import them.
+USERS = ("zoo", "benchmarks")
 
 
 def layer_of(module: str) -> str:
@@ -140,11 +142,12 @@ def _targets(node: ast.AST, module: str, is_package: bool, known: dict[str, Path
 
 
 def upward(repo: Path) -> list[Arrow]:
-    """Arrows that leave the package's layering: up a layer, into another layer's privates, or to a former name."""
+    """Arrows that leave the package's layering: up a layer, to a former name, or out to a user of the
+    package that lives beside it in the checkout (the zoo, the benchmarks)."""
     bad = []
     for arrow in arrows(repo):
         top = arrow.imported.split(".")[0]
-        if top in FORMER_NAMES:
+        if top in FORMER_NAMES or top in USERS:
             bad.append(arrow)
         elif top == PACKAGE and not allowed(arrow.importer, arrow.imported):
             bad.append(arrow)

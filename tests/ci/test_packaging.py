@@ -51,6 +51,15 @@ def test_the_wheel_installs_one_top_level_name_with_every_module(wheel: Path) ->
     assert "mlx_invariants = mlx_invariants.fuzz.pytest_plugin" in entry_points
 
 
+def test_the_wheel_holds_no_zoo_code(wheel: Path) -> None:
+    """The zoo (zoo/: server recipes, installers, reproducers, results) runs from a checkout; it is not product."""
+    assert (REPO / "zoo" / "__main__.py").exists(), "the zoo moved: update this test"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert not [name for name in names if "zoo" in name.split("/")], "zoo files in the wheel"
+    assert not [name for name in names if "/reproducers/" in name or name.endswith("vllm_engines.py")]
+
+
 def test_a_project_with_its_own_fuzz_and_engine_packages_collects_and_passes(wheel: Path, tmp_path: Path) -> None:
     python, site = borrowing_venv(tmp_path / "venv")
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",

@@ -5,7 +5,7 @@ runs no MLX. A request that finds the slot taken waits for it.
 
 --leaks-cancelled: a stream whose client went before its end never gives its slot back, and a request
 that finds the slot taken is answered HTTP 200 with an error frame instead of its tokens (what vllm-mlx
-0.6.0 does after a cancelled stream: fuzz/zoo/reproducers/cancelled_stream_then_followup.py).
+0.6.0 does after a cancelled stream: zoo/reproducers/cancelled_stream_then_followup.py).
 --refuses: such a request is refused with HTTP 429 before any stream begins instead (a clear refusal).
 """
 

@@ -150,7 +150,7 @@ def test_the_same_server_that_checks_for_its_client_is_clean_even_finishing_a_st
 @pytest.mark.slow
 def test_the_fuzzer_finds_mlx_lm_server_decoding_for_a_gone_non_streaming_client():
     """mlx_lm.server (mlx-lm 0.32.2, this venv's) keeps decoding every token of a non-streaming request
-    whose client disconnected: docs/zoo.md, fuzz/zoo/reproducers/gone_client_keeps_decoding.py. Counted in
+    whose client disconnected: docs/zoo.md, zoo/reproducers/gone_client_keeps_decoding.py. Counted in
     its decode steps (about 2 ms each here), 40 tokens are enough, though over HTTP a token takes 10-16 ms."""
     from mlx_invariants.engine.model import tiny_model_path
     from mlx_invariants.fuzz.runner import run_fuzz

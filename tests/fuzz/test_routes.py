@@ -16,7 +16,7 @@ from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.scenario import RequestSpec, Scenario
 from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.target import Target
-from mlx_invariants.fuzz.zoo.recipes import RECIPES
+from zoo.recipes import RECIPES
 
 CHAT_ONLY = f"{sys.executable} tests/fuzz/gone_server.py {{port}} --chat-only"
 

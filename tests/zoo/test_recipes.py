@@ -5,14 +5,16 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from mlx_invariants.fuzz.zoo import doc, install
-from mlx_invariants.fuzz.zoo.recipes import ALL, BLOCKED, CHAT, COMPLETIONS, FUZZ_DEPS, IN_PROCESS, PIN, RECIPES, find
-from mlx_invariants.fuzz.zoo.run import FOUND, PROFILE, REPRODUCERS, _finding, _reproducer_for, fuzz_argv
+from zoo import doc, install
+from zoo.recipes import ALL, BLOCKED, CHAT, COMPLETIONS, FUZZ_DEPS, IN_PROCESS, PIN, RECIPES, find
+from zoo.run import FOUND, PROFILE, REPRODUCERS, _finding, _reproducer_for, fuzz_argv
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
@@ -206,7 +208,7 @@ def test_a_reproducer_on_the_engine_api_is_run_by_the_servers_python():
                   "in_process": True}
     finding = {**_fuzz_finding("cancel-swallowed", [1]), "reproducer": engine_api}
     page = doc.write({**CANNED, "servers": [_server("http-server", findings=[finding])]})
-    assert "- run: `VENV/bin/python fuzz/zoo/reproducers/e.py --model MODEL-DIR`" in page
+    assert "- run: `VENV/bin/python zoo/reproducers/e.py --model MODEL-DIR`" in page
     assert "-- SERVER-COMMAND" not in page
 
 
@@ -218,7 +220,7 @@ def test_a_finding_without_a_showing_reproducer_is_never_a_bug():
 
 def test_run_zoo_records_seed_and_load_and_runs_each_reproducer_once(monkeypatch, tmp_path: Path):
     """Two findings of one oracle share one reproducer run; the seed, profile and load are recorded."""
-    from mlx_invariants.fuzz.zoo import run
+    from zoo import run
 
     calls = []
 
@@ -245,9 +247,54 @@ def test_an_in_process_vllm_engine_refuses_requests_after_shutdown():
 
     from mlx_invariants.fuzz.errors import Refused
     from mlx_invariants.fuzz.scenario import RequestSpec
-    from mlx_invariants.fuzz.zoo.vllm_engines import VllmMlxAdapter
+    from zoo.vllm_engines import VllmMlxAdapter
 
     adapter = VllmMlxAdapter("simple", "/M")
     asyncio.run(adapter.shutdown())
     with pytest.raises(Refused, match="shut down"):
         asyncio.run(adapter.submit(RequestSpec("r0", 1, 1, True)))
+
+
+def test_each_servers_fuzz_command_names_its_flags_and_home_as_a_variable_the_shell_expands():
+    """The doc's fuzz command is the run's argv (--model, --routes, --capacity included), typed from the checkout
+    root; the home folder shows as $HOME, which a shell expands inside `--server-cmd "..."` (a `~` there it does not)."""
+    home = str(Path.home())
+    fuzzed = {"budget_s": 90.0, "seed": 42}
+    servers = [{**_server("mlx-lm"), **fuzzed, "command": f"{home}/z/bin/mlx_lm.server --port {{port}}"},
+               {**_server("vllm-mlx"), **fuzzed, "command": f"{home}/z/bin/vllm-mlx serve --port {{port}}"},
+               {**_server("vllm-mlx-simple-inproc"), **fuzzed,
+                "command": "invariants fuzz --engine zoo.vllm_engines:simple"}]
+    page = doc.write({**CANNED, "servers": servers})
+    commands = [line for line in page.splitlines() if line.startswith("- fuzz command: ")]
+    assert commands == [
+        '- fuzz command: `invariants fuzz --server-cmd "$HOME/z/bin/mlx_lm.server --port {port}" --model default_model '
+        '--routes completions,chat --profile runner --seed 42 --keep-going --budget 90`',
+        '- fuzz command: `invariants fuzz --server-cmd "$HOME/z/bin/vllm-mlx serve --port {port}" --model tiny '
+        '--routes completions,chat --capacity 1 --profile runner --seed 42 --keep-going --budget 90`',
+        "- fuzz command: `PYTHONPATH=. VENV/bin/python -m mlx_invariants fuzz --engine zoo.vllm_engines:simple "
+        "--profile runner --seed 42 --keep-going --budget 90`"]
+    assert home not in page and '"~' not in page
+
+
+def test_an_in_process_recipe_imports_its_engine_from_the_checkout_whatever_the_working_folder(tmp_path: Path):
+    from zoo import run
+
+    checkout = Path(run.__file__).resolve().parents[1]
+    env = run.fuzz_env(find("vllm-mlx-simple-inproc"), "/M", tmp_path)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(checkout) and env["MLX_INVARIANTS_ZOO_MODEL"] == "/M"
+    assert run.fuzz_env(find("mlx-lm"), "/M", tmp_path).get("PYTHONPATH") == os.environ.get("PYTHONPATH")
+    done = subprocess.run([sys.executable, "-c", "import zoo.vllm_engines as m; print(m.simple.__module__)"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "zoo.vllm_engines", done.stderr
+
+
+def test_the_zoo_reads_and_writes_beside_itself_and_runs_from_any_folder(tmp_path: Path):
+    from zoo import __main__ as entry
+
+    checkout = Path(entry.__file__).resolve().parents[1]
+    assert entry.RESULT == checkout / "zoo" / "results" / "zoo.json" and entry.RESULT.exists()
+    assert entry.DOC == checkout / "docs" / "zoo.md" and install.CHECKOUT == checkout
+    assert REPRODUCERS == checkout / "zoo" / "reproducers"
+    done = subprocess.run([sys.executable, str(checkout / "zoo"), "list"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("mlx-lm "), done.stderr

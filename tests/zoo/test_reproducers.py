@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_invariants.fuzz.zoo import install
-from mlx_invariants.fuzz.zoo.recipes import ALL, Known, find
-from mlx_invariants.fuzz.zoo.run import BUG, NOT_SHOWN, reproduce
+from zoo import install
+from zoo.recipes import ALL, Known, find
+from zoo.run import BUG, NOT_SHOWN, reproduce
 
 pytestmark = pytest.mark.slow
 

@@ -166,6 +166,7 @@ def test_fuzz_command_targets_the_twin_module() -> None:
     server, engine = bench.BY_NAME["threading_server"], bench.BY_NAME["queue_owner"]
     command = bench.fuzz_command(server, True, 2, 60, Path("/tmp/r"))
     assert command[command.index("--server-cmd") + 1].endswith("-m false_alarms.threading_server_twin --port {port}")
-    assert ["--profile", "runner", "--keep-going", "--budget", "60", "--seed", "2"] == command[4:11]
+    assert command[:4] == [sys.executable, "-m", "mlx_invariants", "fuzz"]
+    assert ["--profile", "runner", "--keep-going", "--budget", "60", "--seed", "2"] == command[6:13]
     command = bench.fuzz_command(engine, False, 1, 600, Path("/tmp/r"))
     assert command[command.index("--engine") + 1] == "false_alarms.queue_owner:make"

@@ -10,6 +10,16 @@ from typing import Any, Callable, Optional
 
 import pytest
 
+# How long a fuzz run in a test may take before the clock, not its example count, ends it. run_fuzz falls back
+# to the profile's budget (120 s for ci) when only `examples` is given, so a loaded machine cut runs short of
+# their count (216 of 300 examples once); tests pass this instead, a backstop no run reaches: pytest-timeout
+# stops a hung test first. Shrinking gets it too (`shrink_s`), so what a test checks about a shrunk finding
+# does not depend on how fast the box is.
+BACKSTOP_S = 3600.0
+# How long a test waits for a condition that holds in milliseconds on an idle box: long enough for a
+# loaded 2-core CI machine, and reached only when something is broken.
+WAIT_S = 60.0
+
 
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
@@ -26,7 +36,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.005) -> bool:
+def wait_for(condition: Callable[[], bool], timeout: float = WAIT_S, interval: float = 0.005) -> bool:
     """Poll `condition` until it holds; False on timeout (callers assert it)."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -64,8 +74,8 @@ class ServerThread:
 
     def __exit__(self, *exc_info: object) -> None:
         self.server.request_stop()
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "the server did not stop within 30s"
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive(), f"the server did not stop within {WAIT_S:g}s"
 
     @property
     def url(self) -> str:
@@ -79,9 +89,9 @@ class ServerThread:
     def status(self) -> dict[str, Any]:
         import httpx
 
-        return httpx.get(self.url + "/v1/status", timeout=10).json()
+        return httpx.get(self.url + "/v1/status", timeout=WAIT_S).json()
 
-    def wait_idle(self, timeout: float = 15.0) -> bool:
+    def wait_idle(self, timeout: float = WAIT_S) -> bool:
         """True once no request is admitted, queued or being relayed."""
         def idle() -> bool:
             status = self.status()

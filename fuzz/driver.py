@@ -4,7 +4,9 @@ The driver only records facts: what each client saw, which faults landed
 where, what the engine reported afterwards. `oracles.judge(trace)` decides
 what is wrong. Nothing here waits on a timer to order events: faults ride on
 points, and "is it stuck?" is asked of the loop and the threads themselves
-(everything parked, nothing ready) before a wall-clock backstop applies.
+(everything parked, nothing ready: `fuzz.liveness`) before a wall-clock
+backstop applies. What an engine must not leave behind once it shut down is
+checked by `fuzz.leftovers`.
 
 `ScenarioRun` is one scenario on a `LiveEngine`; `fuzz.session.EngineSession`
 keeps that engine from scenario to scenario while each leaves it clean, and
@@ -14,11 +16,7 @@ keeps that engine from scenario to scenario while each leaves it clean, and
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
-import linecache
-import re
-import sys
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
@@ -27,22 +25,16 @@ from typing import Any, Awaitable, Callable, Optional
 from mlx_invariants.fuzz.adapters.base import Adapter, Handle
 from mlx_invariants.fuzz.compute import gone_clients, watch_gone
 from mlx_invariants.fuzz.errors import Refused
-from mlx_invariants.fuzz.executors import THREAD_PREFIX, EngineExecutors
+from mlx_invariants.fuzz.executors import EngineExecutors
 from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
 from mlx_invariants.fuzz.followup import FollowupOutcome
+from mlx_invariants.fuzz.leftovers import check_stray_tasks, check_threads, new_tasks, new_threads, record_waiters
+from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, quiescent, stacks, wait_settled
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.scenario import FaultKind, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace, thread_token
 
-TICK_S = 0.1
-SETTLE_POLL_S = 0.001
 _RUNS = itertools.count(1)
-TASK_PREFIX = "fuzz-"
-_PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
-                               "wait_for_work", "accept", "recv", "readinto"})
-# A blocking read counts too: a `--jobs` child's lifeline thread sits in `os.read` for its whole life, and a
-# thread that never counted as parked made every scenario wait `cap_s` for the engine to settle.
-_PARKED_LINE = re.compile(r"\.(get|wait|acquire|join|result|recv|read|accept|select|poll)\(|with\s.*lock")
 
 
 @dataclass(frozen=True)
@@ -161,23 +153,15 @@ class ScenarioRun:
                 self.trace.record("check", "startup-failed", info={"error": f"{type(exc).__name__}: {exc}"})
                 return False
             self.engine.running = True
-        if not await self._wait_settled():
+        # A fresh engine's owner may still be on its way from "ready" to waiting for work, and the first
+        # requests must not race it: so every scenario begins with the engine waiting for work (every other
+        # thread parked), whether it was just started or reused.
+        if not await wait_settled(self.loop, self.injector, self.settings.cap_s):
             self.trace.record("check", "start-unsettled", info={"cap_s": self.settings.cap_s})
         # What the engine started for itself is not this scenario's (it is checked after shutdown).
         self.threads_before = set(threading.enumerate())
         self.tasks_before = set(asyncio.all_tasks(self.loop))
         return True
-
-    async def _wait_settled(self) -> bool:
-        """Until every other thread is parked; False after `cap_s`. A fresh engine's owner may still be on
-        its way from "ready" to waiting for work, and the first requests must not race it: so every
-        scenario begins with the engine waiting for work, whether it was just started or reused."""
-        deadline = self.loop.time() + self.settings.cap_s
-        while self.loop.time() < deadline:
-            if await wait_loop_idle() and self._quiescent():
-                return True
-            await asyncio.sleep(SETTLE_POLL_S)  # threads going idle send no event; this only looks again
-        return False
 
     async def _fit_for_next(self) -> bool:
         """Whether the engine may take the next scenario as it stands: nothing was violated, it is healthy,
@@ -191,11 +175,7 @@ class ScenarioRun:
             return False
         if self.restart_task is not None and not self.restart_task.done():
             return False  # a restart delivered late (after the last client ended) is still on its way
-        tasks = [t for t in asyncio.all_tasks(self.loop) if not t.done() and t not in self.tasks_before
-                 and not t.get_name().startswith(TASK_PREFIX)]
-        threads = [t for t in threading.enumerate() if t.is_alive() and t not in self.threads_before
-                   and not t.name.startswith(THREAD_PREFIX)]
-        return not tasks and not threads
+        return not new_tasks(self.loop, self.tasks_before) and not new_threads(self.threads_before)
 
     async def _status_after_grace(self) -> dict[str, Any]:
         """The engine's status once a release already on its way has landed: while it shows something held,
@@ -389,12 +369,14 @@ class ScenarioRun:
 
     async def _wait_clients(self) -> bool:
         """Until every client ended (True), or until nothing can run but some have not (False)."""
-        seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
+        seen = len(self.trace.events)
+        watch = StallWatch(self.settings.quiet_ticks, self.settings.stall_s, self.loop.time())
         while True:
             if not await self._restarted():
                 return False
             if len(self.trace.events) != seen:  # a restart was waited out
-                seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
+                seen = len(self.trace.events)
+                watch.saw_progress(self.loop.time())
             pending = [c.task for c in self._unfinished()]
             if not pending:
                 late = [c for c in self.clients.values() if c.task is None]
@@ -414,25 +396,19 @@ class ScenarioRun:
                     return False
                 continue
             if done or len(self.trace.events) != seen:
-                seen, last_change, quiet = len(self.trace.events), self.loop.time(), 0
+                seen = len(self.trace.events)
+                watch.saw_progress(self.loop.time())
                 continue
             # Let what is ready run first: the fuzzer's own lag watcher wakes every 20 ms, in step with this
             # 100 ms tick, and a wakeup of it found in the ready queue is not the engine doing anything.
-            quiet = quiet + 1 if await wait_loop_idle() and self._quiescent() else 0
-            if quiet >= self.settings.quiet_ticks or self.loop.time() - last_change > self.settings.stall_s:
+            nothing_runs = await wait_loop_idle() and quiescent(self.loop, self.injector)
+            if watch.stalled(self.loop.time(), nothing_runs):
                 self._record_stall("stalled", [c.spec.rid for c in self._unfinished()])
                 return False
 
     async def _restarted(self) -> bool:
         """Waits out a restart on its way (it bounds itself); False if one could not go on."""
         return self.restart_task is None or await self.restart_task
-
-    def _quiescent(self) -> bool:
-        """Nothing can run: the loop has nothing ready, no fault is in flight, every other thread is parked."""
-        if self.loop._ready or self.injector.deliveries or self.injector.paused:  # type: ignore[attr-defined]
-            return False
-        me = threading.get_ident()
-        return all(_parked(frame) for ident, frame in sys._current_frames().items() if ident != me)
 
     async def _shutdown_and_check(self, live: bool) -> None:
         self._start_shutdown()
@@ -463,44 +439,20 @@ class ScenarioRun:
             self._record_waiters()
         if self.executor.busy:
             self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
-        self._check_threads()
+        check_threads(self.trace, self.engine.threads_before)
         collect = getattr(self.adapter, "collect", None)
         if collect is not None:
             collect(self.trace)  # events recorded outside this process (a server's injected sentinel)
         await wait_loop_idle()
-        stray = [t for t in asyncio.all_tasks(self.loop)
-                 if not t.done() and not t.get_name().startswith(TASK_PREFIX)]
-        if stray:
-            self.trace.record("check", "stray-tasks", info={"tasks": [repr(t) for t in stray]})
+        check_stray_tasks(self.trace, self.loop)
         return not waiting
-
-    def _check_threads(self) -> None:
-        """Threads the engine started (since it was started) must be gone once shutdown returned (a short
-        join allowed)."""
-        new = [t for t in threading.enumerate() if t not in self.engine.threads_before and t.is_alive()
-               and not t.name.startswith(THREAD_PREFIX)]
-        for thread in new:
-            thread.join(timeout=2.0)
-        alive = [t for t in new if t.is_alive()]
-        if alive:
-            self.trace.record("check", "threads-alive", info={"names": [t.name for t in alive],
-                                                               "stacks": _thread_stacks()})
 
     # -- records ------------------------------------------------------------------------
     def _record_stall(self, name: str, rids: list[str]) -> None:
-        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": self._stacks()})
+        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": stacks(self.loop)})
 
     def _record_waiters(self) -> None:
-        self.trace.record("check", "waiters-after-shutdown",
-                          info={"rids": [c.spec.rid for c in self._unfinished()], "stacks": self._stacks()})
-
-    def _stacks(self) -> str:
-        out = io.StringIO()
-        for task in asyncio.all_tasks(self.loop):
-            if not task.done():
-                out.write(f"--- task {task.get_name()}\n")
-                task.print_stack(file=out)
-        return out.getvalue() + _thread_stacks()
+        record_waiters(self.trace, self.loop, [c.spec.rid for c in self._unfinished()])
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
@@ -522,17 +474,3 @@ def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tupl
     lines = tuple(line.rstrip() for line in traceback.format_exception(exc))
     return {"outcome": "crashed", "error": f"{prefix}{type(exc).__name__}: {exc}"}, lines
 
-
-def _parked(frame: Any) -> bool:
-    """Whether a thread stands in a blocking wait (best effort: its innermost Python frame)."""
-    if frame.f_code.co_name in _PARKED_FUNCTIONS:
-        return True
-    return bool(_PARKED_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
-
-
-def _thread_stacks() -> str:
-    names = {t.ident: t.name for t in threading.enumerate()}
-    out = []
-    for ident, frame in sys._current_frames().items():
-        out.append(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)))
-    return "\n".join(out)

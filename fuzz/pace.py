@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from mlx_invariants.fuzz.driver import TICK_S, DriverSettings
+from mlx_invariants.fuzz.driver import DriverSettings
+from mlx_invariants.fuzz.liveness import TICK_S
 from mlx_invariants.fuzz.trace import Event, Trace
 
 STEP_FACTOR = 20          # decode steps of silence before in-process quiescence counts as a stall

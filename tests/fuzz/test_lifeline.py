@@ -132,12 +132,12 @@ def test_a_child_lifeline_thread_counts_as_parked() -> None:
     script = (
         "import os, sys, threading, time\n"
         "from mlx_invariants.fuzz.lifeline import exit_with_parent\n"
-        "from mlx_invariants.fuzz.driver import _parked\n"
+        "from mlx_invariants.fuzz.liveness import parked\n"
         "r, w = os.pipe()\n"
         "exit_with_parent(r)\n"
         "time.sleep(0.3)\n"
         "t = next(t for t in threading.enumerate() if t.name == 'lifeline')\n"
-        "print(_parked(sys._current_frames()[t.ident]))\n"
+        "print(parked(sys._current_frames()[t.ident]))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "True", done.stdout + done.stderr

@@ -1,0 +1,100 @@
+"""Whether anything can still run, and when a quiet wait counts as stalled.
+
+The driver never decides "stuck" on a timer alone: it asks the loop and the
+threads themselves. Nothing can run (`quiescent`) when the loop has nothing
+ready, no fault is in flight, and every other thread is parked in a blocking
+wait (`parked`, judged from its innermost Python frame). A `StallWatch` turns
+those looks, one per tick, into a verdict: stalled after `quiet_ticks` quiet
+ticks in a row, or after `stall_s` without progress whatever the threads do
+(the backstop for a thread that spins). `stacks` is what a stall record shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import linecache
+import re
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mlx_invariants.fuzz.faults import wait_loop_idle
+
+if TYPE_CHECKING:
+    from mlx_invariants.fuzz.faults import Injector
+
+TICK_S = 0.1          # how often a wait for clients looks again when nothing happened
+SETTLE_POLL_S = 0.001
+_PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
+                               "wait_for_work", "accept", "recv", "readinto"})
+# A blocking read counts too: a `--jobs` child's lifeline thread sits in `os.read` for its whole life, and a
+# thread that never counted as parked made every scenario wait `cap_s` for the engine to settle.
+_PARKED_LINE = re.compile(r"\.(get|wait|acquire|join|result|recv|read|accept|select|poll)\(|with\s.*lock")
+
+
+def parked(frame: Any) -> bool:
+    """Whether a thread stands in a blocking wait (best effort: its innermost Python frame)."""
+    if frame.f_code.co_name in _PARKED_FUNCTIONS:
+        return True
+    return bool(_PARKED_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
+
+
+def quiescent(loop: asyncio.AbstractEventLoop, injector: "Injector") -> bool:
+    """Nothing can run: the loop has nothing ready, no fault is in flight, every other thread is parked."""
+    if loop._ready or injector.deliveries or injector.paused:  # type: ignore[attr-defined]
+        return False
+    me = threading.get_ident()
+    return all(parked(frame) for ident, frame in sys._current_frames().items() if ident != me)
+
+
+async def wait_settled(loop: asyncio.AbstractEventLoop, injector: "Injector", cap_s: float) -> bool:
+    """Until the loop is idle and every other thread is parked; False after `cap_s`."""
+    deadline = loop.time() + cap_s
+    while loop.time() < deadline:
+        if await wait_loop_idle() and quiescent(loop, injector):
+            return True
+        await asyncio.sleep(SETTLE_POLL_S)  # threads going idle send no event; this only looks again
+    return False
+
+
+@dataclass
+class StallWatch:
+    """The stall decision of one wait, tick by tick: stalled after `quiet_ticks` ticks in a row on which
+    nothing could run, or once `stall_s` passed without progress (the backstop). Progress resets both."""
+
+    quiet_ticks: int
+    stall_s: float
+    last_change: float    # loop time of the last progress (or of the start)
+    quiet: int = 0        # quiet ticks in a row so far
+
+    def saw_progress(self, now: float) -> None:
+        """Something happened (a client ended, an event was recorded): start counting again."""
+        self.last_change, self.quiet = now, 0
+
+    def stalled(self, now: float, nothing_runs: bool) -> bool:
+        """One tick without progress, on which nothing could run (`nothing_runs`) or something still could:
+        whether the wait counts as stalled now."""
+        self.quiet = self.quiet + 1 if nothing_runs else 0
+        return self.quiet >= self.quiet_ticks or now - self.last_change > self.stall_s
+
+
+def thread_stacks() -> str:
+    """Every thread's stack, named, as a stall or leftover record shows it."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        out.append(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)))
+    return "\n".join(out)
+
+
+def stacks(loop: asyncio.AbstractEventLoop) -> str:
+    """Every unfinished task's stack on `loop`, then every thread's."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks(loop):
+        if not task.done():
+            out.write(f"--- task {task.get_name()}\n")
+            task.print_stack(file=out)
+    return out.getvalue() + thread_stacks()

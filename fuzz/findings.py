@@ -15,6 +15,10 @@ Each finding has a status:
   listed, never failing;
 - `unconfirmed`: seen, but it replayed less than the confirmation rate and its
   oracle judges timing or outputs: listed with its replay rate, never failing.
+
+A run keeps its findings in a `FindingsBook`: one per signature, which
+signatures are still open (unseen, or unconfirmed with tries left), and when
+each was first seen.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import hashlib
 import os
 import sys
 import sysconfig
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Collection, Iterable, Optional
 
 from mlx_invariants.fuzz.oracles import Violation, is_exact
 from mlx_invariants.fuzz.report import Failure
@@ -33,6 +38,9 @@ from mlx_invariants.fuzz.reproduce import replay_shell_command
 from mlx_invariants.fuzz.summary import FindingSummary, Status
 
 FRAMES_PER_STACK = 3   # innermost engine frames per stack that make a signature
+# An unconfirmed signature is tried again at most this many times (a frequent flaky race would
+# otherwise spend the budget on confirmation re-runs); a confirmed one is never tried again.
+RETRIES = 5
 _FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))
 _NOT_ENGINE = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
                                  sysconfig.get_paths().get("platlib"), sys.base_prefix, _FUZZ_DIR) if p})
@@ -114,3 +122,65 @@ def confirmed(kind: str, hits: int, runs: int, needed: int) -> bool:
     """Whether a violation of `kind` seen once and then in `hits` of `runs` fresh re-runs counts:
     an exact oracle always, any other once it repeated `needed` times (at most `runs`)."""
     return is_exact(kind) or hits >= min(needed, runs)
+
+
+class FindingsBook:
+    """One run's findings, one per signature in the order found, and what the run knows about each
+    signature: when it was first seen, and how often it was tried (confirmation re-runs)."""
+
+    def __init__(self, baseline: Collection[str] = ()):
+        self.baseline = baseline                  # signatures accepted in advance (`fuzz.baseline`)
+        self.findings: dict[str, Finding] = {}
+        self.first_failure_s: Optional[float] = None       # when the first new finding was recorded
+        self.first_failure_examples: Optional[int] = None  # examples run by then
+        self._sighted: dict[str, tuple[float, int]] = {}   # signature: (seconds, examples) when first seen
+        self._tries: Counter[str] = Counter()
+
+    def sight(self, violations: Iterable[Violation], elapsed_s: float, examples: int) -> None:
+        """An example showed `violations`: note when each signature was first seen, and count one more
+        example for each signature already a finding."""
+        sigs = {signature(v) for v in violations}
+        for sig in sigs:
+            self._sighted.setdefault(sig, (elapsed_s, examples))
+        for sig in sigs & set(self.findings):
+            self.findings[sig].seen += 1
+
+    def open(self, violation: Violation) -> bool:
+        """Whether a violation is worth confirming: its signature is not settled and has tries left."""
+        found = self.findings.get(signature(violation))
+        if found is None:
+            return True
+        return found.status is Status.UNCONFIRMED and self._tries[found.signature] < RETRIES
+
+    def tried(self, sig: str) -> None:
+        """One more confirmation of `sig` begins."""
+        self._tries[sig] += 1
+
+    def record(self, failure: Failure, sig: str, confirmation: tuple[int, int], counted: bool, shrunk: bool,
+               elapsed_s: float, examples: int) -> Finding:
+        """Keep `failure` as the finding for `sig` (replacing an unconfirmed one), judged against the baseline;
+        `elapsed_s` and `examples` are the run's clock and count now. An unconfirmed one never replaces an
+        earlier finding: the steadier of the two scenarios is kept, and the earlier finding returned."""
+        if not counted:
+            status = Status.UNCONFIRMED
+        elif sig in self.baseline:
+            status = Status.ACCEPTED
+        else:
+            status = Status.VIOLATION
+        earlier = self.findings.get(sig)
+        if earlier is not None and status is Status.UNCONFIRMED:
+            if confirmation[0] * earlier.confirmation[1] > earlier.confirmation[0] * confirmation[1]:
+                earlier.failure, earlier.confirmation = failure, confirmation  # keep the steadier scenario
+            return earlier
+        found_after_s, examples_before = self._sighted.get(sig, (elapsed_s, examples))
+        finding = Finding(failure, sig, status, confirmation, shrunk=shrunk, seen=earlier.seen if earlier else 1,
+                          found_after_s=found_after_s, examples_before=examples_before)
+        if status is Status.UNCONFIRMED:
+            failure.verdict = f"FINDING (unconfirmed: {confirmation[0]} of {confirmation[1]} re-runs showed it)"
+        elif status is Status.ACCEPTED:
+            failure.verdict = "FINDING (accepted: in the baseline)"
+        self.findings.pop(sig, None)
+        self.findings[sig] = finding
+        if finding.new and self.first_failure_s is None:
+            self.first_failure_s, self.first_failure_examples = elapsed_s, examples
+        return finding

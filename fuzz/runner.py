@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -36,11 +35,11 @@ from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
-from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, SHRINK_FLOOR_S
+from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import ViolationFound
 from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
-from mlx_invariants.fuzz.findings import Finding, Status, confirmed, short_id, signature
+from mlx_invariants.fuzz.findings import Finding, FindingsBook, confirmed, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.profiles import PROFILES, Profile, Requests, hypothesis_settings, requests_for
@@ -51,6 +50,8 @@ from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.summary import RunSummary
 from mlx_invariants.fuzz.session import EngineSession
 from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.shrinking import Shrinking, lead_with, violation_type
+from mlx_invariants.fuzz.statistics import RunStatistics
 from mlx_invariants.fuzz.target import Engines, Target
 from mlx_invariants.fuzz.trace import Trace
 
@@ -61,9 +62,6 @@ DEBUG_SCENARIO = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4
 _BASELINE_EXEMPT = {"loop-lag"}
 # While shrinking, a smaller candidate counts only if it repeats this many times on a fresh engine.
 CONFIRM_RUNS = 1
-# An unconfirmed signature is tried again at most this many times (a frequent flaky race would
-# otherwise spend the budget on confirmation re-runs); a confirmed one is never tried again.
-RETRIES = 5
 
 
 class Phase(Enum):
@@ -124,17 +122,6 @@ class FuzzResult:
     @property
     def ok(self) -> bool:
         return not self.new_findings
-
-
-_KIND_TYPES: dict[str, type] = {}
-
-
-def _violation_type(sig: str) -> type:
-    """One exception type per signature, so Hypothesis shrinks towards the same bug."""
-    if sig not in _KIND_TYPES:
-        kind = sig.split(" ", 1)[0].replace("-", "_")
-        _KIND_TYPES[sig] = type(f"Violation_{kind}_{short_id(sig)}", (ViolationFound,), {})
-    return _KIND_TYPES[sig]
 
 
 def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), *, strategy: Any = None,
@@ -202,7 +189,9 @@ def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], None], set
 
 
 class _Fuzz:
-    """One run's state: the kept engine's session, the clock, and the findings so far."""
+    """One run: the kept engine's session and the clock, driving the baseline, the Hypothesis rounds, the
+    confirmation and shrinking of what fails, and the fixed scenarios. What it keeps is in its nouns: the
+    findings so far (`book`), the failure being shrunk (`shrinking`) and what the run spent (`stats`)."""
 
     def __init__(self, engines: Engines, settings: FuzzSettings, profile: Profile, budget_s: float,
                  examples: Optional[int], progress: Optional[Callable[[Progress], None]], sentinel: Sentinel,
@@ -218,29 +207,18 @@ class _Fuzz:
         self._base_driver = DriverSettings(strict=settings.strict)
         driver, self.stall_basis = driver_settings(self._base_driver, self.pace, self.remote)
         self.session = EngineSession(engines, sentinel, driver, reuse)
-        self.mlx_s, self.mlx_calls, self.runs = 0.0, 0, 0
-        self.threads: set[str] = set()
-        self.counts: Counter[str] = Counter()
+        self.stats = RunStatistics()
         # The fresh-engine output of the follow-up request: computed once per run, by the baseline.
         self.expected_followup: Optional[FollowupOutcome] = None
         self.capacity: Optional[int] = None       # what the engine says it holds at once, read by the baseline
         self.requests: Optional[Requests] = None  # what generated scenarios draw, past that capacity
         self.started = time.monotonic()
         self.state = Progress(budget_s=budget_s, examples_cap=examples)
-        self.first_failure_s: Optional[float] = None
-        self.first_failure_examples: Optional[int] = None
         self.seed_label: Optional[str] = None
         self.shrink_s, self.shrink = settings.shrink_s, settings.shrink
-        self.findings: dict[str, Finding] = {}
-        self._sighted: dict[str, tuple[float, int]] = {}   # signature: (seconds, examples) when first seen
-        self._tries: Counter[str] = Counter()
-        self._shrinking: Optional[str] = None     # the signature being shrunk
-        self._failing: set[str] = set()           # scenarios (JSON) that showed it
+        self.book = FindingsBook(settings.baseline)
+        self.shrinking: Optional[Shrinking] = None   # the confirmed failure being shrunk, if any
         self._explicit_done: set[str] = set()
-        self._shrink_deadline = 0.0
-        self._shrink_cut = False                  # shrinking that finding skipped candidates at its deadline
-        self._confirmation = (0, 0)               # how the finding being shrunk was confirmed
-        self._unshrunk: Optional[tuple[Scenario, Trace, list[Violation]]] = None   # ... and where it was seen
         self._deferred: list[tuple[Scenario, Trace, list[Violation]]] = []
         self._stop = False
 
@@ -251,15 +229,11 @@ class _Fuzz:
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "current.json").write_text(dumps_case(scenario, self.target))
-        fresh = fresh or self._shrinking is not None
+        fresh = fresh or self.shrinking is not None
         if fresh and self.session.engine is not None:
             self.teardown()  # rare: a violation has normally retired the engine already
         trace = self.session.run(scenario, self.expected_followup, keep=False if fresh else None)
-        self.runs += 1
-        spans = trace.of("mlx")
-        self.mlx_s += sum(span.duration for span in spans)
-        self.mlx_calls += len(spans)
-        self.threads.update(span.thread_name for span in spans)
+        self.stats.add_run(trace)
         trace.meta["stall_basis"] = self.stall_basis
         return trace, judge(trace)
 
@@ -271,8 +245,11 @@ class _Fuzz:
         """A new finding stopped the run (without keep-going)."""
         return self._stop
 
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.started
+
     def _out_of_time(self) -> bool:
-        return time.monotonic() - self.started > self.budget_s
+        return self._elapsed() > self.budget_s
 
     def _past_grace(self) -> bool:
         """Past the budget and the few seconds a finding met at its end gets to be confirmed, shrunk and
@@ -333,39 +310,26 @@ class _Fuzz:
                           note="found when the reused engine was shut down after this scenario")
 
     # -- findings --------------------------------------------------------------------
-    def _open(self, violation: Violation) -> bool:
-        """Whether a violation is worth confirming: its signature is not settled and has tries left."""
-        found = self.findings.get(signature(violation))
-        if found is None:
-            return True
-        return found.status is Status.UNCONFIRMED and self._tries[found.signature] < RETRIES
-
     def consider(self, scenario: Scenario, trace: Trace, violations: list[Violation], *, shrinkable: bool,
-                 note: str = "") -> Optional[tuple[str, Trace, list[Violation]]]:
+                 note: str = "") -> Optional[Shrinking]:
         """A violating scenario: count it; if it shows a signature not settled yet, re-run it on fresh
-        engines to confirm it. Returns (signature, trace, violations) to shrink when it counts and repeats
-        (and `shrinkable`); otherwise records the finding as it stands and returns None."""
-        for kind in {v.kind for v in violations}:
-            self.counts[kind] += 1
-        for sig in {signature(v) for v in violations}:
-            self._sighted.setdefault(sig, (time.monotonic() - self.started, self.state.examples))
-        for sig in {signature(v) for v in violations} & set(self.findings):
-            self.findings[sig].seen += 1
-        chosen = next((v for v in violations if self._open(v)), None)
+        engines to confirm it. Returns the failure to shrink when it counts and repeats (and `shrinkable`);
+        otherwise records the finding as it stands and returns None."""
+        self.stats.count(violations)
+        self.book.sight(violations, self._elapsed(), self.state.examples)
+        chosen = next((v for v in violations if self.book.open(v)), None)
         if chosen is None:
             return None
         sig = signature(chosen)
-        self._tries[sig] += 1
+        self.book.tried(sig)
         hits, runs, fresh_hit = self._confirm(scenario, chosen.kind)
         counted = confirmed(chosen.kind, hits, max(self.settings.replays, 1),
                             self.settings.confirm if self.settings.replays else 0)
         if fresh_hit is not None and trace.meta.get("reused", 0):
             trace, violations = fresh_hit  # report the fresh-engine run: it is what replays reproduce
         if counted and hits and shrinkable and self.shrink:
-            self._confirmation = (hits, runs)
-            self._unshrunk = (scenario, trace, _first(violations, chosen.kind))
-            return sig, trace, _first(violations, chosen.kind)
-        failure = self.failure(scenario, trace, _first(violations, chosen.kind))
+            return Shrinking(sig, (hits, runs), (scenario, trace, lead_with(violations, chosen.kind)))
+        failure = self.failure(scenario, trace, lead_with(violations, chosen.kind))
         failure.reproduced = (hits, runs)
         notes = [note] if note else []
         if trace.meta.get("reused", 0) and not hits:
@@ -382,35 +346,13 @@ class _Fuzz:
 
     def _record(self, failure: Failure, sig: str, confirmation: tuple[int, int], counted: bool,
                 shrunk: bool) -> Finding:
-        """Keep `failure` as the finding for `sig` (replacing an unconfirmed one), judged against the baseline."""
-        if not counted:
-            status = Status.UNCONFIRMED
-        elif sig in self.settings.baseline:
-            status = Status.ACCEPTED
-        else:
-            status = Status.VIOLATION
+        """Keep `failure` in the book as the finding for `sig`; a new one stops the run without keep-going."""
         failure.device = failure.device or device_info()
-        earlier = self.findings.get(sig)
-        if earlier is not None and status is Status.UNCONFIRMED:
-            if confirmation[0] * earlier.confirmation[1] > earlier.confirmation[0] * confirmation[1]:
-                earlier.failure, earlier.confirmation = failure, confirmation  # keep the steadier scenario
-            return earlier
-        found_after_s, examples_before = self._sighted.get(sig, (time.monotonic() - self.started, self.state.examples))
-        finding = Finding(failure, sig, status, confirmation, shrunk=shrunk, seen=earlier.seen if earlier else 1,
-                          found_after_s=found_after_s, examples_before=examples_before)
-        if status is Status.UNCONFIRMED:
-            failure.verdict = f"FINDING (unconfirmed: {confirmation[0]} of {confirmation[1]} re-runs showed it)"
-        elif status is Status.ACCEPTED:
-            failure.verdict = "FINDING (accepted: in the baseline)"
-        self.findings.pop(sig, None)
-        self.findings[sig] = finding
+        finding = self.book.record(failure, sig, confirmation, counted, shrunk, self._elapsed(), self.state.examples)
         if finding.new:
-            if self.first_failure_s is None:
-                self.first_failure_s = time.monotonic() - self.started
-                self.first_failure_examples = self.state.examples
             self.state.failed = True
             self._stop = not self.settings.keep_going
-        self.state.findings = len(self.findings)
+        self.state.findings = len(self.book.findings)
         return finding
 
     # -- search ----------------------------------------------------------------------
@@ -467,39 +409,36 @@ class _Fuzz:
                     raise
                 self._found(inner[0], note="Hypothesis reported the failure as flaky")
             finally:
-                self._shrinking = None
-                self._failing.clear()
+                self.shrinking = None
             round_number += 1
 
     def _example(self, scenario: Scenario) -> None:
         """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding."""
         key = scenario.dumps()
-        if self._shrinking is not None:
-            if self._past_grace() or (time.monotonic() > self._shrink_deadline and key not in self._failing):
-                self._shrink_cut = True
+        if self.shrinking is not None:
+            if self._past_grace() or (time.monotonic() > self.shrinking.deadline and key not in self.shrinking.failing):
+                self.shrinking.cut = True
                 return  # shrinking ran out of time: only the known failures still run
         elif not self._searching():
             return
         self._explicit_done.add(key)
-        self._tick(scenario, Phase.SHRINK if self._shrinking else Phase.GENERATE)
+        self._tick(scenario, Phase.SHRINK if self.shrinking else Phase.GENERATE)
         trace, violations = self.run(scenario)
-        if self._shrinking is None:
+        if self.shrinking is None:
             self.state.examples += 1
-            shown = self.consider(scenario, trace, violations, shrinkable=True) if violations else None
-            if shown is None:
+            shrinking = self.consider(scenario, trace, violations, shrinkable=True) if violations else None
+            if shrinking is None:
                 return
-            sig, trace, violations = shown
-            self._shrinking, self._shrink_cut = sig, False
-            now = time.monotonic()
-            self._shrink_deadline = min(now + self.shrink_s,
-                                        max(self.started + self.budget_s, now + min(SHRINK_FLOOR_S, self.shrink_s)))
+            _, trace, violations = shrinking.unshrunk
+            shrinking.start(time.monotonic(), self.shrink_s, self.started + self.budget_s)
+            self.shrinking = shrinking
         else:
-            same = [v for v in violations if signature(v) == self._shrinking]
+            same = [v for v in violations if signature(v) == self.shrinking.signature]
             if not same or not self._repeats(scenario, same[0].kind):
                 return
-            violations = _first(violations, same[0].kind)
-        self._failing.add(key)
-        raise _violation_type(self._shrinking)(scenario, trace, violations)
+            violations = lead_with(violations, same[0].kind)
+        self.shrinking.failing.add(key)
+        raise violation_type(self.shrinking.signature)(scenario, trace, violations)
 
     def _repeats(self, scenario: Scenario, kind: str) -> bool:
         """While shrinking: a smaller candidate counts only if it shows `kind` again on a fresh engine,
@@ -508,8 +447,9 @@ class _Fuzz:
 
     def _found(self, found: ViolationFound, note: str = "") -> None:
         """Hypothesis's minimal failure for the signature being shrunk: replay it and record the finding."""
-        sig = self._shrinking or signature(found.violations[0])
-        self._shrinking = None
+        shrinking, self.shrinking = self.shrinking, None
+        sig = shrinking.signature if shrinking else signature(found.violations[0])
+        confirmation = shrinking.confirmation if shrinking else (0, 0)
         failure = self.failure(found.scenario, found.trace, found.violations)
         notes = getattr(found, "__notes__", [])
         failure.blob = next((n.strip() for n in notes if "@reproduce_failure" in n), None)
@@ -519,17 +459,16 @@ class _Fuzz:
         hits, runs, _ = self._replays(found.scenario, kind, self.settings.replays) if self.settings.replays else (0, 0, None)
         failure.reproduced = (hits, runs)
         shrunk = True
-        if runs and self._unshrunk is not None and not confirmed(kind, hits, self.settings.replays, self.settings.confirm):
+        if runs and shrinking and not confirmed(kind, hits, self.settings.replays, self.settings.confirm):
             # Shrinking slid onto a scenario that rarely shows it: report the one that was confirmed.
-            failure = self.failure(*self._unshrunk)
-            failure.reproduced, shrunk = self._confirmation, False
+            failure = self.failure(*shrinking.unshrunk)
+            failure.reproduced, shrunk = confirmation, False
             failure.blob = f"not shrunk: the smallest failing scenario replayed only {hits}/{runs}"
-        elif shrunk and self._shrink_cut:
+        elif shrunk and shrinking and shrinking.cut:
             # The deadline, not the shrinker, ended it: smaller scenarios may still show the bug.
             shrunk = False
             failure.blob = f"{failure.blob or ''} (shrinking stopped at its {self.shrink_s:g}s limit)".strip()
-        self._unshrunk = None
-        self._record(failure, sig, self._confirmation, True, shrunk=shrunk)
+        self._record(failure, sig, confirmation, True, shrunk=shrunk)
 
     def enumerate(self, todo: list[Scenario]) -> None:
         """Run `todo` in order after the baseline, each violation confirmed as in a search (not shrunk:
@@ -548,19 +487,14 @@ class _Fuzz:
             self.settle_deferred()
 
     def result(self) -> FuzzResult:
+        book, stats = self.book, self.stats
         return FuzzResult(
-            self.target.label, self.state.examples, time.monotonic() - self.started, list(self.findings.values()),
-            first_failure_s=self.first_failure_s, first_failure_examples=self.first_failure_examples,
-            engines_started=self.session.starts, mlx_s=self.mlx_s, mlx_calls=self.mlx_calls,
-            mlx_threads=sorted(self.threads), scenario_runs=self.runs, counts=dict(self.counts),
+            self.target.label, self.state.examples, self._elapsed(), list(book.findings.values()),
+            first_failure_s=book.first_failure_s, first_failure_examples=book.first_failure_examples,
+            engines_started=self.session.starts, mlx_s=stats.mlx_s, mlx_calls=stats.mlx_calls,
+            mlx_threads=sorted(stats.threads), scenario_runs=stats.runs, counts=dict(stats.counts),
             seed=self.seed_label, budget_s=self.budget_s, examples_cap=self.examples, pace=self.pace,
             target=self.target, requests=self.requests)
-
-
-def _first(violations: list[Violation], kind: str) -> list[Violation]:
-    """`violations` with the first one of `kind` first (the report's headline is the first)."""
-    lead = next(v for v in violations if v.kind == kind)
-    return [lead] + [v for v in violations if v is not lead]
 
 
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS,

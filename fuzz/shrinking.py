@@ -1,0 +1,53 @@
+"""The state of shrinking one confirmed failure, and the exception type Hypothesis shrinks it by.
+
+While a failure is shrunk, Hypothesis runs smaller candidates until it has
+the smallest that still raises the same exception type: one type per
+signature (`violation_type`), so it shrinks towards the same bug. Shrinking
+has a deadline; past it only the scenarios already known to fail still run,
+and the finding says it was cut. If the smallest failing scenario does not
+replay often enough, the unshrunk one is reported, as it was confirmed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlx_invariants.fuzz.defaults import SHRINK_FLOOR_S
+from mlx_invariants.fuzz.errors import ViolationFound
+from mlx_invariants.fuzz.findings import short_id
+from mlx_invariants.fuzz.oracles import Violation
+from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.trace import Trace
+
+_KIND_TYPES: dict[str, type] = {}
+
+
+def violation_type(sig: str) -> type:
+    """One exception type per signature, so Hypothesis shrinks towards the same bug."""
+    if sig not in _KIND_TYPES:
+        kind = sig.split(" ", 1)[0].replace("-", "_")
+        _KIND_TYPES[sig] = type(f"Violation_{kind}_{short_id(sig)}", (ViolationFound,), {})
+    return _KIND_TYPES[sig]
+
+
+def lead_with(violations: list[Violation], kind: str) -> list[Violation]:
+    """`violations` with the first one of `kind` first (the report's headline is the first)."""
+    lead = next(v for v in violations if v.kind == kind)
+    return [lead] + [v for v in violations if v is not lead]
+
+
+@dataclass
+class Shrinking:
+    """One confirmed failure being made smaller."""
+
+    signature: str                                       # what every smaller candidate must show again
+    confirmation: tuple[int, int]                        # how it was confirmed: k of n fresh re-runs
+    unshrunk: tuple[Scenario, Trace, list[Violation]]    # where it was seen: reported if shrinking slides off it
+    deadline: float = 0.0                                # monotonic time; past it only known failures run
+    failing: set[str] = field(default_factory=set)       # scenarios (JSON) that showed it
+    cut: bool = False                                    # candidates were skipped at the deadline
+
+    def start(self, now: float, shrink_s: float, budget_end: float) -> None:
+        """Set the deadline: `shrink_s` from `now`, and no later than the budget's end unless that leaves
+        less than `SHRINK_FLOOR_S` (and never more than `shrink_s`)."""
+        self.deadline = min(now + shrink_s, max(budget_end, now + min(SHRINK_FLOOR_S, shrink_s)))

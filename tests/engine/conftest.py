@@ -13,6 +13,8 @@ import pytest
 from mlx_invariants.engine import EngineConfig, Pending, SamplingParams
 from mlx_invariants.engine.points import Point, set_hook
 
+from ..conftest import WAIT_S
+
 
 @dataclass
 class Hold:
@@ -45,7 +47,7 @@ class Points:
             if hold is not None:
                 hold.reached.set()
         if hold is not None:
-            assert hold.release.wait(30), f"test never released {point} for {rid}"
+            assert hold.release.wait(2 * WAIT_S), f"test never released {point} for {rid}"
             if hold.error is not None:
                 raise hold.error
 
@@ -105,7 +107,7 @@ async def consume(stream) -> list:
         await stream.aclose()
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+async def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S) -> bool:
     """Yield to the loop until `condition()` holds; False on timeout (callers assert it)."""
     deadline = time.monotonic() + timeout
     while not condition():

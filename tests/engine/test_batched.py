@@ -20,6 +20,19 @@ async def occupy_owner(engine, points, step: int, max_tokens: int):
     return hold, reader
 
 
+async def delivered_while_held(stream) -> list:
+    """The tokens the loop delivers to `stream` while the owner is held: waits for the first one (an empty
+    list after the backstop if none comes), since the owner posted it before reaching the hold."""
+    early: list = []
+
+    def arrived() -> bool:
+        early.extend(stream.tokens_nowait())
+        return bool(early)
+
+    await wait_until(arrived)
+    return early
+
+
 def test_batched_output_matches_serialized_output():
     """Greedy decoding is deterministic: both routes must produce the same tokens for the same prompt."""
     outputs = {}
@@ -76,8 +89,7 @@ def test_first_token_reaches_the_stream_before_the_next_step(points):
         hold = points.hold(Point.BEFORE_DECODE, "a", step=1)
         stream = await engine.submit(request(engine, "a", max_tokens=5))
         assert await wait_until(hold.reached.is_set)
-        await asyncio.sleep(0.05)  # the loop is free to deliver whatever the owner has emitted
-        early = stream.tokens_nowait()
+        early = await delivered_while_held(stream)
         hold.release.set()
         rest = await consume(stream)
         assert len(early) == 1, "the first token waited for the next decode step"
@@ -96,8 +108,7 @@ def test_a_burst_hands_out_each_first_token_when_its_prefill_ends(points):
         b = await engine.submit(request(engine, "b", max_tokens=3))
         busy_hold.release.set()  # the owner's next iteration takes a and b together
         assert await wait_until(hold.reached.is_set)
-        await asyncio.sleep(0.05)
-        early = a.tokens_nowait()
+        early = await delivered_while_held(a)
         hold.release.set()
         assert len(early) == 1, "a's first token waited for b's prefill"
         assert len(early) + len(await consume(a)) == 3 and len(await consume(b)) == 3
@@ -166,9 +177,14 @@ def test_abort_during_prefill_or_decode_frees_the_seat(points, point, step):
 
 def test_failing_step_fails_its_requests_and_engine_recovers(points):
     async def body(engine):
+        # b is posted while a waits before its first step, so b is in the batch when a's third step fails
+        # (posted right after a, a loaded box let a decode three steps alone first: "failing 1 request(s)").
+        joined = points.hold(Point.BEFORE_DECODE, "a", step=1)
         points.fail(Point.BEFORE_DECODE, "a", step=3)
         first = await engine.submit(request(engine, "a", max_tokens=50))
+        assert await wait_until(joined.reached.is_set)
         second = await engine.submit(request(engine, "b", max_tokens=50))
+        joined.release.set()
         await asyncio.gather(consume(first), consume(second))
         assert isinstance(first.result, Failed) and isinstance(second.result, Failed)
         assert "injected failure" in first.result.message

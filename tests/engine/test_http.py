@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import httpx
 import openai
@@ -13,7 +12,7 @@ import pytest
 
 from mlx_invariants.engine.points import Point
 
-from ..conftest import wait_for
+from ..conftest import WAIT_S, wait_for
 
 
 def chat_body(model: str, max_tokens: int = 8, stream: bool = False, **extra) -> dict:
@@ -96,24 +95,24 @@ def test_openai_client_sees_busy_as_status_error_with_code(http_server, points):
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_busy_is_503_before_any_byte_in_under_100ms(http_server, points, stream):
+    """The first request is held inside its generation until the refusal has been read, so a 503 that came
+    at all came without waiting for the slot. The name is the catalogue's (M17's killer); the milliseconds
+    are a figure, not checked here: benchmarks/bench_responsiveness.py."""
     held = points.hold(Point.BEFORE_DECODE, f"chatcmpl-first-{stream}", step=1)
     first = RawRequest(http_server, "/v1/chat/completions", chat_body(http_server.model_id, 50, stream),
                        f"first-{stream}")
     try:
-        assert held.reached.wait(30)
+        assert held.reached.wait(WAIT_S)
         rejected_before = http_server.status()["rejected_busy"]
-        with httpx.Client(base_url=http_server.url, timeout=10) as client:
-            client.get("/health")  # connect first: time the answer, not the TCP handshake
-            started = time.perf_counter()
+        with httpx.Client(base_url=http_server.url, timeout=WAIT_S) as client:
             with client.stream("POST", "/v1/chat/completions", json=chat_body(http_server.model_id, 8, stream)) as r:
                 body = json.loads(r.read())
-            elapsed = time.perf_counter() - started
         assert r.status_code == 503, body
         assert r.headers["content-type"] == "application/json"
         assert int(r.headers["retry-after"]) >= 1
         assert body["error"]["code"] == "text_generation_busy"
         assert body["error"]["type"] == "server_busy"
-        assert elapsed < 0.1, f"busy took {elapsed * 1000:.0f} ms"
+        assert http_server.status()["requests"] == {f"chatcmpl-first-{stream}": "decoding"}  # still held
         assert http_server.status()["rejected_busy"] == rejected_before + 1
     finally:
         held.release.set()
@@ -179,34 +178,38 @@ def test_engine_failure_mid_request_is_reported_not_dropped(http_server, points,
 
 # -- the loop stays responsive ---------------------------------------------------------------
 
-def test_health_answers_fast_while_a_long_generation_streams(http_server):
+def test_health_answers_while_a_long_generation_streams(http_server, points):
+    """Decode runs on the owner thread, never on the server's loop: with a decode step held in the middle
+    of a streamed generation, /health and /v1/status still answer (on the loop they could not until the
+    hold's backstop), and no decode step ran on the loop's thread. The /health latency while decoding is
+    a figure, not a test: benchmarks/bench_responsiveness.py."""
+    held = points.hold(Point.BEFORE_DECODE, "chatcmpl-long-stream", step=50)
     finished = threading.Event()
     seen: list[str] = []
 
     def read_stream() -> None:
         body = chat_body(http_server.model_id, 300, stream=True)
-        with httpx.stream("POST", http_server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        with httpx.stream("POST", http_server.url + "/v1/chat/completions", json=body, timeout=2 * WAIT_S,
+                          headers={"X-Request-Id": "long-stream"}) as r:
             seen.extend(line for line in r.iter_lines() if line)
         finished.set()
 
     reader = threading.Thread(target=read_stream, daemon=True)
     reader.start()
-    assert wait_for(lambda: len(seen) > 2 or finished.is_set(), 30)
-    latencies = []
-    with httpx.Client(base_url=http_server.url, timeout=10) as client:
-        while not finished.is_set():
-            started = time.perf_counter()
-            assert client.get("/health").status_code == 200
-            latencies.append(time.perf_counter() - started)
-    reader.join(30)
+    try:
+        assert held.reached.wait(WAIT_S), "the generation never reached its 50th decode step"
+        with httpx.Client(base_url=http_server.url, timeout=WAIT_S) as client:
+            probes = [client.get("/health").status_code for _ in range(20)]
+            status = client.get("/v1/status").json()
+        assert probes == [200] * 20
+        assert status["requests"] == {"chatcmpl-long-stream": "decoding"} and not finished.is_set()
+    finally:
+        held.release.set()
+    reader.join(2 * WAIT_S)
     assert seen[-1] == "data: [DONE]"
-    assert len(latencies) >= 20, "the generation ended before /health was probed enough"
-    latencies.sort()
-    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
-    summary = f"/health while decoding: {len(latencies)} probes, p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
-    print(summary)
-    # p99, not max: on a shared 2-core box the scheduler alone sometimes stalls a probe 100+ ms
-    assert p50 < 0.02 and p99 < 0.1, summary
+    decoding = {thread for point, rid, _, thread in points.events
+                if point is Point.BEFORE_DECODE and rid == "chatcmpl-long-stream"}
+    assert decoding and "http-server-under-test" not in decoding, decoding
 
 
 def test_status_reports_admission_and_server_counters(http_server, points):
@@ -332,23 +335,39 @@ def test_wait_mode_queues_then_refuses_and_a_client_leaving_the_queue_frees_its_
     assert server.wait_idle()
 
 
-@pytest.mark.parametrize("path, body, code", [
-    ("/v1/completions", {"prompt": "hello world apple " * 60_000, "max_tokens": 1}, "context_length_exceeded"),
+@pytest.mark.parametrize("path, body, code, work", [
+    ("/v1/completions", {"prompt": "hello world apple " * 60_000, "max_tokens": 1}, "context_length_exceeded",
+     "_tokenize"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}] * 40_000 + [{"role": "x"}]},
-     "invalid_value"),
+     "invalid_value", "_parse"),
 ], ids=["tokenizing", "validating"])
-def test_health_answers_fast_while_a_huge_body_is_processed(http_server, path, body, code):
-    """About a second of work per body: on the loop it would stall every other request that long."""
+def test_health_answers_while_a_huge_body_is_processed(http_server, monkeypatch, path, body, code, work):
+    """About a second of work per body: on the loop it would stall every other request that long. The work
+    is held half-way (before the real parse or tokenization) until /health has answered, which on the loop
+    it could not; the latency of /health meanwhile is a figure: benchmarks/bench_responsiveness.py."""
+    from mlx_invariants.engine.http import app
+
+    reached, release, threads = threading.Event(), threading.Event(), []
+    real = getattr(app, work)
+
+    def held(*args):
+        threads.append(threading.current_thread().name)
+        reached.set()
+        assert release.wait(2 * WAIT_S), "the test never let the work go on"
+        return real(*args)
+
+    monkeypatch.setattr(app, work, held)
     answers: list[httpx.Response] = []
     body = {"model": http_server.model_id, **body}
-    sender = threading.Thread(target=lambda: answers.append(httpx.post(http_server.url + path, json=body, timeout=60)))
-    latencies = []
-    with httpx.Client(base_url=http_server.url, timeout=10) as client:
-        client.get("/health")
-        sender.start()
-        while sender.is_alive():
-            started = time.perf_counter()
-            assert client.get("/health").status_code == 200
-            latencies.append(time.perf_counter() - started)
+    sender = threading.Thread(target=lambda: answers.append(
+        httpx.post(http_server.url + path, json=body, timeout=2 * WAIT_S)))
+    sender.start()
+    try:
+        assert reached.wait(WAIT_S), f"the body never reached {work}"
+        with httpx.Client(base_url=http_server.url, timeout=WAIT_S) as client:
+            assert [client.get("/health").status_code for _ in range(10)] == [200] * 10
+    finally:
+        release.set()
+        sender.join(2 * WAIT_S)
     assert answers[0].status_code == 400 and answers[0].json()["error"]["code"] == code
-    assert len(latencies) >= 10 and max(latencies) < 0.5, f"/health stalled {max(latencies) * 1000:.0f} ms"
+    assert threads and "http-server-under-test" not in threads, threads

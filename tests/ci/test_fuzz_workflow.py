@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.conftest import BACKSTOP_S
 from tests.fuzz.fastpath_engine import SOURCE as FASTPATH_SOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,8 @@ def scratch(tmp_path: Path) -> dict[str, Any]:
     """A caller's checkout with an engine, and the environment GitHub gives the fuzz step."""
     (tmp_path / "myengine.py").write_text(FASTPATH_SOURCE)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(tmp_path), "SERVER_COMMAND": "", "ADAPTER": "myengine:make", "BUDGET": "5",
+           "PYTHONPATH": str(tmp_path), "SERVER_COMMAND": "", "ADAPTER": "myengine:make",
+           "BUDGET": str(BACKSTOP_S),  # --examples ends the run, not a budget a loaded box may spend on start-up
            "BASELINE": "", "PROFILE": "ci", "FUZZ_ARGS": "--jobs 0 --examples 3 --replays 1",
            "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md")}
     return {"dir": tmp_path, "env": env}

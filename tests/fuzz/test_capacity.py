@@ -17,6 +17,7 @@ from mlx_invariants.fuzz.profiles import MOST_REQUESTS, PAST_CAPACITY, PROFILES,
 from mlx_invariants.fuzz.runner import FuzzResult, Progress, run_fuzz
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target, TargetKind
+from tests.conftest import BACKSTOP_S
 from tests.fuzz import toy_adapter
 
 CI = PROFILES["ci"]
@@ -38,8 +39,9 @@ def _fuzz(factory: str, capacity: Optional[int] = None, report_dir: Optional[Pat
     def progress(state: Progress) -> None:
         most[0] = max(most[0], len(re.findall(r"\br\d+\(", state.scenario.split("]")[0])))
     target = Target(TargetKind.FACTORY, factory, fault_kinds=("cancel",), points=("ADMITTED", "CHUNK_SENT"))
-    result = run_fuzz(target, FuzzSettings(examples=examples, budget_s=60, explicit=(), replays=0, debug_run=False,
-                                           capacity=capacity, report_dir=report_dir), progress=progress)
+    result = run_fuzz(target, FuzzSettings(examples=examples, budget_s=BACKSTOP_S, explicit=(), replays=0,
+                                           debug_run=False, capacity=capacity, report_dir=report_dir),
+                      progress=progress)
     return result, most[0]
 
 
@@ -65,7 +67,8 @@ def test_an_engine_that_says_nothing_gets_the_profiles_number():
 
 
 def test_the_reference_engine_reports_its_slot_and_queue():
-    result = run_fuzz(Target.reference("simple"), FuzzSettings(examples=1, explicit=(), replays=0, debug_run=False))
+    result = run_fuzz(Target.reference("simple"), FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(), replays=0,
+                                                                debug_run=False))
     assert result.requests == Requests(1 + 4 + PAST_CAPACITY, 1 + 4, "engine")  # one slot, a queue of four
 
 
@@ -117,6 +120,6 @@ def test_the_capacity_travels_to_child_processes():
 
 
 def test_the_summary_line_says_which_capacity_was_used(tmp_path: Path, capsys):
-    assert main(["fuzz", "--engine", "simple", "--capacity", "3", "--examples", "2", "--jobs", "0",
-                 "--report", str(tmp_path)]) == 0
+    assert main(["fuzz", "--engine", "simple", "--capacity", "3", "--examples", "2", "--budget", str(BACKSTOP_S),
+                 "--jobs", "0", "--report", str(tmp_path)]) == 0
     assert "up to 5 requests per scenario (capacity 3, given with --capacity)" in capsys.readouterr().out

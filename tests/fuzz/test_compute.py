@@ -155,12 +155,13 @@ def test_the_fuzzer_finds_mlx_lm_server_decoding_for_a_gone_non_streaming_client
     from mlx_invariants.engine.model import tiny_model_path
     from mlx_invariants.fuzz.runner import run_fuzz
     from mlx_invariants.fuzz.settings import FuzzSettings
+    from tests.conftest import BACKSTOP_S
 
     gone = Scenario((RequestSpec("r0", 4, 40, False),), (FaultSpec("disconnect", At("r0", "ADMITTED")),))
     engines = Target.server(f"{sys.executable} -m mlx_lm.server --model {tiny_model_path()} "
                             "--host 127.0.0.1 --port {port}").build()
     try:
-        result = run_fuzz(engines, FuzzSettings(examples=1, budget_s=120, explicit=(gone,), debug_run=False))
+        result = run_fuzz(engines, FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(gone,), debug_run=False))
     finally:
         engines.close()
     assert not result.ok and result.failure.headline.startswith("compute-after-disconnect"), \

@@ -26,6 +26,7 @@ from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Engines, Target
 from mlx_invariants.fuzz.trace import Trace
+from tests.conftest import BACKSTOP_S
 
 STREAMS = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4, True)),
                    (FaultSpec("disconnect", At("r0", "CHUNK_SENT", 1)),))
@@ -54,7 +55,7 @@ def test_mlx_lm_server_passes_and_its_mlx_calls_are_seen(mlx_lm_server):
 
 def test_mlx_lm_server_survives_a_short_fuzz_run(mlx_lm_server):
     # Its one known bug may show: it keeps decoding for a gone non-streaming client (docs/zoo.md).
-    result = run_fuzz(mlx_lm_server, FuzzSettings(examples=15, budget_s=60, explicit=(), debug_run=False,
+    result = run_fuzz(mlx_lm_server, FuzzSettings(examples=15, budget_s=BACKSTOP_S, explicit=(), debug_run=False,
                                                   keep_going=True, shrink=False))
     assert {f.kind for f in result.new_findings} <= {"compute-after-disconnect"}, \
         [f.failure.headline for f in result.new_findings]

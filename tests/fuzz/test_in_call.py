@@ -21,6 +21,7 @@ from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.mutants import Edit, Mutant, select
 from mlx_invariants.mutants.copies import import_copy
+from tests.conftest import BACKSTOP_S
 from tests.fuzz import toy_adapter
 
 IN_CALL = ("cancel-in-call",)
@@ -55,7 +56,7 @@ def _strategy(**shapes: int):
 
 
 def _settings(tmp_path: Path, examples: int) -> FuzzSettings:
-    return FuzzSettings(examples=examples, budget_s=90, explicit=(), replays=0, shrink=False, debug_run=False,
+    return FuzzSettings(examples=examples, budget_s=BACKSTOP_S, explicit=(), replays=0, shrink=False, debug_run=False,
                         report_dir=tmp_path)
 
 

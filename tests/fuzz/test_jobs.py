@@ -13,13 +13,15 @@ from mlx_invariants.fuzz.evidence import JobPart, merge_summaries
 from mlx_invariants.fuzz.jobs import JobOutcome, take_line, result_line
 from mlx_invariants.fuzz.summary import FindingSummary, RunSummary, SentinelTotals, Status
 from mlx_invariants.fuzz.target import Target
+from tests.conftest import BACKSTOP_S
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_two_jobs_that_find_the_same_bug_write_one_merged_run_folder(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "mlx_invariants", "fuzz", "--engine", "tests.fuzz.fastpath_engine:make",
-                          "--jobs", "2", "--examples", "4", "--seed", "7", "--replays", "0", "--report", str(tmp_path)],
+                          "--jobs", "2", "--examples", "4", "--budget", str(BACKSTOP_S), "--seed", "7",
+                          "--replays", "0", "--report", str(tmp_path)],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     [folder] = [p for p in tmp_path.iterdir() if (p / "summary.json").is_file()]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mlx_invariants.fuzz.lifeline import Lifeline
+from tests.conftest import BACKSTOP_S, WAIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,17 +54,17 @@ def test_a_sigkilled_fuzz_run_takes_its_server_with_it(tmp_path: Path, jobs: str
     server = (f"sh -c {shlex.quote(f'echo $$ {{port}} > {started}; exec {sys.executable} tests/fuzz/slow_server.py {{port}}')}")
     reports = tmp_path / "reports"
     fuzz = subprocess.Popen([sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", server, "--jobs", jobs,
-                             "--budget", "120", "--report", str(reports)],
+                             "--budget", str(BACKSTOP_S), "--report", str(reports)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Mid-run: the server answers and a scenario has been handed to it.
         assert _until(lambda: started.is_file() and started.read_text().count(" ") == 1
-                      and any(reports.glob("work/**/current.json")), 60), "the fuzz run never got going"
+                      and any(reports.glob("work/**/current.json")), 2 * WAIT_S), "the fuzz run never got going"
         pid, port = map(int, started.read_text().split())
         assert _alive(pid) and _answers(port)
         fuzz.kill()
         fuzz.wait()
-        assert _until(lambda: not _answers(port) and not _alive(pid), 10), \
+        assert _until(lambda: not _answers(port) and not _alive(pid), WAIT_S), \
             f"the server (pid {pid}) outlived the fuzz process that started it"
     finally:
         if fuzz.poll() is None:
@@ -84,21 +85,21 @@ def test_the_watchdog_is_the_server_to_its_owner(tmp_path: Path) -> None:
     """Exit status passes through, a SIGTERM to the group stops the server, and a server that ignores
     SIGTERM is killed once its owner lets go."""
     line = Lifeline([sys.executable, "-c", "import sys; sys.exit(3)"])
-    assert line.process.wait(10) == 3
+    assert line.process.wait(WAIT_S) == 3
     line.cut()
     running = tmp_path / "running"
     line = Lifeline([sys.executable, "-c", f"import time; open({str(running)!r}, 'w'); time.sleep(60)"])
-    assert _until(running.is_file, 10)  # the server runs, so the watchdog's TERM handler is in place
+    assert _until(running.is_file, WAIT_S)  # the server runs, so the watchdog's TERM handler is in place
     os.killpg(line.process.pid, signal.SIGTERM)
-    assert line.process.wait(10) == -signal.SIGTERM
+    assert line.process.wait(WAIT_S) == -signal.SIGTERM
     line.cut()
     stubborn = tmp_path / "stubborn.pid"
     line = Lifeline([sys.executable, "-c", "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                                           f"open({str(stubborn)!r}, 'w').write(str(os.getpid())); time.sleep(60)"])
-    assert _until(lambda: stubborn.is_file() and stubborn.read_text(), 10)
+    assert _until(lambda: stubborn.is_file() and stubborn.read_text(), WAIT_S)
     line.cut()
-    assert line.process.wait(15) == -signal.SIGKILL
-    assert _until(lambda: not _alive(int(stubborn.read_text())), 5)
+    assert line.process.wait(WAIT_S) == -signal.SIGKILL
+    assert _until(lambda: not _alive(int(stubborn.read_text())), WAIT_S)
 
 
 def _child_with_a_lifeline(then: str) -> subprocess.Popen:
@@ -116,8 +117,8 @@ def test_a_job_child_ends_when_its_parent_lets_go_of_its_stdin() -> None:
     try:
         assert stuck.stdout.readline() == "ready\n"
         stuck.stdin.close()
-        assert stuck.wait(10) == -signal.SIGKILL
-        assert done.wait(10) == 0, done.stderr.read()
+        assert stuck.wait(WAIT_S) == -signal.SIGKILL
+        assert done.wait(WAIT_S) == 0, done.stderr.read()
     finally:
         for child in (stuck, done):
             if child.poll() is None:
@@ -135,9 +136,12 @@ def test_a_child_lifeline_thread_counts_as_parked() -> None:
         "from mlx_invariants.fuzz.liveness import parked\n"
         "r, w = os.pipe()\n"
         "exit_with_parent(r)\n"
-        "time.sleep(0.3)\n"
         "t = next(t for t in threading.enumerate() if t.name == 'lifeline')\n"
+        # Poll until the thread has reached its blocking read: a fixed sleep orders nothing on a loaded box.
+        f"deadline = time.monotonic() + {WAIT_S}\n"
+        "while not parked(sys._current_frames()[t.ident]) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
         "print(parked(sys._current_frames()[t.ident]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=2 * WAIT_S)
     assert done.stdout.strip() == "True", done.stdout + done.stderr

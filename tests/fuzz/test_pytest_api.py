@@ -31,7 +31,8 @@ TESTS = """
     from mlx_invariants.fuzz.baseline import write_baseline
     from myengine import make
 
-    QUICK = dict(examples=3, debug_run=False, replays=1)
+    # The count ends each run and shrinking ends on its own, not the clock (the defaults: 120 s, 60 s).
+    QUICK = dict(examples=3, budget_s=3600, shrink_s=3600, debug_run=False, replays=1)
 
 
     def test_fixture_on_a_factory_function(mlx_fuzz):

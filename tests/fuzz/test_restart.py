@@ -18,6 +18,7 @@ from mlx_invariants.fuzz.strategies import scenarios
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.timeline import timeline_svg
 
+from tests.conftest import BACKSTOP_S
 from tests.fuzz import restart_engine
 
 # r0 is stopped mid-decode; r1 arrives at a point of r0 that comes after the restart was delivered.
@@ -61,11 +62,13 @@ def test_what_a_stop_leaves_behind_is_found_through_restart_and_no_other_fault(m
 def test_the_fuzzer_finds_a_lock_a_stop_left_held_and_passes_the_fixed_engine():
     restart = scenarios(kinds=("restart",))
     broken = run_fuzz(Target.module_factory("tests.fuzz.restart_engine:make_held_lock"),
-                      FuzzSettings(examples=20, explicit=(), debug_run=False, replays=1, shrink_s=20), strategy=restart)
+                      FuzzSettings(examples=20, budget_s=BACKSTOP_S, explicit=(), debug_run=False, replays=1,
+                                   shrink_s=BACKSTOP_S), strategy=restart)  # shrunk to one fault, however slow
     assert broken.failure is not None and broken.failure.violations[0].kind == "stalled", broken.failure
     assert [f.kind for f in broken.failure.scenario.faults] == ["restart"]
     fixed = run_fuzz(Target.module_factory("tests.fuzz.restart_engine:make_fixed"),
-                     FuzzSettings(examples=20, explicit=(), debug_run=False, replays=1), strategy=restart)
+                     FuzzSettings(examples=20, budget_s=BACKSTOP_S, explicit=(), debug_run=False, replays=1),
+                     strategy=restart)
     assert fixed.ok, fixed.failure.headline
 
 

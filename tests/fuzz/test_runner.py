@@ -29,7 +29,10 @@ from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.mutants import select
 from mlx_invariants.mutants.copies import import_copy
 
+from tests.conftest import BACKSTOP_S
+
 REPO = Path(__file__).resolve().parents[2]
+NO_BUDGET = ("--budget", str(BACKSTOP_S))  # runs that end on --examples, not on the profile's budget
 
 
 def cli(*argv: str) -> int:
@@ -39,10 +42,12 @@ def cli(*argv: str) -> int:
 # As `invariants fuzz --engine E` runs it: the ci profile (seed corpus, 300 examples, debug run) in one
 # child process. A fresh process matters: MLX keeps a thread for every thread that ever ran MLX work, and
 # each one slows every later MLX call, so the engines earlier tests started would slow this one down.
+# The count, not the profile's 120 s budget, ends the run: a loaded 2-core box once reached 216 of 300 in it.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("engine", ["simple", "batched"])
 def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str, tmp_path: Path):
-    [outcome] = run_jobs(Target.reference(engine), FuzzSettings(report_dir=tmp_path), 1, tmp_path / "work",
-                         lambda states: None).outcomes
+    settings = FuzzSettings(examples=PROFILES["ci"].examples, budget_s=BACKSTOP_S, report_dir=tmp_path)
+    [outcome] = run_jobs(Target.reference(engine), settings, 1, tmp_path / "work", lambda states: None).outcomes
     assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
     assert outcome.examples >= PROFILES["ci"].examples
     assert outcome.engines_started < outcome.examples / 4, "clean scenarios should share their engine"
@@ -67,10 +72,10 @@ def test_usage_errors_exit_2_with_a_sentence(argv, message, capsys):
 
 
 def test_clean_run_exits_0_and_violation_exits_1_with_a_replayable_report(tmp_path, capsys):
-    assert cli("--engine", "batched", "--examples", "3", "--jobs", "0", "--report", str(tmp_path)) == 0
+    assert cli("--engine", "batched", "--examples", "3", *NO_BUDGET, "--jobs", "0", "--report", str(tmp_path)) == 0
     package = import_copy(*select(["M01"]), tmp_path / "plants")
     reports = tmp_path / "reports"
-    assert cli("--engine", f"{package}:SimpleEngine", "--examples", "20", "--jobs", "0",
+    assert cli("--engine", f"{package}:SimpleEngine", "--examples", "20", *NO_BUDGET, "--jobs", "0",
                "--report", str(reports), "--replays", "2") == 1
     out = capsys.readouterr().out
     assert "VIOLATION" in out and "slot-freed-early" in out
@@ -95,7 +100,7 @@ def test_replays_reach_the_child_processes(tmp_path, monkeypatch):
     # may have planted it elsewhere: it is planted once per process).
     root = Path(sys.modules[package].__file__).parents[1]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    assert cli("--engine", f"{package}:SimpleEngine", "--examples", "5", "--jobs", "1",
+    assert cli("--engine", f"{package}:SimpleEngine", "--examples", "5", *NO_BUDGET, "--jobs", "1",
                "--report", str(reports), "--replays", "1") == 1
     folder = next(reports.glob("*/findings/*slot-freed-early*"))
     # One replay, not the default three; and since a finding counts only once a re-run confirmed it (M01's
@@ -106,7 +111,8 @@ def test_replays_reach_the_child_processes(tmp_path, monkeypatch):
 def test_a_route_of_another_package_replays_from_its_report_alone(tmp_path, capsys):
     package = import_copy(*select(["M01"]), tmp_path / "plants")
     result = run_fuzz(Target.reference("simple", package=package),
-                      FuzzSettings(examples=5, replays=0, debug_run=False, report_dir=tmp_path / "reports"))
+                      FuzzSettings(examples=5, budget_s=BACKSTOP_S, replays=0, debug_run=False,
+                                   report_dir=tmp_path / "reports"))
     assert result.failure is not None and result.report_dir is not None
     assert json.loads((result.report_dir / "scenario.json").read_text())["target"]["package"] == package
     capsys.readouterr()
@@ -121,7 +127,7 @@ def test_a_route_of_another_package_replays_from_its_report_alone(tmp_path, caps
 def test_a_child_that_dies_leaves_the_scenario_it_was_running(tmp_path):
     run = subprocess.run([sys.executable, "-c", "import sys; from mlx_invariants.cli import main; sys.exit(main())",
                           "fuzz", "--engine", "tests.fuzz.crashing_engine:make", "--jobs", "1", "--examples", "5",
-                          "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+                          *NO_BUDGET, "--report", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "killed by SIGKILL" in run.stdout
     folder = next(tmp_path.glob("*process-crashed*"))

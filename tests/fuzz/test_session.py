@@ -18,6 +18,7 @@ from mlx_invariants.fuzz.session import EngineSession
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.strategies import scenarios
 from mlx_invariants.fuzz.target import Target
+from tests.conftest import BACKSTOP_S
 
 CLEAN = Scenario((RequestSpec("r0", 3, 3, True),))
 SHUTDOWN = Scenario((RequestSpec("r0", 3, 4, True),), (FaultSpec("shutdown", At("r0", "BEFORE_DECODE", 1)),))
@@ -114,7 +115,7 @@ def never_stops() -> NeverStops:
 def test_a_leak_only_shutdown_shows_is_reported_against_the_last_scenario():
     try:
         result = run_fuzz(Target.module_factory(f"{__name__}:never_stops"),
-                          FuzzSettings(examples=3, explicit=(), debug_run=False, replays=1),
+                          FuzzSettings(examples=3, budget_s=BACKSTOP_S, explicit=(), debug_run=False, replays=1),
                           strategy=scenarios(kinds=("cancel",)))
     finally:
         for adapter in NeverStops.left:
@@ -127,7 +128,8 @@ def test_a_leak_only_shutdown_shows_is_reported_against_the_last_scenario():
 
 @pytest.mark.parametrize("reuse", [True, False])
 def test_reuse_starts_few_engines_and_the_fresh_mode_one_per_scenario(reuse):
-    result = run_fuzz(Target.reference("simple"), FuzzSettings(examples=12, explicit=(), debug_run=False, reuse=reuse))
+    result = run_fuzz(Target.reference("simple"), FuzzSettings(examples=12, budget_s=BACKSTOP_S, explicit=(),
+                                                                debug_run=False, reuse=reuse))
     assert result.ok, result.failure.headline
     if reuse:
         assert result.engines_started < result.examples / 2, result.engines_started

@@ -5,8 +5,9 @@ Every attempt ends in exactly one outcome, judged by the client:
     busy          503 with a busy/shutting-down code and Retry-After
     disconnected  the client hung up on purpose (early, mid-generation or mid-stream)
     unexpected    anything else: a 5xx, a dropped connection, a stream without `[DONE]`, an error event
-The run stops by itself at its deadline; the pauses below are the clients'
-pace (think time, a jittered back-off), never a way to order events.
+The run stops by itself at its deadline, or, for the outcomes in `Plan.until_seen`,
+once each has happened (a loaded machine fits fewer attempts in the time); the pauses
+below are the clients' pace (think time, a jittered back-off), never a way to order events.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Plan:
     max_tokens: int = 40
     seed: int = 0
     finish_reasons: frozenset = frozenset({"stop", "length"})
+    until_seen: frozenset = frozenset()  # outcomes the run goes on for past `seconds` until each has happened
+    backstop_s: float = 120.0            # ... but no longer than this past `seconds`
 
 
 @dataclass
@@ -153,6 +156,13 @@ async def run(url: str, model: str, plan: Plan) -> Result:
     result = Result()
     deadline = time.monotonic() + plan.seconds
     started = time.monotonic()
+
+    def going(ahead_s: float = 0.0) -> bool:
+        """Before the deadline (`ahead_s` from now); past it while an outcome of `until_seen` is missing."""
+        now = time.monotonic() + ahead_s
+        missing = any(not result.outcomes[kind] for kind in plan.until_seen)
+        return now < deadline or (missing and now < deadline + plan.backstop_s)
+
     # Idle connections expire well before uvicorn's 5 s keep-alive timeout: reusing one the server is closing
     # at that moment is a client-side race of HTTP/1.1, not a server fault.
     limits = httpx.Limits(max_connections=plan.burst_size + plan.clients, keepalive_expiry=1.0)
@@ -172,12 +182,12 @@ async def run(url: str, model: str, plan: Plan) -> Result:
 
         async def steady(index: int) -> None:
             rng = random.Random(plan.seed * 1000 + index)
-            while time.monotonic() < deadline:
+            while going():
                 await one(rng, True)
 
         async def bursts() -> None:
             rng = random.Random(plan.seed * 1000 - 1)
-            while time.monotonic() + plan.burst_every_s < deadline:
+            while going(plan.burst_every_s):
                 await asyncio.sleep(plan.burst_every_s)  # the burst schedule, not an ordering device
                 await asyncio.gather(*(one(random.Random(rng.random()), False) for _ in range(plan.burst_size)))
 

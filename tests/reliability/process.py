@@ -103,12 +103,12 @@ class ServerProcess:
     # -- probes ------------------------------------------------------------------
     def get(self, path: str) -> httpx.Response:
         assert self.url, "the server is not listening"
-        return httpx.get(self.url + path, timeout=10)
+        return httpx.get(self.url + path, timeout=60)
 
     def status(self) -> dict[str, Any]:
         return self.get("/v1/status").json()
 
-    def wait_idle(self, timeout: float = 20.0) -> bool:
+    def wait_idle(self, timeout: float = 60.0) -> bool:
         """True once nothing is admitted, queued, tracked or being relayed (no leaked slot)."""
         def idle() -> bool:
             s = self.status()

@@ -31,8 +31,10 @@ from .process import ServerProcess, wait_for
 
 ENGINES = {"simple": ["--engine", "simple"], "batched": ["--engine", "batched", "--max-batch", "4"]}
 WARMUP_ENTRY = {"simple": "mlx_lm:stream_generate", "batched": "mlx_lm.generate:BatchGenerator.next"}
-EXIT_TIMEOUT_S = 30.0
-STUCK_EXIT_BOUND_S = 20.0  # grace 0.5 + abort wait 1 + owner stop 6 + uvicorn close 5, with slack
+# How long a test waits for the process to exit: a backstop for a hang, not a bound checked. Unloaded it
+# takes about a second; with the owner stuck in a step, grace 0.5 + abort wait 1 + owner stop 6 + uvicorn
+# close 5. How long it took is a figure the report fixture passes on to benchmarks/reliability.py.
+EXIT_TIMEOUT_S = 120.0
 
 
 def chat(model: str, max_tokens: int = 8, stream: bool = False) -> dict[str, Any]:
@@ -208,9 +210,9 @@ def test_sigterm_during_decode_aborts_the_stream_and_exits_0(engine, tmp_path, r
 
         async def scenario() -> float:
             reader = asyncio.ensure_future(read_stream())
-            assert await asyncio.to_thread(wait_for, reached.exists, 30), server.output()
+            assert await asyncio.to_thread(wait_for, reached.exists, 60), server.output()
             server.signal(signal.SIGTERM)
-            draining = await asyncio.to_thread(wait_for, lambda: server.get("/health").status_code == 503, 10)
+            draining = await asyncio.to_thread(wait_for, lambda: server.get("/health").status_code == 503, 60)
             assert draining, "/health still 200 after SIGTERM"
             gate.touch()  # decoding resumes only now that the server is draining
             begun = time.monotonic()
@@ -245,9 +247,9 @@ def test_sigterm_with_the_owner_stuck_in_a_step_still_ends_every_client(tmp_path
                 request = asyncio.ensure_future(client.post(server.url + "/v1/chat/completions",
                                                             json=chat(model, 900, True),
                                                             headers={"x-request-id": "stuck"}))
-                assert await asyncio.to_thread(wait_for, reached.exists, 30), server.output()
+                assert await asyncio.to_thread(wait_for, reached.exists, 60), server.output()
                 server.signal(signal.SIGTERM)
-                begun = time.monotonic()
+                begun = result["signalled"] = time.monotonic()
                 try:
                     answer = await request
                     result["events"] = sse(answer.text)
@@ -256,8 +258,9 @@ def test_sigterm_with_the_owner_stuck_in_a_step_still_ends_every_client(tmp_path
                 result["took"] = time.monotonic() - begun
 
         asyncio.run(scenario())
-        code = server.wait_exit(STUCK_EXIT_BOUND_S)
-    report.add(exit_code=code, stream_end_s=round(result["took"], 2))
+        code = server.wait_exit(EXIT_TIMEOUT_S)
+        exit_s = time.monotonic() - result["signalled"]
+    report.add(exit_code=code, stream_end_s=round(result["took"], 2), exit_s=round(exit_s, 1))
     assert "dropped" not in result, (f"the stream was dropped {result['took']:.1f}s after SIGTERM without a "
                                      f"terminal event: {result['dropped']}; exit {code}")
     events = result["events"]

@@ -71,6 +71,7 @@ def test_deeply_nested_code_is_one_inv000_line_or_checked(project: Project, code
     assert any(line.startswith("zz_engine.py") for line in run.lines())
 
 
+@pytest.mark.timeout(900)  # libcst on 3000 nested operations: 92 s on a loaded 2-core box
 def test_deep_nesting_with_a_finding_is_located_without_recursion_errors(project: Project) -> None:
     project.write("deep.py", "import asyncio\n\nasync def f(lock, step):\n    async with lock:\n"
                   "        return await asyncio.to_thread(step, " + "1 + " * 3000 + "1)\n")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mlx_invariants.mutants import Edit, Mutant, select
 from mlx_invariants.mutants.layers import Settings
 from mlx_invariants.mutants.runner import Runner
@@ -18,9 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 QUICK_TEST = "tests/engine/test_serial.py::test_generates_and_reports_usage"
 
 
+@pytest.mark.timeout(900)  # a baseline of the engine tests and the mutant's: 85 s on a loaded 2-core box
 def test_cli_runs_one_mutant_and_reports_its_killer():
     done = subprocess.run([sys.executable, "-m", "mlx_invariants", "mutants", "--only", "M07", "--layers", "static,tests"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("M07-stop-flag-ignored"))
     assert "test_cancel_stops_decode_within_one_token" in row and row.split()[-1] == "no"

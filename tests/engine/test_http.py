@@ -126,7 +126,7 @@ def test_a_request_id_still_running_is_refused_with_409(http_server, points):
     try:
         assert held.reached.wait(30)
         again = httpx.post(http_server.url + "/v1/chat/completions", json=chat_body(http_server.model_id, 4),
-                           headers={"X-Request-Id": "twice"}, timeout=10)
+                           headers={"X-Request-Id": "twice"}, timeout=WAIT_S)
     finally:
         held.release.set()
     assert first.read_all().startswith(b"HTTP/1.1 200")
@@ -322,7 +322,7 @@ def test_wait_mode_queues_then_refuses_and_a_client_leaving_the_queue_frees_its_
         assert held.reached.wait(30)
         leaver = RawRequest(server, "/v1/chat/completions", chat_body(server.model_id, 4), "leaver")
         assert wait_for(lambda: server.status()["queued"] == 1)
-        refused = httpx.post(server.url + "/v1/chat/completions", json=chat_body(server.model_id, 4), timeout=10)
+        refused = httpx.post(server.url + "/v1/chat/completions", json=chat_body(server.model_id, 4), timeout=WAIT_S)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "text_generation_busy"
         leaver.hang_up()
         assert wait_for(lambda: server.status()["queued"] == 0), "the client that left kept its place in the queue"

@@ -148,8 +148,8 @@ def test_pad_prefill_flag_reaches_the_batched_owner(serve, flag, shown):
     """`auto` pads only where MLX runs on CUDA (never on this CPU), `on` anywhere; /v1/status says
     which the owner chose, and the padded route still serves."""
     url = serve("--engine", "batched", *flag).url()
-    assert httpx.get(url + "/v1/status", timeout=10).json()["prefill"] == shown
-    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    assert httpx.get(url + "/v1/status", timeout=WAIT_S).json()["prefill"] == shown
+    model = httpx.get(url + "/v1/models", timeout=WAIT_S).json()["data"][0]["id"]
     body = {"model": model, "prompt": "the quick brown fox " * 12, "max_tokens": 8, "temperature": 0}
     answer = httpx.post(url + "/v1/completions", json=body, timeout=60)
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1

@@ -11,6 +11,7 @@ from mlx_invariants.engine import BatchedEngine, SimpleEngine
 from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
 from mlx_invariants.fuzz.sentinel import Sentinel
 
+from ..conftest import WAIT_S
 from .conftest import consume, request, run_engine
 
 
@@ -30,7 +31,7 @@ def test_cross_thread_stream_use_fails_on_this_platform():
 
     builder = threading.Thread(target=build)
     builder.start()
-    assert built.wait(10)
+    assert built.wait(WAIT_S)
     errors: list[BaseException] = []
 
     def evaluate() -> None:

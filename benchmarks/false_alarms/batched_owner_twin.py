@@ -85,15 +85,13 @@ class Engine:
         finally:
             if not finished:
                 self.abort(rid)  # cancelled or closed early: out of the batch before its next token
-            with self._cond:
-                self._known.discard(rid)
 
     def abort(self, rid: str) -> bool:
         """Ask the owner to end `rid` before its next token; True if the request has not ended yet.
 
-        `_known` holds a request from its submit until its end reached the loop, so an abort is recorded
-        wherever the request is: pending, being admitted on the owner, or running; the owner drops an
-        abort that names nobody (the request ended meanwhile)."""
+        `_known` holds a request from its submit until the owner ends it (under the same lock), so an
+        abort is recorded wherever the request is: pending, being admitted on the owner, or running, and
+        one that comes after the end is refused rather than acknowledged and then completed."""
         with self._cond:
             if rid not in self._known:
                 return False
@@ -192,9 +190,16 @@ class Engine:
                 self._end(self._active.pop(request.rid), "end", None)
 
     def _end(self, request: Request, kind: str, value: Any) -> None:
-        """The request's terminal message, once; its generator closed here, on the owner."""
+        """The request's terminal message, once; its generator closed here, on the owner. An abort that
+        came while its last step ran (the one step of a one-token request, inside its admission) wins over
+        completing: it was acknowledged, and the end and `abort()` are decided under one lock."""
         if request.tokens is not None:
             request.tokens.close()
+        with self._cond:
+            if kind == "end" and request.rid in self._aborts:
+                kind, value = "aborted", "aborted by the client"
+            self._aborts.discard(request.rid)
+            self._known.discard(request.rid)
         if not request.ended:
             request.ended = True
             request.send(kind, value)

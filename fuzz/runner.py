@@ -257,10 +257,10 @@ class _Fuzz:
         return time.monotonic() - self.started > self.budget_s + BUDGET_GRACE_S
 
     def _replays(self, scenario: Scenario, kind: str, runs: int) -> tuple[int, int, Optional[tuple[Trace, list[Violation]]]]:
-        """Re-run `scenario` on fresh engines up to `runs` times, fewer once past the budget's grace (at
-        least one): (runs that showed `kind`, runs made, the first such run)."""
+        """Re-run `scenario` on fresh engines up to `runs` times, none once past the budget's grace:
+        (runs that showed `kind`, runs made, the first such run)."""
         hits, made, first = 0, 0, None
-        while made < runs and not (made and self._past_grace()):
+        while made < runs and not self._past_grace():
             rerun = self.run(scenario, fresh=True)
             made += 1
             if any(v.kind == kind for v in rerun[1]):
@@ -334,6 +334,8 @@ class _Fuzz:
         notes = [note] if note else []
         if trace.meta.get("reused", 0) and not hits:
             notes.append(f"seen on an engine reused after {trace.meta['reused']} scenario(s)")
+        if runs < max(self.settings.replays, 1):
+            notes.append(f"the budget ended after {runs} of its {max(self.settings.replays, 1)} re-runs")
         notes.append("not shrunk")
         failure.blob = "; ".join(notes)
         self._record(failure, sig, (hits, runs), counted, shrunk=False)

@@ -2,18 +2,18 @@
 
 In the manner of flake8-async's tests/test_messages_documented.py, which ties its codes to
 README, changelog and eval files: the sources are scanned (with `ast`, never imported for
-this) for what they use, and each use is tied to its one declaration and to docs/fuzz.md.
+this) for what they use, and each use is tied to its one declaration and to docs/fuzz-reference.md.
 
 - violation kinds: every `Violation("kind", ...)` in fuzz/ names a kind an oracle declared
-  once (`@yields`), with a one-line doc, that docs/fuzz.md lists and `invariants explain`
+  once (`@yields`), with a one-line doc, that docs/fuzz-reference.md lists and `invariants explain`
   prints; every declared kind is yielded somewhere; the exact ones are the decided ones;
 - points (`mlx_invariants.points.Point`): each is reached somewhere in engine/ or the
-  fuzzer's adapters, and listed in docs/fuzz.md;
+  fuzzer's adapters, and listed in docs/fuzz-reference.md;
 - fault kinds (`fuzz.scenario.FaultKind`): each has a delivery (a row of
-  `ScenarioRun.DELIVERIES`, or the injector's own) and a doc in docs/fuzz.md;
+  `ScenarioRun.DELIVERIES`, or the injector's own) and a doc in docs/fuzz-reference.md;
 - trace events (`fuzz.trace.EVENTS`): every literal kind and name in a `record`, `of` or
   `first` call in fuzz/ is declared;
-- docs/fuzz.md's generated tables are fresh (ci/fuzz_docs.py).
+- docs/fuzz-reference.md's generated tables are fresh (ci/fuzz_docs.py).
 
 Each check is a function of its inputs, so the second half feeds each one a broken input (an
 undeclared kind, a point nobody reaches, a fault kind with no delivery, ...) and watches it
@@ -44,7 +44,7 @@ from mlx_invariants.points import Point
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ = ROOT / "fuzz"
-DOC = ROOT / "docs" / "fuzz.md"
+DOC = ROOT / "docs" / "fuzz-reference.md"
 GENERATOR = ROOT / "ci" / "fuzz_docs.py"
 # Where points are reached: the engine, and the fuzzer's adapters (an HTTP client's own points).
 REACHERS = (ROOT / "engine", FUZZ / "adapters")
@@ -135,7 +135,7 @@ def undocumented(kinds: Iterable[ViolationKind], doc: str) -> list[str]:
         if not kind.doc.strip() or not kind.why.strip():
             problems.append(f"{kind.name}: empty doc or why")
         if f"`{kind.name}`" not in doc:
-            problems.append(f"{kind.name}: not in docs/fuzz.md (run `python ci/fuzz_docs.py`)")
+            problems.append(f"{kind.name}: not in docs/fuzz-reference.md (run `python ci/fuzz_docs.py`)")
     return problems
 
 
@@ -281,7 +281,7 @@ def test_every_trace_event_fuzz_records_or_looks_for_is_declared() -> None:
     assert not undeclared_events(used, EVENTS), "\n".join(undeclared_events(used, EVENTS))
 
 
-# -- docs/fuzz.md's generated tables -----------------------------------------------------------------------
+# -- docs/fuzz-reference.md's generated tables -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def generator() -> ModuleType:
@@ -293,7 +293,7 @@ def generator() -> ModuleType:
 
 def test_generated_tables_are_up_to_date(generator: ModuleType, doc: str) -> None:
     fresh = generator.render(doc)
-    assert fresh == doc, (f"docs/fuzz.md is out of date in {generator.stale_blocks(doc, fresh)}: "
+    assert fresh == doc, (f"docs/fuzz-reference.md is out of date in {generator.stale_blocks(doc, fresh)}: "
                           "run `.venv/bin/python ci/fuzz_docs.py`")
 
 
@@ -335,7 +335,7 @@ def test_a_kind_declared_twice_or_missing_from_the_doc_is_caught(doc: str) -> No
     twice = declared_kinds() + [ViolationKind("stalled", "again", exact=False, why="a second declaration")]
     assert declared_twice(twice) == ["stalled is declared 2 times"]
     assert undocumented([KINDS["cut-body-blocks"]], doc.replace("`cut-body-blocks`", "cut-body-blocks")) == [
-        "cut-body-blocks: not in docs/fuzz.md (run `python ci/fuzz_docs.py`)"]
+        "cut-body-blocks: not in docs/fuzz-reference.md (run `python ci/fuzz_docs.py`)"]
     with pytest.raises(ValueError, match="one-line doc and a why"):
         ViolationKind("no-why", "a doc", exact=True, why="")
 
@@ -376,7 +376,7 @@ def test_a_stale_table_fails_the_check(generator: ModuleType, doc: str, tmp_path
     stale = doc.replace("| `slot-freed-early` | `oracles.slot_kept_until_worker_done` | no |",
                         "| `slot-freed-early` | `oracles.slot_kept_until_worker_done` | yes |")
     assert stale != doc
-    copy = tmp_path / "fuzz.md"
+    copy = tmp_path / "fuzz-reference.md"
     copy.write_text(stale, encoding="utf-8")
     assert generator.main(["--check", "--doc", str(copy)]) == 1
     assert "out of date in: violation-kinds;" in capsys.readouterr().err

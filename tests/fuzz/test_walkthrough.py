@@ -1,4 +1,4 @@
-"""docs/fuzz.md's engine-author walkthrough, run as written: its files are the doc's fenced blocks.
+"""docs/fuzz-adapters.md's engine-author walkthrough, run as written: its files are the doc's fenced blocks.
 
 The walkthrough fuzzes a third-party engine (`toyengine`, with the seed-000 bug) from that engine's own
 pytest. Each block after a `<!-- file: PATH -->` comment is written to PATH in a scratch project, and
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "fuzz.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "fuzz-adapters.md"
 _BLOCK = re.compile(r"^<!-- (?P<what>file|fix|marks|output): (?P<spec>[^>]*?) -->\n```[^\n]*\n(?P<body>.*?)^```$",
                     re.M | re.S)
 _EDIT = re.compile(r"(?P<path>\S+) replaces (?P<cls>\w+)\.(?P<method>\w+)$")

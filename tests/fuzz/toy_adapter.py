@@ -1,4 +1,4 @@
-"""The fuzz adapter for `toy_engine`, written from docs/fuzz.md ("Your engine") against the engine's
+"""The fuzz adapter for `toy_engine`, written from docs/fuzz-adapters.md ("Your engine") against the engine's
 public API only: it marks the points a client sees (ADMITTED once the request is handed over, CHUNK_SENT
 per streamed token), declares no MLX owner, and knows nothing of the engine's lock or worker."""
 

@@ -89,7 +89,7 @@ def trace_events_block() -> str:
         if declared.names is None:
             names = declared.open_names
         elif set(declared.names) == {p.name for p in Point}:
-            names = "a `Point` name (see \"Marking points\")"
+            names = "a `Point` name (see \"Marking points\" in fuzz-adapters.md)"
         else:
             names = ", ".join(f"`{name}`" for name in declared.names)
         rows.append(f"| `{kind}` | {_cell(declared.doc)} | {_cell(names)} |")

@@ -7,7 +7,7 @@ wrong, so every oracle is tested on hand-built traces.
 Each oracle declares the kinds it yields (`@yields(ViolationKind(...))`, see
 `fuzz.violation`): a one-line doc, whether it is exact, and why. `KINDS`
 gathers the declarations; `EXACT_KINDS`, `invariants explain KIND` and
-docs/fuzz.md's oracle table are derived from them.
+docs/fuzz-reference.md's oracle table are derived from them.
 """
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ def declared_kinds() -> list[ViolationKind]:
     return [kind for oracle in ORACLES for kind in declared_by(oracle)] + [PROCESS_CRASHED]
 
 
-# Every violation kind by name: what `invariants explain KIND` prints and docs/fuzz.md's table lists.
+# Every violation kind by name: what `invariants explain KIND` prints and docs/fuzz-reference.md's table lists.
 KINDS: dict[str, ViolationKind] = {kind.name: kind for kind in declared_kinds()}
 # Kinds exact by construction: each judges a recorded fact no correct engine can produce, so one sighting
 # is a bug however rarely it replays. The others judge order across threads, timing, leftovers or outputs,

@@ -8,7 +8,7 @@ before either was an enum do.
 The vocabularies are declared once: points in `mlx_invariants.points.Point`
 (shared with the engine), fault kinds in `FaultKind` below; the name sets the
 rest of the fuzzer uses (`POINTS`, `RAISE_POINTS`, `FAULT_KINDS`,
-`VICTIM_KINDS`, ...) are derived from those declarations, and docs/fuzz.md's
+`VICTIM_KINDS`, ...) are derived from those declarations, and docs/fuzz-reference.md's
 tables are generated from them (ci/fuzz_docs.py).
 """
 

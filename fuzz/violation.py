@@ -3,7 +3,7 @@
 A module of its own so oracle modules beyond `fuzz/oracles.py` (`fuzz/ownership.py`, `fuzz/compute.py`)
 can build and declare them while `oracles.ORACLES` lists theirs and `oracles.KINDS` gathers every
 declaration. An oracle names the kinds it yields with `@yields(ViolationKind(...), ...)`; `invariants
-explain KIND`, docs/fuzz.md's oracle table and the exact kinds (`oracles.EXACT_KINDS`) all come from
+explain KIND`, docs/fuzz-reference.md's oracle table and the exact kinds (`oracles.EXACT_KINDS`) all come from
 those declarations, and tests/fuzz/test_vocabulary.py ties them to every `Violation("kind", ...)` in fuzz/.
 """
 

@@ -1,6 +1,6 @@
 """`Point`: the named facts of a request's life, shared by the engine that marks them and the fuzzer.
 
-The one declaration of the points vocabulary (docs/fuzz.md's point table is
+The one declaration of the points vocabulary (docs/fuzz-reference.md's point table is
 generated from it). Each member says which side reaches it, whether a hook
 may raise there, and whether it takes an index:
 

@@ -33,7 +33,8 @@ DEFAULT_STEP_S = 0.02     # one decode step when no pace was measured (a scenari
 DEFAULT_PER_STEP = 1.0    # MLX entries per decode step when none were measured
 MIN_POLL_S = 0.002
 MIN_WATCH_S = 0.5         # the watch's floor: a poll on a loaded machine comes late
-SERVER_QUIET_S = 0.1      # a launched server counts as stopped only after this long without MLX
+SERVER_QUIET_S = 0.5      # a launched server counts as stopped only after this long without MLX (its records come
+                          # through a file; on a loaded box the server may not run at all for 0.1 s)
 GONE_OUTCOMES = frozenset({"cancelled", "disconnected"})
 
 

@@ -22,6 +22,16 @@ from mlx_invariants.fuzz.errors import SetupError
 from mlx_invariants.fuzz.trace import Trace
 
 
+# Refusal codes that mean "busy", not "this request is wrong": an engine busy with nothing running is a bug
+# for the oracles to judge, never a setup error.
+BUSY_CODES = frozenset({"busy", "429", "503", "overloaded", "queue_full"})
+
+
+def is_busy(code: Any) -> bool:
+    text = str(code or "").lower()
+    return text in BUSY_CODES or "busy" in text
+
+
 @dataclass(frozen=True)
 class FollowupOutcome:
     """How the follow-up ended: `kind` (completed, refused, error, aborted, cancelled, crashed, ...),
@@ -39,6 +49,13 @@ class FollowupOutcome:
         kind = str(end.get("outcome", ""))
         message = str(end.get("message") or end.get("error") or "")
         return cls(kind, str(end.get("code") or ""), tuple(tokens) if kind == "completed" else (), message)
+
+    @property
+    def refused_as_sent(self) -> bool:
+        """Refused for what the request is (a model not served, a field rejected: a 4xx or a named code),
+        not for being busy or for a server error (a 5xx): the fuzzer's request, not the engine, is wrong."""
+        return self.kind == "refused" and not is_busy(self.code) and not (self.code.isdigit()
+                                                                          and self.code.startswith("5"))
 
     def same_as(self, other: "FollowupOutcome") -> bool:
         """The same answer as `other`: how it ended, its code and its tokens."""
@@ -69,8 +86,10 @@ def reference_of(baseline: Trace, label: str, log_tail: str = "", *, sees_server
     """The baseline's follow-up outcome, the reference every later follow-up is compared with.
 
     Raises `SetupError` when the engine did not start, when that follow-up (a fresh engine with nothing
-    else running) was not served, or, for a launched server whose MLX calls the sentinel records
-    (`sees_server_mlx`), when the server never entered MLX while serving it.
+    else running) was refused for what it is (`refused_as_sent`), or, for a launched server whose MLX calls
+    the sentinel records (`sees_server_mlx`), when the server never entered MLX while serving it. A
+    follow-up that crashed, failed or was refused as busy is the engine's to answer for: the oracles judge
+    the baseline like any scenario.
     """
     tail = f"\nthe server's last log lines:\n{log_tail}" if log_tail else ""
     failed = baseline.first("check", "startup-failed")
@@ -80,12 +99,12 @@ def reference_of(baseline: Trace, label: str, log_tail: str = "", *, sees_server
     if reference is None:
         raise SetupError(f"{label}: the baseline's follow-up request never ended, so there is nothing to "
                          f"compare later follow-ups with{tail}")
-    if reference.kind != "completed":
+    if reference.refused_as_sent:
         raise SetupError(f"{label}: on a fresh engine with nothing else running, the follow-up request was "
                          f"{reference.describe()}. The fuzzer needs a request the target serves: name the model "
                          f"with --model, the routes with --routes, or add or change body fields with "
                          f"--request-body{tail}")
-    if sees_server_mlx and not baseline.of("mlx"):
+    if reference.kind == "completed" and sees_server_mlx and not baseline.of("mlx"):
         raise SetupError(f"{label}: the server answered the follow-up but the sentinel saw no MLX call in it: "
                          f"either it does not generate with MLX in the launched process, or the sentinel could "
                          f"not be injected (a server that starts Python with -I or -S, or in a child process "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
+from mlx_invariants.fuzz.followup import is_busy
 from mlx_invariants.fuzz.oracles import Violation
 from mlx_invariants.fuzz.reproduce import replay_shell_command
 from mlx_invariants.fuzz.scenario import Scenario
@@ -54,7 +55,6 @@ class Failure:
         return f"{first.kind}: {first.message}" + (f" [{cause}]" if cause else "")
 
 
-_BUSY_CODES = {"busy", "429", "503", "overloaded", "queue_full"}
 
 
 def cause_of(trace: Trace, kind: str) -> str:
@@ -76,8 +76,7 @@ def cause_of(trace: Trace, kind: str) -> str:
 
 
 def _refusal(code: Any) -> str:
-    text = str(code or "").lower()
-    return f"busy ({code})" if text in _BUSY_CODES or "busy" in text else f"{code or 'refused'}"
+    return f"busy ({code})" if is_busy(code) else f"{code or 'refused'}"
 
 
 def device_info() -> dict[str, Any]:

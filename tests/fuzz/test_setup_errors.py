@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlx_invariants.fuzz.errors import SetupError, TargetError
-from mlx_invariants.fuzz.followup import FollowupOutcome
+from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
 from mlx_invariants.fuzz.oracles import followup_matches_fresh
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.settings import FuzzSettings
@@ -50,6 +50,26 @@ def test_two_refusals_of_the_follow_up_are_the_same_answer_whatever_they_took():
 def test_a_follow_up_that_ends_otherwise_or_with_other_tokens_differs(got):
     expected = FollowupOutcome("completed", tokens=(1, 2, 3)).to_json()
     assert _followup_check(got, expected) == ["followup-differs"]
+
+
+def _baseline(outcome: FollowupOutcome) -> Trace:
+    trace = Trace()
+    trace.meta["followup"] = outcome.to_json()
+    return trace
+
+
+@pytest.mark.parametrize("outcome", [FollowupOutcome("refused", "model_not_found"), FollowupOutcome("refused", "422")])
+def test_a_follow_up_refused_for_what_it_is_is_a_setup_error(outcome):
+    with pytest.raises(SetupError, match="name the model with --model"):
+        reference_of(_baseline(outcome), "target")
+
+
+@pytest.mark.parametrize("outcome", [
+    FollowupOutcome("crashed", message="LockReentered: ..."),      # the engine's own bug, on every request
+    FollowupOutcome("refused", "text_generation_busy"),            # busy with nothing running: a leak
+    FollowupOutcome("refused", "500"), FollowupOutcome("error", "internal_error")])
+def test_a_follow_up_the_engine_failed_is_the_oracles_to_judge_not_a_setup_error(outcome):
+    assert reference_of(_baseline(outcome), "target") == outcome
 
 
 def test_a_server_whose_baseline_follow_up_is_refused_is_a_setup_error_in_its_own_words():

@@ -16,6 +16,7 @@ keeps that engine from scenario to scenario while each leaves it clean, and
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import threading
 import traceback
@@ -167,6 +168,8 @@ class ScenarioRun:
         """Whether the engine may take the next scenario as it stands: nothing was violated, it is healthy,
         and nothing this scenario started (executor job, task, thread) still runs. If not, it is shut down
         inside this scenario, so every after-shutdown check is judged against the scenario that caused it."""
+        await wait_loop_idle()
+        gc.collect()  # as after a shutdown: what this scenario left unretrieved is judged against it
         await wait_loop_idle()
         collect = getattr(self.adapter, "collect", None)
         if collect is not None:
@@ -433,6 +436,8 @@ class ScenarioRun:
     async def _check_after_shutdown(self, live: bool) -> bool:
         """Once shutdown returned: no client waits (if `live`), no executor job, no thread the engine
         started, no stray task. False if a client still waits."""
+        await wait_loop_idle()
+        gc.collect()  # a future that died with an unretrieved exception is reported now, in this trace
         await wait_loop_idle()
         waiting = live and bool(self._unfinished())
         if waiting:

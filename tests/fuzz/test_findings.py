@@ -187,9 +187,11 @@ def test_a_server_that_never_answers_is_a_setup_error_naming_the_wait():
     from mlx_invariants.fuzz.adapters.http import ServerProcess
     from mlx_invariants.fuzz.errors import ServerError
 
-    server = ServerProcess(f"{sys.executable} -c 'import time; print(\"loading\", flush=True); time.sleep(30)' "
-                           "{port}", startup_s=1.0)
-    with pytest.raises(ServerError, match=r"never became ready: nothing answered .* within 1s") as raised:
+    # The wait must outlast the interpreter's start, or the log line the error quotes is not written yet:
+    # 1 s did not under load (the message's log tail was empty); 10 s is nothing to a process that prints first.
+    server = ServerProcess(f"{sys.executable} -c 'import time; print(\"loading\", flush=True); time.sleep(600)' "
+                           "{port}", startup_s=10.0)
+    with pytest.raises(ServerError, match=r"never became ready: nothing answered .* within 10s") as raised:
         server.ensure()
     assert "loading" in str(raised.value)  # its last log lines
     assert server.process is None  # stopped, not left running

@@ -98,7 +98,7 @@ class ScenarioRun:
         # leftover coroutine (finalized during this run) is never mistaken for one of ours.
         self.suffix = f"~{next(_RUNS)}"
         self.injector = Injector(trace, self.loop, triggers, self._deliver, cap_s=self.settings.cap_s,
-                                 suffix=self.suffix)
+                                 suffix=self.suffix, live_mlx=getattr(self.adapter, "collect", None) is None)
         self.shutdown_task: Optional[asyncio.Task] = None
         self.restart_task: Optional[asyncio.Task] = None  # the latest "restart": True once it serves again
         self.shutdown_stalled = False  # a shutdown never returned: nothing after it is waited for

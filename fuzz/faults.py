@@ -17,7 +17,11 @@ fault is due:
   task unwinds while the worker is really inside a long MLX call, as when a
   client disconnects during a long prefill. A paused worker shows a release
   that comes too early only if the engine lets go before its worker resumes;
-  this shows one that comes before the worker's call returns. Elsewhere it is
+  this shows one that comes before the worker's call returns. On a loop-side
+  point of an in-process engine (a drop-in engine marks only those) the loop
+  waits the same way for any thread but its own to enter MLX, or for the
+  request to end: the engine's worker is unknown, but its MLX calls are seen.
+  Elsewhere (a launched server's MLX is read from a file afterwards) it is
   delivered at once, with no settling afterwards. One aimed at another request
   (`FaultSpec.rid`) is delivered the same way, at once: the worker at the point
   is not the victim's, so there is no call of the victim's to wait for.
@@ -38,7 +42,7 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 from mlx_invariants.fuzz.errors import InjectedFault
 from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS, At, Delivery, FaultKind, FaultSpec
-from mlx_invariants.fuzz.trace import Trace, capture_stack, thread_token
+from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
 
 IN_CALL = FaultKind.CANCEL_IN_CALL.value  # the fault kind that never pauses the worker
 IN_CALL_POLL_S = 0.0002     # how often the loop looks whether the worker entered MLX (it sends no event)
@@ -76,12 +80,24 @@ async def wait_loop_idle(max_turns: int = 1000) -> bool:
     return False
 
 
+def _worker_went_on(worker: int) -> Callable[[Event], bool]:
+    """An event of `worker` entering MLX or reaching its next point."""
+    return lambda e: e.thread == worker and e.kind in ("mlx", "point")
+
+
+def _mlx_off(loop_thread: int, victim: str) -> Callable[[Event], bool]:
+    """An MLX entry on any thread but the loop's, or the end of `victim`'s request."""
+    return lambda e: ((e.kind == "mlx" and e.thread != loop_thread)
+                      or (e.kind == "request" and e.name == "end" and e.rid == victim))
+
+
 class Injector:
     """The points hook for one scenario run."""
 
     def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[Trigger],
-                 deliver: Action, cap_s: float = 2.0, suffix: str = ""):
+                 deliver: Action, cap_s: float = 2.0, suffix: str = "", live_mlx: bool = True):
         self.trace = trace
+        self.live_mlx = live_mlx  # the sentinel's MLX spans reach the trace as they happen (in-process)
         self.suffix = suffix
         self.loop = loop
         self.cap_s = cap_s
@@ -143,6 +159,9 @@ class Injector:
     def _cancel_in_call(self, cancels: list[FaultSpec], now: bool) -> None:
         """Deliver the cancels without pausing anyone: `now` (on the loop, or from a worker with no MLX
         call ahead) at once; else scheduled for when this worker is inside its next MLX call."""
+        if now and self.live_mlx and self._on_loop_thread():
+            self._start_in_call(cancels, None, len(self.trace.events))
+            return
         if now:
             self.trace.record("fault", "in-call", cancels[0].victim, info={"at": str(cancels[0].at)})
             if self._on_loop_thread():
@@ -158,17 +177,19 @@ class Injector:
         except RuntimeError:  # the loop is closed: the scenario is over
             pass
 
-    def _start_in_call(self, cancels: list[FaultSpec], worker: int, seen: int) -> None:
+    def _start_in_call(self, cancels: list[FaultSpec], worker: Optional[int], seen: int) -> None:
         self._track(self._deliver_in_call(cancels, worker, seen))
 
-    async def _deliver_in_call(self, cancels: list[FaultSpec], worker: int, seen: int) -> None:
+    async def _deliver_in_call(self, cancels: list[FaultSpec], worker: Optional[int], seen: int) -> None:
         """Deliver once the worker, past event number `seen`, entered MLX or reached its next point (it
-        had no MLX call to make, e.g. it stopped); after `cap_s` if it did neither."""
+        had no MLX call to make, e.g. it stopped); after `cap_s` if it did neither. With no `worker` (the
+        fault came on the loop): once any other thread entered MLX, or the victim's request ended."""
         deadline = self.loop.time() + self.cap_s
         went_on = None
+        went = _worker_went_on(worker) if worker is not None else _mlx_off(thread_token(), cancels[0].victim)
         while self.trace.keep:
             events, end = self.trace.events, len(self.trace.events)
-            went_on = next((e for e in events[seen:end] if e.thread == worker and e.kind in ("mlx", "point")), None)
+            went_on = next((e for e in events[seen:end] if went(e)), None)
             if went_on is not None or self.loop.time() > deadline:
                 break
             seen = end

@@ -65,7 +65,9 @@ class FaultKind(enum.Enum):
     CANCEL_IN_CALL = ("cancel-in-call", True, Delivery.IN_CALL, False, False,
                       "a cancel that never pauses the worker: at an owner-side point before MLX work it lands "
                       "once the sentinel saw the worker enter its next MLX call, so the task unwinds while the "
-                      "call runs; elsewhere, or aimed at another request, a plain cancel at once")
+                      "call runs; at a loop-side point of an in-process engine, once any thread but the loop's "
+                      "entered MLX (or the request ended); elsewhere, or aimed at another request, a plain "
+                      "cancel at once")
     RESTART = ("restart", False, Delivery.LOOP, False, False,
                "in-process targets only: shuts the engine down (checked as after any shutdown) and starts it "
                "again through the adapter's `start()`; later arrivals, the follow-up and the status check meet "

@@ -32,8 +32,8 @@ from tests.fuzz import mlx_work, toy_adapter
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-SINGLE = ("cancel", "disconnect")
-DOUBLE = ("cancel", "disconnect", "cancel-twice")
+SINGLE = ("cancel", "disconnect", "cancel-in-call")  # what a client can do once; in-call waits for MLX
+DOUBLE = (*SINGLE, "cancel-twice")
 
 
 def kinds(oracle, trace: Trace) -> list[str]:

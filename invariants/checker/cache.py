@@ -45,22 +45,22 @@ def load_settings(folder: Path, key: str) -> dict[str, Any] | None:
 def save_settings(folder: Path, key: str, data: dict[str, Any]) -> None:
     """Remember validated settings for the next run with the same table (best effort)."""
     try:
-        _prepare(folder)
+        prepare_folder(folder)
         for old in folder.glob("settings-*.json"):
             old.unlink(missing_ok=True)
-        _write_atomic(folder, f"settings-{key}.json", data)
+        write_atomic(folder, f"settings-{key}.json", data)
     except OSError:
         pass
 
 
-def _prepare(folder: Path) -> None:
+def prepare_folder(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     gitignore = folder / ".gitignore"
     if not gitignore.exists():
         gitignore.write_text("# written by invariants check\n*\n", encoding="utf-8")
 
 
-def _write_atomic(folder: Path, name: str, data: Any) -> None:
+def write_atomic(folder: Path, name: str, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(data, handle, separators=(",", ":"))
@@ -105,13 +105,13 @@ class Cache:
         if not self.dirty:
             return
         try:
-            _prepare(self.folder)
+            prepare_folder(self.folder)
             for old in self.folder.glob("results-*.json"):
                 if old != self.file:
                     old.unlink(missing_ok=True)
             live_digests = {e[3] for p, e in self.stats.items() if p in live_paths or os.path.exists(p)}
             self.stats = {p: e for p, e in self.stats.items() if e[3] in live_digests}
             self.results = {d: r for d, r in self.results.items() if d in live_digests}
-            _write_atomic(self.folder, self.file.name, {"stats": self.stats, "results": self.results})
+            write_atomic(self.folder, self.file.name, {"stats": self.stats, "results": self.results})
         except OSError:
             pass

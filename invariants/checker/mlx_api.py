@@ -28,7 +28,7 @@ GENERATORS = frozenset(
 BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES for mod in ("", ".generate"))
 # Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.
 LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
-_LOAD_NAMES = ["*load_model*"]
+LOAD_NAMES = ["*load_model*"]
 # Parts of mlx-lm that only do Python work (tokenizers, samplers, configs).
 PYTHON_ONLY = ("tokenizer", "sample_utils", "make_sampler", "make_logits_processors", "load_config", "get_model_path")  # an engine's own loader (`load_model_with_fallback`)
 # Engines wrap the model in their own class; these methods of a model-named receiver
@@ -38,15 +38,15 @@ MODEL_STREAMS = frozenset({"stream_generate", "stream_chat", "generate_step"})
 # A model's own weight I/O: every array is evaluated and copied to or from disk (seconds of MLX work).
 MODEL_WEIGHT_SAVES = frozenset({"save_weights"})
 # A BatchGenerator's methods that only read Python state; every other one runs MLX.
-_GENERATOR_HARMLESS = frozenset({"stats", "stream", "prompt_cache_nbytes"})
+GENERATOR_HARMLESS = frozenset({"stats", "stream", "prompt_cache_nbytes"})
 # A look-alike generator (an engine's own `MLLMBatchGenerator`, or one known only by
 # name) is judged by mlx-lm's API: these are the methods that run MLX there.
-_GENERATOR_MLX_METHODS = frozenset({
+GENERATOR_MLX_METHODS = frozenset({
     "insert", "insert_segments", "extract_cache", "remove", "next", "next_generated", "close", "step", "prefill",
 })
 BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
 # mlx.core calls that read counters or settings and never encode GPU work.
-_HARMLESS_CORE = (
+HARMLESS_CORE = (
     "is_available", "memory", "cache_limit", "memory_limit", "device_info", "default_device",
     "default_stream", "set_default_device", "wired_limit",
 )
@@ -104,7 +104,7 @@ def is_load(site: CallSite) -> bool:
     """Loading model weights: mlx-lm's `load`, or a call named like a model loader."""
     if site.qual in LOADS:
         return True
-    return not (site.qual or "").startswith(("mlx", "transformers")) and matches_name(site.text, _LOAD_NAMES)
+    return not (site.qual or "").startswith(("mlx", "transformers")) and matches_name(site.text, LOAD_NAMES)
 
 
 def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:
@@ -120,9 +120,9 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
     func = site.node.func
     if isinstance(func, cst.Attribute):
         method = func.attr.value
-        if method not in _GENERATOR_HARMLESS and is_batch_generator(func.value, ctx):
+        if method not in GENERATOR_HARMLESS and is_batch_generator(func.value, ctx):
             return site.text
-        if method in _GENERATOR_MLX_METHODS and _looks_like_batch_generator(func.value, ctx):
+        if method in GENERATOR_MLX_METHODS and _looks_like_batch_generator(func.value, ctx):
             return site.text
         if (method in MODEL_GENERATION or method in MODEL_WEIGHT_SAVES) and is_model(func.value, ctx):
             return site.text
@@ -158,7 +158,7 @@ def reaches(site: CallSite, ctx: FileContext) -> str | None:
         return found
     qual = site.qual
     if qual:
-        if qual.startswith("mlx.core.") and not any(h in qual for h in _HARMLESS_CORE):
+        if qual.startswith("mlx.core.") and not any(h in qual for h in HARMLESS_CORE):
             return site.text or qual
         if qual in GENERATORS or qual in BATCH_GENERATORS:
             return site.text or qual

@@ -21,6 +21,7 @@ from mlx_invariants.checker.cache import Cache, content_hash
 from mlx_invariants.checker.config import Settings, selected
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.files import SourceFile, discover
+from mlx_invariants.checker.model import phase
 from mlx_invariants.checker.rule import Finding
 
 UNREADABLE = "INV000"
@@ -52,6 +53,7 @@ def check_paths(
     files = discover(paths, settings, force_exclude)
     cache = Cache(settings.cache_dir, settings.key) if use_cache else None
     reports: dict[str, Report] = {}
+    known: dict[str, tuple[os.stat_result, str]] = {}  # each readable file's stat and content digest
     todo: list[tuple[SourceFile, os.stat_result, str, str]] = []
     for file in files:
         if file.problem is not None:
@@ -65,6 +67,7 @@ def check_paths(
             digest = cache.known_hash(file.path, info)
             if digest is not None and cache.get(digest) is not None:
                 reports[file.path] = cache.get(digest)
+                known[file.path] = (info, digest)
                 continue
         try:
             data = source.read(file.path, settings.max_file_bytes)
@@ -72,6 +75,7 @@ def check_paths(
             if cache is not None and cache.get(digest) is not None:
                 reports[file.path] = cache.get(digest)
                 cache.put(file.path, info or os.stat(file.path), digest, reports[file.path])
+                known[file.path] = (info or os.stat(file.path), digest)
                 continue
             text = source.decode(data)
         except SourceError as exc:
@@ -80,13 +84,20 @@ def check_paths(
         todo.append((file, info or os.stat(file.path), digest, text))
     for (file, info, digest, _), report in zip(todo, _analyze_all([t[3] for t in todo], settings, jobs)):
         reports[file.path] = report
+        known[file.path] = (info, digest)
         if cache is not None:
             cache.put(file.path, info, digest, report)
+    # The package-wide step: what crosses modules (model/phase.py); it keeps its summaries in the reports.
+    texts = {file.path: text for file, _, _, text in todo}
+    across = phase.package_findings(files, reports, known, texts, settings, cache)
     if cache is not None:
         cache.save({f.path for f in files if f.problem is None})
     result = RunResult(files=sum(f.problem is None for f in files), analyzed=len(todo))
     for file in files:
-        result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused))
+        report = reports[file.path]
+        if file.path in across:
+            report = {**report, "findings": report["findings"] + across[file.path]}
+        result.findings.extend(_file_findings(file, report, settings, report_unused))
     result.findings.sort()
     return result
 

@@ -1,0 +1,63 @@
+"""Which direct calls are MLX, by the same tables the per-file rules use (`mlx_api`, `offload`).
+
+Imported only when a file is summarized or a name re-exported from MLX is met while building
+the model: `mlx_api` pulls in libcst, which a re-run of an unchanged tree never imports.
+"""
+
+from __future__ import annotations
+
+from mlx_invariants.checker import mlx_api, offload
+from mlx_invariants.checker.globs import matches_name
+from mlx_invariants.checker.model.summary import BLOCK, LOAD, TOUCH
+
+TO_THREAD = offload.TO_THREAD
+POOLS = offload.POOLS
+EXECUTOR_NAMES = offload.EXECUTOR_NAMES
+GENERATORS = mlx_api.GENERATORS
+BATCH_GENERATORS = mlx_api.BATCH_GENERATORS
+GENERATOR_HARMLESS = mlx_api.GENERATOR_HARMLESS
+MODEL_STREAMS = mlx_api.MODEL_STREAMS
+
+
+def by_name(qual: str) -> str | None:
+    """BLOCK, TOUCH or LOAD for a call of the imported name `qual`, else None. A call of an MLX
+    generator (`stream_generate`) is none of these: it runs MLX only where it is iterated."""
+    if qual in mlx_api.GENERATE or qual in mlx_api.BLOCKING_CORE or qual in mlx_api.BATCH_GENERATORS:
+        return BLOCK
+    if qual in mlx_api.LOADS:
+        return LOAD
+    if qual.startswith("mlx.core.") and not any(h in qual for h in mlx_api.HARMLESS_CORE):
+        return TOUCH
+    return None
+
+
+def is_generator(qual: str) -> bool:
+    return qual in GENERATORS
+
+
+def is_load_name(text: str | None, qual: str | None) -> bool:
+    """A call named like a model loader (`load_model_with_fallback`): start-up work."""
+    if qual and qual in mlx_api.LOADS:
+        return True
+    return not (qual or "").startswith(("mlx", "transformers")) and matches_name(text, mlx_api.LOAD_NAMES)
+
+
+def by_receiver(text: str, method: str, receiver: str, shared: dict, built_as_generator: bool) -> str | None:
+    """The name-based wrappers engines use (in files that import MLX only): a model-named
+    receiver's generate/chat/save_weights, a batch generator's MLX methods, `mlx-calls`."""
+    if (method in mlx_api.MODEL_GENERATION or method in mlx_api.MODEL_WEIGHT_SAVES) and matches_name(
+        receiver, shared["model-names"]
+    ):
+        return BLOCK
+    if method in mlx_api.GENERATOR_MLX_METHODS and (
+        built_as_generator or matches_name(receiver, shared["batch-generator-names"])
+    ):
+        return BLOCK
+    if matches_name(text, shared["mlx-calls"]):
+        return BLOCK
+    return None
+
+
+def is_forward_pass(text: str, shared: dict) -> bool:
+    """Calling a model-named object (`self.model(x)`); a capitalised name builds an object instead."""
+    return not text.rsplit(".", 1)[-1][:1].isupper() and matches_name(text, shared["model-names"])

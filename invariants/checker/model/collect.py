@@ -1,0 +1,644 @@
+"""Summarize one file (`summary.FileSummary`) from CPython's `ast`: several times cheaper than
+libcst, and a summary needs names and calls only.
+
+Two steps. `_Scanner` walks each def's own body once (nested defs, lambdas and classes are
+defs of their own) and keeps what it binds, assigns to `self.x`, calls, iterates, returns and
+awaits. `_Resolver` then names each call through the scopes: a def's locals, the defs around
+it, the module (imports, defs, classes, module-level instances); `self` is an instance of the
+method's class and its attributes hold what the class's methods assign them. A name with two
+different values, or one the summary cannot name, is unknown: never MLX.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlx_invariants.checker.model import classify
+from mlx_invariants.checker.model.summary import (
+    BLOCK, DEFAULT_POOL, EXECUTOR, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, THREAD,
+    Call, Class, FileSummary, Function, Offload, Place, Touch,
+)
+
+_LINES = re.compile(r"\r\n|\r|\n")
+# Builtins that iterate their argument at once.
+_CONSUMERS = frozenset({"list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all", "dict", "next"})
+# Builtins whose result, when iterated, iterates their arguments.
+_LAZY = frozenset({"enumerate", "zip", "map", "filter", "reversed", "iter"})
+# Decorators that leave "calling it runs its body" true.
+_PLAIN_DECORATORS = frozenset({
+    "staticmethod", "classmethod", "functools.wraps", "functools.lru_cache", "functools.cache", "lru_cache", "cache",
+    "abc.abstractmethod", "abstractmethod", "typing.overload", "typing.override", "override", "mlx.core.compile",
+    "torch.no_grad", "torch.inference_mode", "wraps",
+})
+_UNWRAP = frozenset({"functools.partial", "partial"})
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+             ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler) + ((ast.Match,) if hasattr(ast, "Match") else ())
+_UNKNOWN = "?"  # a binding whose value cannot be named: the name is unknown
+
+
+def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
+    """The summary of one file's text; raises SyntaxError (or ValueError) when it does not parse."""
+    tree = ast.parse(text)
+    return _Resolver(text, shared).summary(tree)
+
+
+@dataclass
+class _Def:
+    """What one def (or lambda, or class body) holds before its names are resolved."""
+
+    node: ast.AST
+    name: str                     # local qualified name: `Engine.run`, `f.<locals>.g`
+    parent: _Def | None           # the def around it (its closure), None at module level
+    cls: str | None = None        # for a method: its class's local name
+    params: list[str] = field(default_factory=list)
+    bindings: dict[str, list[Any]] = field(default_factory=dict)  # name -> values (ast nodes or refs)
+    self_attrs: list[tuple[str, ast.AST]] = field(default_factory=list)
+    calls: list[tuple[ast.Call, str, ast.AST | None, ast.stmt | None]] = field(default_factory=list)
+    name_iterations: list[tuple[str, ast.AST, ast.stmt | None]] = field(default_factory=list)
+    assigned_calls: dict[int, str] = field(default_factory=dict)  # id(call) -> the local it is assigned to
+    generator: bool = False
+    opaque: bool = False
+    nonlocal_names: set[str] = field(default_factory=set)
+
+
+class _Scanner:
+    """One pass over a def's own body, in source order."""
+
+    def __init__(self, resolver: _Resolver) -> None:
+        self.resolver = resolver
+
+    def scan(self, fn: _Def, body: list[ast.AST]) -> None:
+        # (node, use, iteration site, statement): use is PLAIN, ITERATED, RETURNED or "await".
+        stack: list[tuple[ast.AST, str, ast.AST | None, ast.stmt | None]] = [
+            (node, PLAIN, None, None) for node in reversed(body)
+        ]
+        while stack:
+            node, use, site, stmt = stack.pop()
+            if isinstance(node, ast.stmt):
+                stmt = node
+            if isinstance(node, _SCOPES):
+                self.resolver.nested(node, fn)
+                if not isinstance(node, ast.Lambda):
+                    fn.bindings.setdefault(node.name, []).append(self.resolver.local_ref(node, fn))
+                continue
+            children = self._visit(fn, node, use, site, stmt)
+            for child in reversed(children):
+                stack.append(child)
+
+    def _visit(self, fn: _Def, node: ast.AST, use: str, site: ast.AST | None, stmt: ast.stmt | None) -> list:
+        out: list[tuple[ast.AST, str, ast.AST | None, ast.stmt | None]] = []
+        plain = lambda child: out.append((child, PLAIN, None, stmt))  # noqa: E731
+        if isinstance(node, ast.Call):
+            fn.calls.append((node, use, site, stmt))
+            plain(node.func)
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            iterates = name in _CONSUMERS or (name in _LAZY and use == ITERATED)
+            for arg in node.args:
+                value = arg.value if isinstance(arg, ast.Starred) else arg
+                if iterates:
+                    self._iterated(fn, value, site if name in _LAZY else node, stmt, out)
+                else:
+                    plain(value)
+            for keyword in node.keywords:
+                plain(keyword.value)
+            return out
+        if isinstance(node, ast.For):
+            self._bind_target(fn, node.target)
+            self._iterated(fn, node.iter, node, stmt, out)
+            out.extend((child, PLAIN, None, stmt) for child in (*node.body, *node.orelse))
+            return out
+        if isinstance(node, ast.comprehension):
+            self._bind_target(fn, node.target)
+            self._iterated(fn, node.iter, node.iter, stmt, out)
+            out.extend((child, PLAIN, None, stmt) for child in node.ifs)
+            return out
+        if isinstance(node, ast.YieldFrom):
+            fn.generator = True
+            self._iterated(fn, node.value, node, stmt, out)
+            return out
+        if isinstance(node, ast.Yield):
+            fn.generator = True
+        elif isinstance(node, ast.Return) and node.value is not None:
+            out.append((node.value, RETURNED, None, stmt))
+            return out
+        elif isinstance(node, ast.Await):
+            out.append((node.value, "await", None, stmt))
+            return out
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                self._assign(fn, target, node.value)
+        elif isinstance(node, ast.AnnAssign):
+            self._assign(fn, node.target, node.value, node.annotation)
+        elif isinstance(node, ast.AugAssign | ast.NamedExpr):
+            self._bind_target(fn, node.target)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            self._bind_target(fn, node.optional_vars)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            fn.bindings.setdefault(node.name, []).append(_UNKNOWN)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for local, ref in _imported(node):
+                fn.bindings.setdefault(local, []).append(ref)
+                self.resolver.note_import(ref)
+            return out
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            fn.nonlocal_names.update(node.names)
+            return out
+        for child in ast.iter_child_nodes(node):
+            out.append((child, PLAIN, None, stmt))
+        return out
+
+    def _iterated(self, fn: _Def, value: ast.AST, site: ast.AST | None, stmt: ast.stmt | None, out: list) -> None:
+        if isinstance(value, ast.Name):
+            fn.name_iterations.append((value.id, site or value, stmt))
+        out.append((value, ITERATED, site, stmt))
+
+    def _assign(self, fn: _Def, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
+        typed = ("annotation", annotation) if annotation is not None else None
+        if isinstance(target, ast.Name):
+            if typed is not None:
+                fn.bindings.setdefault(target.id, []).append(typed)
+            elif value is not None:
+                fn.bindings.setdefault(target.id, []).append(value)
+                if isinstance(value, ast.Call):
+                    fn.assigned_calls[id(value)] = target.id
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            if typed is not None:
+                fn.self_attrs.append((target.attr, typed))  # type: ignore[arg-type]
+            elif value is not None:
+                fn.self_attrs.append((target.attr, value))
+        else:
+            self._bind_target(fn, target)
+
+    def _bind_target(self, fn: _Def, target: ast.AST) -> None:
+        """Names bound to values the summary does not follow (loop variables, unpacking)."""
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                fn.bindings.setdefault(node.id, []).append(_UNKNOWN)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                fn.self_attrs.append((node.attr, _UNKNOWN))  # type: ignore[arg-type]
+
+
+class _Resolver:
+    def __init__(self, text: str, shared: dict[str, Any]) -> None:
+        self.lines = _LINES.split(text)
+        self.shared = shared
+        self.imports_mlx = False
+        self.module = _Def(None, "", None)  # type: ignore[arg-type]
+        self.defs: list[_Def] = []
+        self.classes: dict[str, dict[str, Any]] = {}  # local name -> {"bases": [...], "attrs": {name: [values]}, "defs": owner}
+        self.scanner = _Scanner(self)
+        self._resolving: set[tuple[int, str]] = set()
+
+    # --- structure ---------------------------------------------------------------------------
+    def summary(self, tree: ast.Module) -> FileSummary:
+        self._module_body(tree.body)
+        functions: dict[str, Function] = {}
+        for fn in self.defs:
+            functions[fn.name] = self._function(fn)
+        classes = {name: self._class(name) for name in self.classes}
+        names = {}
+        for name in self.module.bindings:
+            ref = self.lookup(name, self.module)
+            if ref is not None and not ref.startswith("$") and ref != f":{name}":
+                names[name] = ref
+        return FileSummary(self.imports_mlx, names, functions, classes)
+
+    def _module_body(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, _SCOPES):
+                self.nested(stmt, None)
+                self.module.bindings.setdefault(stmt.name, []).append(":" + stmt.name)
+            elif isinstance(stmt, ast.Import | ast.ImportFrom):
+                for local, ref in _imported(stmt):
+                    self.module.bindings.setdefault(local, []).append(ref)
+                    self.note_import(ref)
+            elif isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    self._module_assign(target, stmt.value)
+            elif isinstance(stmt, ast.AnnAssign):
+                self._module_assign(stmt.target, stmt.value, stmt.annotation)
+            elif isinstance(stmt, ast.If | ast.Try | ast.With):
+                for part in ("body", "orelse", "finalbody"):
+                    self._module_body(getattr(stmt, part, []))
+                for handler in getattr(stmt, "handlers", []):
+                    self._module_body(handler.body)
+            elif hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar):
+                self._module_body(stmt.body)
+
+    def _module_assign(self, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
+        if not isinstance(target, ast.Name):
+            for node in ast.walk(target):
+                if isinstance(node, ast.Name):
+                    self.module.bindings.setdefault(node.id, []).append(_UNKNOWN)
+            return
+        if annotation is not None:
+            self.module.bindings.setdefault(target.id, []).append(("annotation", annotation))
+        elif value is not None:
+            self.module.bindings.setdefault(target.id, []).append(value)
+
+    def nested(self, node: ast.AST, parent: _Def | None) -> None:
+        """Register a def, lambda or class found in `parent`'s body (None: the module's)."""
+        name = _child_name(parent, node)
+        scope = parent.parent if parent is not None and isinstance(parent.node, ast.ClassDef) else parent
+        if isinstance(node, ast.ClassDef):
+            info = self.classes.setdefault(name, {"bases": [], "attrs": {}, "scope": scope})
+            info["bases"] = list(node.bases)
+            holder = _Def(node, name, scope)
+            for stmt in node.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                    self._def(stmt, f"{name}.{stmt.name}", scope, cls=name)
+                elif isinstance(stmt, ast.ClassDef):
+                    self.nested(stmt, holder)
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    info["attrs"].setdefault(stmt.targets[0].id, []).append((scope, stmt.value))
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    info["attrs"].setdefault(stmt.target.id, []).append((scope, ("annotation", stmt.annotation)))
+            return
+        self._def(node, name, scope)
+
+    def local_ref(self, node: ast.AST, parent: _Def | None) -> str:
+        return ":" + _child_name(parent, node)
+
+    def _def(self, node: ast.AST, name: str, parent: _Def | None, cls: str | None = None) -> None:
+        fn = _Def(node, name, parent, cls)
+        args = node.args  # type: ignore[attr-defined]
+        params = [a.arg for a in (*args.posonlyargs, *args.args)]
+        decorators = [_decorator_name(d) for d in getattr(node, "decorator_list", ())]
+        bound = cls is not None and "staticmethod" not in decorators
+        if bound and params:
+            first = params.pop(0)
+            fn.bindings[first] = [f":{cls}" if "classmethod" in decorators else f":{cls}()"]
+        fn.params = params + [a.arg for a in args.kwonlyargs]
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
+            if arg.arg in fn.bindings:
+                continue
+            fn.bindings[arg.arg] = [("annotation", arg.annotation) if arg.annotation is not None else f"${arg.arg}"]
+        for arg in (args.vararg, args.kwarg):
+            if arg is not None:
+                fn.bindings[arg.arg] = [_UNKNOWN]
+        fn.opaque = any(d not in _PLAIN_DECORATORS for d in decorators)
+        self.defs.append(fn)
+        body = [node.body] if isinstance(node, ast.Lambda) else node.body  # type: ignore[attr-defined]
+        self.scanner.scan(fn, body)
+        if cls is not None:
+            for attr, value in fn.self_attrs:
+                self.classes[cls]["attrs"].setdefault(attr, []).append((fn, value))
+
+    def note_import(self, ref: str) -> None:
+        if ref.split(".", 1)[0] in ("mlx", "mlx_lm", "mlx_vlm"):
+            self.imports_mlx = True
+
+    # --- names -------------------------------------------------------------------------------
+    def lookup(self, name: str, fn: _Def | None) -> str | None:
+        """What `name` holds in `fn`'s scope: its locals, the defs around it, then the module."""
+        scope = fn
+        while scope is not None:
+            if name in scope.bindings and name not in scope.nonlocal_names:
+                return self._value_of(scope, name)
+            scope = scope.parent
+        if name in self.module.bindings:
+            return self._value_of(self.module, name)
+        return None
+
+    def _value_of(self, scope: _Def, name: str) -> str | None:
+        key = (id(scope), name)
+        if key in self._resolving:
+            return None
+        self._resolving.add(key)
+        try:
+            refs = {self._value_ref(v, scope) for v in scope.bindings[name] if not _is_none(v)}
+        finally:
+            self._resolving.discard(key)
+        if len(refs) != 1:
+            return None
+        return refs.pop()
+
+    def _value_ref(self, value: Any, scope: _Def) -> str | None:
+        if isinstance(value, str):
+            return None if value == _UNKNOWN else value
+        if isinstance(value, tuple):  # ("annotation", node): an instance of the annotated class
+            cls = _annotation(value[1])
+            ref = self.ref(cls, None if scope is self.module else scope) if cls is not None else None
+            return f"{ref}()" if ref and not ref.startswith("$") else None
+        ref = self.ref(value, scope)
+        return ref
+
+    def ref(self, expr: ast.AST | None, fn: _Def | None) -> str | None:
+        """The reference string of a name, attribute chain or call result, else None."""
+        if isinstance(expr, ast.Name):
+            return self.lookup(expr.id, fn)
+        if isinstance(expr, ast.Attribute):
+            base = self.ref(expr.value, fn)
+            if base is None or base.startswith("$"):
+                return None
+            return f"{base}.{expr.attr}"
+        if isinstance(expr, ast.Call):
+            base = self.ref(expr.func, fn)
+            if base is None or base.startswith("$") or base.endswith("()"):
+                return None
+            return f"{base}()"
+        if isinstance(expr, ast.Lambda):
+            return self.local_ref(expr, fn)
+        return None
+
+    # --- per def -------------------------------------------------------------------------------
+    def _function(self, fn: _Def) -> Function:
+        node = fn.node
+        iterated_at: dict[int, tuple[ast.AST, ast.stmt | None]] = {}  # a call assigned to a local iterated later
+        for name, site, stmt in fn.name_iterations:
+            for call, _use, _site, _stmt in fn.calls:
+                if fn.assigned_calls.get(id(call)) == name:
+                    iterated_at[id(call)] = (site, stmt)
+        calls: list[Call] = []
+        offloads: list[Offload] = []
+        touches: list[Touch] = []
+        for call, use, site, stmt in fn.calls:
+            iter_place = None
+            if use == ITERATED or id(call) in iterated_at:
+                where_site, where_stmt = (site, stmt) if use == ITERATED else iterated_at[id(call)]
+                iter_place = self._place(where_site or call, where_stmt)
+                use = ITERATED
+            elif use == RETURNED and fn.generator:
+                use = PLAIN
+            work = self._offload(call, fn, stmt)
+            if work is not None:
+                offloads.append(work)
+                continue
+            target = self.ref(call.func, fn)
+            text = _dotted(call.func) or (target or "")
+            kind = self._mlx(call, target, text, fn, use)
+            if kind is not None:
+                touches.append(Touch(kind[0], kind[1], call.lineno))
+                continue
+            if target is None or (use == "await" and target.startswith("$")):
+                continue
+            calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED) else PLAIN,
+                              iter_place, self._args(call, fn)))
+        return Function(fn.name, getattr(node, "lineno", 0), isinstance(node, ast.AsyncFunctionDef), fn.generator,
+                        tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches))
+
+    def _mlx(self, call: ast.Call, target: str | None, text: str, fn: _Def, use: str) -> tuple[str, str] | None:
+        """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
+        imports MLX, by the names engines give their wrappers (a receiver this file types as one
+        of the package's own classes is left to the package model instead)."""
+        if target is not None and not target.startswith((":", ".", "$")):
+            if classify.is_generator(target):
+                if use == ITERATED:
+                    return BLOCK, f"iterating {text}"
+                return (RETURNS, text) if use == RETURNED else None
+            kind = classify.by_name(target)
+            if kind is not None:
+                return kind, text
+        if classify.is_load_name(text, target):
+            return LOAD, text
+        if not self.imports_mlx:
+            return None
+        func = call.func
+        if isinstance(func, ast.Name) and func.id == "next" and call.args:
+            return (BLOCK, "next() on an MLX generator") if self._is_mlx_generator(call.args[0], fn) else None
+        if target is not None and target.startswith((":", ".")):
+            return None
+        if isinstance(func, ast.Attribute):
+            receiver = _dotted(func.value) or ""
+            built = self._built_as_batch_generator(func.value, fn)
+            kind = classify.by_receiver(text, func.attr, receiver, self.shared, built)
+            if kind is not None:
+                return kind, text
+            if func.attr in classify.MODEL_STREAMS and classify.is_forward_pass(receiver, self.shared):
+                if use == ITERATED:
+                    return BLOCK, f"iterating {text}"
+                return (RETURNS, text) if use == RETURNED else None
+        if isinstance(func, ast.Name | ast.Attribute) and classify.is_forward_pass(text, self.shared):
+            return BLOCK, f"{text}(...)"
+        return None
+
+    def _is_mlx_generator(self, expr: ast.AST, fn: _Def) -> bool:
+        ref = self.ref(expr, fn)
+        ref = self._deref(ref)
+        return bool(ref) and ref.endswith("()") and classify.is_generator(ref[:-2])  # type: ignore[union-attr]
+
+    def _built_as_batch_generator(self, expr: ast.AST, fn: _Def) -> bool:
+        ref = self._deref(self.ref(expr, fn))
+        return bool(ref) and ref.endswith("()") and ref[:-2].rsplit(".", 1)[-1].endswith("BatchGenerator")  # type: ignore[union-attr]
+
+    def _deref(self, ref: str | None) -> str | None:
+        """`:Engine().gen` -> what `Engine`'s methods assign to `self.gen`, when this file knows it."""
+        if ref is None or not ref.startswith(":") or "()." not in ref:
+            return ref
+        head, _, attr = ref[1:].rpartition("().")
+        if head in self.classes and "." not in attr:
+            return self._class_attr(head, attr)
+        return ref
+
+    def _offload(self, call: ast.Call, fn: _Def, stmt: ast.stmt | None) -> Offload | None:
+        func = call.func
+        target_expr: ast.AST | None = None
+        pool = ""
+        how = _dotted(func) or ""
+        if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
+            executor = _positional(call, 0)
+            pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else EXECUTOR
+            target_expr = _positional(call, 1)
+        elif isinstance(func, ast.Attribute) and func.attr == "submit":
+            receiver = self._deref(self.ref(func.value, fn)) or ""
+            if not (receiver.endswith("()") and receiver[:-2] in classify.POOLS) and not _matches(
+                _dotted(func.value), classify.EXECUTOR_NAMES + self.shared["owner-executors"]
+            ):
+                return None
+            pool, target_expr = EXECUTOR, _positional(call, 0)
+        else:
+            qual = self.ref(func, fn)
+            if qual in classify.TO_THREAD:
+                pool, target_expr = DEFAULT_POOL, _positional(call, 0)
+            elif qual in ("threading.Thread",):
+                pool = THREAD
+                target_expr = next((k.value for k in call.keywords if k.arg == "target"), None)
+            else:
+                return None
+        target_expr = self._unwrap(target_expr, fn)
+        target = self.ref(target_expr, fn) if target_expr is not None else None
+        param = self._forwarded(target_expr, fn)
+        if target is not None and target.startswith("$"):
+            target = None
+        return Offload(how, pool, target, param, self._place(call, stmt), _dotted(target_expr) or "lambda"
+                       if target_expr is not None else "callable")
+
+    def _unwrap(self, expr: ast.AST | None, fn: _Def) -> ast.AST | None:
+        while isinstance(expr, ast.Call) and (self.ref(expr.func, fn) in _UNWRAP or _dotted(expr.func) in _UNWRAP):
+            expr = _positional(expr, 0)
+        return expr
+
+    def _forwarded(self, expr: ast.AST | None, fn: _Def) -> str | None:
+        """The parameter of `fn` that `expr` is, or calls (a lambda, or a nested def named here)."""
+        params = set(fn.params)
+        if isinstance(expr, ast.Name) and expr.id in params and self.lookup(expr.id, fn) == f"${expr.id}":
+            return expr.id
+        body: ast.AST | None = None
+        if isinstance(expr, ast.Lambda):
+            body = expr.body
+        elif isinstance(expr, ast.Name):
+            inner = next((d for d in self.defs if d.parent is fn and getattr(d.node, "name", None) == expr.id), None)
+            body = inner.node if inner is not None else None
+        if body is None:
+            return None
+        for node in ast.walk(body):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in params:
+                return node.func.id
+        return None
+
+    def _args(self, call: ast.Call, fn: _Def) -> tuple[tuple[int | str, str], ...]:
+        found: list[tuple[int | str, str]] = []
+        for index, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            ref = self._arg_ref(arg, fn)
+            if ref is not None:
+                found.append((index, ref))
+        for keyword in call.keywords:
+            if keyword.arg is not None:
+                ref = self._arg_ref(keyword.value, fn)
+                if ref is not None:
+                    found.append((keyword.arg, ref))
+        return tuple(found)
+
+    def _arg_ref(self, expr: ast.AST, fn: _Def) -> str | None:
+        expr = self._unwrap(expr, fn)  # type: ignore[assignment]
+        if not isinstance(expr, ast.Name | ast.Attribute | ast.Lambda):
+            return None
+        param = self._forwarded(expr, fn)
+        if param is not None:
+            return f"${param}"
+        ref = self.ref(expr, fn)
+        return None if ref is None or ref.endswith("()") else ref
+
+    def _class(self, name: str) -> Class:
+        info = self.classes[name]
+        scope = info["scope"]
+        bases = tuple(r for b in info["bases"] if (r := self.ref(b, scope)) is not None and not r.startswith("$"))
+        attrs = {}
+        for attr in info["attrs"]:
+            ref = self._class_attr(name, attr)
+            if ref is not None:
+                attrs[attr] = ref
+        return Class(name, bases, attrs)
+
+    def _class_attr(self, cls: str, attr: str) -> str | None:
+        values = self.classes[cls]["attrs"].get(attr)
+        if not values:
+            return None
+        key = (id(values), attr)
+        if key in self._resolving:
+            return None
+        self._resolving.add(key)
+        try:
+            refs = {self._value_ref(value, scope) if scope is not None else self._value_ref(value, self.module)
+                    for scope, value in values if not _is_none(value)}
+        finally:
+            self._resolving.discard(key)
+        if len(refs) != 1:
+            return None
+        ref = refs.pop()
+        return None if ref is None or ref.startswith("$") else ref
+
+    def _place(self, node: ast.AST, stmt: ast.stmt | None) -> Place:
+        line = node.lineno  # type: ignore[attr-defined]
+        text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
+        offset = node.col_offset  # type: ignore[attr-defined]
+        col = offset if text.isascii() else len(text.encode("utf-8")[:offset].decode("utf-8", "replace"))
+        if stmt is None:
+            first, last = line, node.end_lineno or line  # type: ignore[attr-defined]
+        elif isinstance(stmt, _COMPOUND):  # a finding in a compound statement's header: the header's lines
+            end = stmt.iter.end_lineno if node is stmt and isinstance(stmt, ast.For) else (
+                stmt.lineno if node is stmt else node.end_lineno)  # type: ignore[attr-defined]
+            first, last = stmt.lineno, max(stmt.lineno, end or line)
+        else:
+            first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+        above = first
+        while above > 1 and self.lines[above - 2].lstrip().startswith("#"):
+            above -= 1
+        return Place(line, col + 1, first, last, above)
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
+    """(local name, reference) for each name an import binds."""
+    if isinstance(node, ast.Import):
+        return [(a.asname, a.name) if a.asname else (a.name.split(".", 1)[0], a.name.split(".", 1)[0])
+                for a in node.names]
+    base = "." * node.level + (node.module or "")
+    found = []
+    for alias in node.names:
+        if alias.name == "*":
+            continue
+        full = f"{base}.{alias.name}" if base and not base.endswith(".") else base + alias.name
+        found.append((alias.asname or alias.name, full))
+    return found
+
+
+def _child_name(parent: _Def | None, node: ast.AST) -> str:
+    """`f.<locals>.g` for a def in a def, `Engine.Inner` for a class in a class, `<lambda:3:8>`."""
+    own = f"<lambda:{node.lineno}:{node.col_offset}>" if isinstance(node, ast.Lambda) else node.name  # type: ignore[attr-defined]
+    if parent is None:
+        return own
+    if isinstance(parent.node, ast.ClassDef):
+        return f"{parent.name}.{own}"
+    return f"{parent.name}.<locals>.{own}"
+
+
+def _dotted(expr: ast.AST | None) -> str | None:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    parts.append(expr.id)
+    return ".".join(reversed(parts))
+
+
+def _decorator_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    return _dotted(node) or "?"
+
+
+def _positional(call: ast.Call, index: int) -> ast.AST | None:
+    args = []
+    for arg in call.args:
+        if isinstance(arg, ast.Starred):
+            break
+        args.append(arg)
+    return args[index] if index < len(args) else None
+
+
+def _annotation(node: ast.AST) -> ast.AST | None:
+    """The class an annotation names: `Engine`, `Engine | None`, `Optional[Engine]`, `"Engine"`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [s for s in (node.left, node.right) if not _is_none(s)]
+        return _annotation(sides[0]) if len(sides) == 1 else None
+    if isinstance(node, ast.Subscript) and (_dotted(node.value) or "").rsplit(".", 1)[-1] == "Optional":
+        return _annotation(node.slice)
+    if isinstance(node, ast.Name | ast.Attribute):
+        return node
+    return None
+
+
+def _is_none(value: Any) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None
+
+
+def _matches(text: str | None, patterns: list[str]) -> bool:
+    from mlx_invariants.checker.globs import matches_name
+
+    return matches_name(text, patterns)
+
+
+__all__ = ["summarize", "BLOCK", "LOAD", "THREAD"]

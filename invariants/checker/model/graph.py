@@ -1,0 +1,404 @@
+"""One package's summaries joined: names resolved across modules, a call graph, and a fixpoint
+that says which functions reach MLX through plain calls, and by which chain.
+
+Modules are read on demand: `prepare` starts from the functions of the entry modules (those
+with an `async def` or a thread handoff) and loads only the modules their calls lead to.
+What cannot be resolved (a name the summaries cannot follow, a module outside the files of
+the run) is unknown, never MLX.
+
+Each function has two ways to run: called (`RUN`), and, for a generator or a def that returns
+one, iterated (`ITER`). A plain call of `g` runs `g`; iterating `g()` runs it and iterates it;
+`return g()` passes `g`'s iteration on to the caller; a generator's body runs only when it is
+iterated. A callable handed to a thread (an offload) is not called here, and an `async def`
+runs only when awaited, where it is judged on its own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from mlx_invariants.checker.model.summary import (
+    BLOCK, DEFAULT_POOL, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, TOUCH, Call, FileSummary, Function,
+)
+
+RUN, ITER = "run", "iter"
+BLOCKING = frozenset({BLOCK})                 # what INV108 counts: MLX that makes the caller wait
+ANY_MLX = frozenset({BLOCK, TOUCH, LOAD})     # what INV107 counts: any MLX on the wrong thread
+LOADING = frozenset({LOAD})
+_MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
+_DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
+
+Key = tuple[str, str]  # (module, function's local name)
+Node = tuple[Key, str]  # (function, RUN or ITER)
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """What a reference names: a module, a class, a function, an instance of a class (all of
+    the package), or an external dotted name (`mlx.core.eval`, `asyncio.to_thread`)."""
+
+    kind: str  # "module", "class", "function", "instance", "external"
+    module: str
+    name: str = ""
+    via_class: bool = False  # a method reached through its class (`Engine.run`), not an instance
+
+
+@dataclass(frozen=True)
+class Step:
+    """One link of a chain: the text shown for it, and the next node (None: the MLX call itself)."""
+
+    text: str
+    next: Node | None
+
+
+@dataclass(frozen=True)
+class Forward:
+    """A helper hands its parameter to a thread: `pool` (DEFAULT_POOL, ...), `how` (the handoff as written)."""
+
+    pool: str
+    how: str
+
+
+class Package:
+    """The model of one package (the files of one run under one root)."""
+
+    def __init__(self, modules: dict[str, bool], load: Callable[[str], FileSummary | None]) -> None:
+        self.modules = modules  # module name -> is a package (`__init__.py`)
+        self._load = load
+        self._summaries: dict[str, FileSummary | None] = {}
+        self.functions: dict[Key, Function] = {}
+        self.edges: dict[Key, list[tuple[Call | None, str, Key | None, str]]] = {}
+        self.reach: dict[frozenset[str], dict[Node, Step]] = {}
+        self.forwards: dict[Key, dict[str, Forward]] = {}
+        self._via_class: set[int] = set()
+        self.loaders: set[Key] = set()
+
+    # --- modules and names -----------------------------------------------------------------
+    def summary(self, module: str) -> FileSummary | None:
+        if module not in self._summaries:
+            self._summaries[module] = self._load(module) if module in self.modules else None
+        return self._summaries[module]
+
+    def resolve(self, module: str, ref: str, depth: int = 0) -> Symbol | None:
+        """The symbol `ref` names, seen from `module`; None when unknown."""
+        if not ref or ref.startswith("$") or depth > _DEPTH:
+            return None
+        if ref.startswith(":"):
+            return self._local(module, ref[1:], depth)
+        if ref.startswith("."):
+            level = len(ref) - len(ref.lstrip("."))
+            base = module if self.modules.get(module) else module.rpartition(".")[0]
+            for _ in range(level - 1):
+                base = base.rpartition(".")[0]
+            if not base:
+                return None
+            return self._walk(Symbol("module", base), _parts(ref[level:]), module, depth)
+        parts = _parts(ref)
+        head, called = parts[0]
+        if head in self.modules and not called:
+            return self._walk(Symbol("module", head), parts[1:], module, depth)
+        return Symbol("external", ref)
+
+    def _local(self, module: str, path: str, depth: int) -> Symbol | None:
+        summary = self.summary(module)
+        if summary is None:
+            return None
+        parts = _parts(path)
+        for cut in range(len(parts), 0, -1):  # the longest prefix defined in this file (`f.<locals>.g`)
+            if any(called for _, called in parts[: cut - 1]):
+                continue
+            name = ".".join(n for n, _ in parts[:cut])
+            symbol = None
+            if name in summary.functions:
+                symbol = Symbol("function", module, name)
+            elif name in summary.classes:
+                symbol = Symbol("class", module, name)
+            elif cut == 1 and name in summary.names:
+                symbol = self.resolve(module, summary.names[name], depth + 1)
+            if symbol is not None:
+                if parts[cut - 1][1]:
+                    symbol = self._call(symbol)
+                return self._walk(symbol, parts[cut:], module, depth) if symbol is not None else None
+        return None
+
+    def _walk(self, symbol: Symbol | None, parts: list[tuple[str, bool]], module: str, depth: int) -> Symbol | None:
+        for name, called in parts:
+            if symbol is None:
+                return None
+            symbol = self._member(symbol, name, depth)
+            if called and symbol is not None:
+                symbol = self._call(symbol)
+        return symbol
+
+    def _member(self, symbol: Symbol, name: str, depth: int) -> Symbol | None:
+        if symbol.kind == "external":
+            return Symbol("external", f"{symbol.module}.{name}")
+        if symbol.kind == "module":
+            sub = f"{symbol.module}.{name}"
+            if sub in self.modules:
+                return Symbol("module", sub)
+            summary = self.summary(symbol.module)
+            if summary is None:
+                return None
+            if name in summary.functions:
+                return Symbol("function", symbol.module, name)
+            if name in summary.classes:
+                return Symbol("class", symbol.module, name)
+            if name in summary.names:
+                return self.resolve(symbol.module, summary.names[name], depth + 1)
+            return None
+        if symbol.kind in ("class", "instance"):
+            for module, cls in self.mro(symbol.module, symbol.name):
+                summary = self.summary(module)
+                if summary is None:
+                    continue
+                if f"{cls}.{name}" in summary.functions:
+                    return Symbol("function", module, f"{cls}.{name}", via_class=symbol.kind == "class")
+                if f"{cls}.{name}" in summary.classes:
+                    return Symbol("class", module, f"{cls}.{name}")
+                if symbol.kind == "instance" and name in summary.classes[cls].attrs:
+                    return self.resolve(module, summary.classes[cls].attrs[name], depth + 1)
+        return None
+
+    def _call(self, symbol: Symbol) -> Symbol | None:
+        """What calling `symbol` returns, where the model knows: a class gives an instance."""
+        if symbol.kind == "class":
+            return Symbol("instance", symbol.module, symbol.name)
+        if symbol.kind == "external":
+            return Symbol("external", symbol.module + "()")
+        return None
+
+    def mro(self, module: str, cls: str) -> Iterator[tuple[str, str]]:
+        """The class and its bases of the package, depth first (close enough to Python's MRO here)."""
+        seen: set[tuple[str, str]] = set()
+        stack = [(module, cls, 0)]
+        while stack:
+            mod, name, depth = stack.pop()
+            summary = self.summary(mod)
+            if (mod, name) in seen or depth > _DEPTH or summary is None or name not in summary.classes:
+                continue
+            seen.add((mod, name))
+            yield mod, name
+            for base in reversed(summary.classes[name].bases):
+                found = self.resolve(mod, base)
+                if found is not None and found.kind == "class":
+                    stack.append((found.module, found.name, depth + 1))
+
+    def callee(self, module: str, ref: str) -> tuple[Key | None, Symbol | None]:
+        """The function a call of `ref` runs (a class's `__init__`, an instance's `__call__`),
+        and the symbol itself."""
+        symbol = self.resolve(module, ref)
+        if symbol is None:
+            return None, None
+        if symbol.kind == "function":
+            return (symbol.module, symbol.name), symbol
+        if symbol.kind in ("class", "instance"):
+            method = self._member(Symbol("instance", symbol.module, symbol.name),
+                                  "__init__" if symbol.kind == "class" else "__call__", 0)
+            if method is not None and method.kind == "function":
+                return (method.module, method.name), symbol
+        return None, symbol
+
+    def function(self, key: Key) -> Function | None:
+        found = self.functions.get(key)
+        if found is None:
+            summary = self.summary(key[0])
+            found = summary.functions.get(key[1]) if summary is not None else None
+            if found is not None:
+                self.functions[key] = found
+        return found
+
+    # --- the graph -----------------------------------------------------------------------------
+    def prepare(self, entries: list[str]) -> None:
+        """Load what the entry modules' functions lead to; work out reach and forwarding helpers."""
+        queue: deque[Key] = deque()
+        for module in entries:
+            summary = self.summary(module)
+            if summary is not None:
+                queue.extend((module, name) for name in summary.functions)
+        seen: set[Key] = set()
+        while queue:
+            key = queue.popleft()
+            if key in seen:
+                continue
+            seen.add(key)
+            fn = self.function(key)
+            if fn is None:
+                continue
+            edges = self.edges[key] = []
+            for call in fn.calls:
+                target, symbol = self.callee(key[0], call.target)
+                if symbol is not None and symbol.via_class:
+                    self._via_class.add(id(call))
+                if target is not None:
+                    edges.append((call, call.use, target, ""))
+                    queue.append(target)
+                elif symbol is not None and symbol.kind == "external" and symbol.module.startswith(_MLX_ROOTS):
+                    kind = _external_kind(symbol.module, call.use)
+                    if kind is not None:
+                        edges.append((call, call.use, None, kind))
+                for _, ref in call.args:
+                    found, _ = self.callee(key[0], ref)
+                    if found is not None:
+                        queue.append(found)
+            for work in fn.offloads:
+                if work.target is not None:
+                    found, _ = self.callee(key[0], work.target)
+                    if found is not None:
+                        queue.append(found)
+        # A function that loads weights is start-up work, and so is the rest of the MLX it runs
+        # (evaluating the weights, patching the model): INV108 leaves it out, as it leaves loads out.
+        loading = self._reach(LOADING)
+        self.loaders = {key for key, mode in loading if mode == RUN}
+        self.reach[BLOCKING] = self._reach(BLOCKING, skip=self.loaders)
+        self.reach[ANY_MLX] = self._reach(ANY_MLX)
+        self._forwarders()
+
+    def _reach(self, level: frozenset[str], skip: set[Key] = frozenset()) -> dict[Node, Step]:  # type: ignore[assignment]
+        """Shortest chains to MLX of `level`: a breadth-first search backwards from the MLX calls,
+        not through the functions in `skip`."""
+        reached: dict[Node, Step] = {}
+        back: dict[Node, list[tuple[Node, str]]] = {}
+        queue: deque[Node] = deque()
+
+        def sink(node: Node, text: str) -> None:
+            if node not in reached:
+                reached[node] = Step(text, None)
+                queue.append(node)
+
+        for key, edges in self.edges.items():
+            if key in skip:
+                continue
+            fn = self.functions[key]
+            mode = ITER if fn.is_generator else RUN
+            for touch in sorted(fn.mlx, key=lambda t: t.kind != BLOCK):  # a blocking call makes the clearer chain
+                if touch.kind == RETURNS:
+                    if BLOCK in level:
+                        sink((key, ITER), touch.text)
+                elif touch.kind in level:
+                    sink((key, mode), touch.text)
+            for call, use, target, external in edges:
+                if target is None:
+                    if external == RETURNS and BLOCK in level:
+                        sink((key, ITER), call.text)  # type: ignore[union-attr]
+                    elif external in level:
+                        sink((key, mode), call.text)  # type: ignore[union-attr]
+                    continue
+                callee = self.function(target)
+                if callee is None or callee.is_async or callee.opaque or target in skip:
+                    continue
+                text = call.text  # type: ignore[union-attr]
+                if use == RETURNED and not fn.is_generator:
+                    back.setdefault((target, RUN), []).append(((key, RUN), text))
+                    back.setdefault((target, ITER), []).append(((key, ITER), text))
+                else:
+                    back.setdefault((target, RUN), []).append(((key, mode), text))
+                    if use == ITERATED:
+                        back.setdefault((target, ITER), []).append(((key, mode), text))
+        while queue:
+            node = queue.popleft()
+            for caller, text in back.get(node, ()):
+                if caller not in reached:
+                    reached[caller] = Step(text, node)
+                    queue.append(caller)
+        return reached
+
+    def _forwarders(self) -> None:
+        """Helpers that hand a parameter to the default pool, directly or through another such helper."""
+        for key in self.edges:
+            for work in self.functions[key].offloads:
+                if work.param is not None and work.pool == DEFAULT_POOL:
+                    self.forwards.setdefault(key, {}).setdefault(work.param, Forward(work.pool, work.how))
+        changed = True
+        while changed:
+            changed = False
+            for key, edges in self.edges.items():
+                for call, _use, target, _ in edges:
+                    if target is None or target not in self.forwards or call is None:
+                        continue
+                    for arg, ref in call.args:
+                        if not ref.startswith("$"):
+                            continue
+                        param = self.parameter(target, arg, call)
+                        forward = self.forwards[target].get(param or "")
+                        if forward is not None and ref[1:] not in self.forwards.get(key, {}):
+                            self.forwards.setdefault(key, {})[ref[1:]] = Forward(forward.pool, call.text)
+                            changed = True
+
+    def parameter(self, target: Key, arg: int | str, call: Call) -> str | None:
+        """The parameter of `target` that argument `arg` (a position or a keyword) of `call` binds.
+        A method called through its class (`Engine.run(engine, fn)`) takes `self` first: its
+        positions are not mapped."""
+        fn = self.function(target)
+        if fn is None:
+            return None
+        if isinstance(arg, str):
+            return arg if arg in fn.params else None
+        if self._through_class(call):
+            return None
+        return fn.params[arg] if arg < len(fn.params) else None
+
+    def _through_class(self, call: Call) -> bool:
+        return id(call) in self._via_class
+
+    def chain(self, level: frozenset[str], node: Node) -> list[str] | None:
+        """The functions and the MLX call `node` reaches at `level`, as shown in a message."""
+        step = self.reach.get(level, {}).get(node)
+        if step is None:
+            return None
+        names = [self.display(node[0])]
+        seen = {node}
+        while step.next is not None and step.next not in seen:
+            seen.add(step.next)
+            names.append(self.display(step.next[0]))
+            step = self.reach[level][step.next]
+        names.append(step.text)
+        return names
+
+    def links(self, level: frozenset[str], node: Node) -> list[tuple[Key, str]]:
+        """Each function of `node`'s chain with the call it makes next (the last: its MLX call)."""
+        step = self.reach.get(level, {}).get(node)
+        found: list[tuple[Key, str]] = []
+        seen = set()
+        while step is not None and node not in seen:
+            seen.add(node)
+            found.append((node[0], step.text))
+            if step.next is None:
+                break
+            node, step = step.next, self.reach[level].get(step.next)
+        return found
+
+    def display(self, key: Key) -> str:
+        """`engine.Engine.generate_all`: the module's last part and the function's name in it."""
+        name = key[1]
+        if name.rpartition(".")[2].startswith("<lambda"):
+            return "lambda"
+        return f"{key[0].rpartition('.')[2]}.{name}"
+
+
+def _parts(path: str) -> list[tuple[str, bool]]:
+    """`Engine().run` -> [("Engine", True), ("run", False)]."""
+    out = []
+    for part in path.split("."):
+        if not part:
+            continue
+        called = part.endswith("()")
+        out.append((part[:-2] if called else part, called))
+    return out
+
+
+def _external_kind(qual: str, use: str) -> str | None:
+    """A call of an MLX name reached through the package (a re-export): its kind, as in a summary."""
+    from mlx_invariants.checker.model import classify
+
+    if classify.is_generator(qual):
+        return BLOCK if use == ITERATED else (RETURNS if use == RETURNED else None)
+    head, _, method = qual.rpartition("().")
+    if head and head in classify.BATCH_GENERATORS and method not in classify.GENERATOR_HARMLESS:
+        return BLOCK
+    return classify.by_name(qual)
+
+
+__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "PLAIN"]

@@ -1,0 +1,233 @@
+"""The package-wide step of `invariants check`: after every file's own report, build the model
+of each package among the files of the run and add what its queries find.
+
+Files are grouped by root: the folder above the topmost `__init__.py` of their folder (a file
+outside any package is a module of its own folder). A module's summary is kept in its cached
+report (`report["model"]`), so it is computed once per content; an unchanged package's
+findings are kept in the cache folder by the digests of its files, so a re-run of an unchanged
+tree builds nothing and never imports libcst.
+
+Only entry modules (an `async def`, `to_thread` or `run_in_executor` in the text) are
+summarized up front; other modules are read when a call leads to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from mlx_invariants.checker import source
+from mlx_invariants.checker.cache import prepare_folder, write_atomic
+from mlx_invariants.checker.errors import SourceError
+from mlx_invariants.checker.model.graph import Package
+from mlx_invariants.checker.model.queries import QUERIES, ModelFinding
+from mlx_invariants.checker.model.summary import FileSummary
+
+if TYPE_CHECKING:
+    from mlx_invariants.checker.cache import Cache
+    from mlx_invariants.checker.config import Settings
+    from mlx_invariants.checker.files import SourceFile
+
+Row = list[Any]  # [rule, line, col, message, suppressed_by_line], as in a file's report
+_ENTRY_WORDS = ("async ", "to_thread", "run_in_executor")
+
+
+def is_entry(text: str) -> bool:
+    return any(word in text for word in _ENTRY_WORDS)
+
+
+def package_findings(
+    files: list[SourceFile],
+    reports: dict[str, dict[str, Any]],
+    known: dict[str, tuple[os.stat_result, str]],
+    texts: dict[str, str],
+    settings: Settings,
+    cache: Cache | None,
+) -> dict[str, list[Row]]:
+    """Rows to add to each file's report, by path. `known` has each readable file's stat and
+    content digest, `texts` the text of each file read this run."""
+    rules = [r for r in QUERIES if r in settings.enabled_ids]
+    if not rules:
+        return {}
+    roots: dict[str, dict[str, str]] = {}  # root -> module -> path
+    packages: dict[str, bool] = {}
+    layout = _Layout()
+    for file in files:
+        if file.problem is None and file.path in known and file.path.endswith(".py"):
+            root, module, is_package = layout.module_of(file.path)
+            roots.setdefault(root, {})[module] = file.path
+            packages[file.path] = is_package
+    stored = _Stored(settings, cache)
+    found: dict[str, list[Row]] = {}
+    for root, modules in roots.items():
+        fingerprint = _fingerprint(rules, {m: known[p][1] for m, p in modules.items()})
+        rows = stored.get(fingerprint)
+        if rows is None:
+            rows = _check_package(modules, packages, reports, known, texts, settings, cache, rules)
+            stored.put(fingerprint, rows)
+        for module, items in rows.items():
+            if module in modules:
+                found.setdefault(modules[module], []).extend(items)
+    stored.save()
+    return found
+
+
+def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: dict[str, dict[str, Any]],
+                   known: dict[str, tuple[os.stat_result, str]], texts: dict[str, str], settings: Settings,
+                   cache: Cache | None, rules: list[str]) -> dict[str, list[Row]]:
+    """Rows by module name (paths may change while the contents stay the same)."""
+    summaries = _Summaries(reports, known, texts, settings, cache)
+    entries = [m for m, p in modules.items() if summaries.is_entry(p)]
+    if not entries:
+        return {}
+    package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]))
+    package.prepare(entries)
+    rows: dict[str, list[Row]] = {}
+    for module in entries:
+        path = modules[module]
+        report = reports[path]
+        taken = {(r[0], r[1], r[2]) for r in report["findings"]}
+        for rule in rules:
+            for finding in QUERIES[rule](package, module):
+                spot = (finding.rule, finding.place.line, finding.place.col)
+                if spot in taken:
+                    continue  # the file's own rule already reports this call
+                taken.add(spot)
+                rows.setdefault(module, []).append(_row(finding, report["suppressions"]))
+    return rows
+
+
+def _row(finding: ModelFinding, suppressions: Iterable[list[Any]]) -> Row:
+    place = finding.place
+    covering = 0
+    for line, ids in suppressions:
+        if (ids is None or finding.rule in ids) and (place.first <= line <= place.last or place.above <= line < place.first):
+            covering = line
+            break
+    return [finding.rule, place.line, place.col, finding.message, covering]
+
+
+class _Summaries:
+    """Each file's summary: from its cached report, else from its text (read if need be)."""
+
+    def __init__(self, reports: dict[str, dict[str, Any]], known: dict[str, tuple[os.stat_result, str]],
+                 texts: dict[str, str], settings: Settings, cache: Cache | None) -> None:
+        self.reports, self.known, self.texts, self.settings, self.cache = reports, known, texts, settings, cache
+
+    def _entry(self, path: str) -> dict[str, Any]:
+        report = self.reports[path]
+        model = report.get("model")
+        if model is None:
+            text = self._text(path)
+            model = {"entry": text is not None and is_entry(text)}
+            self._store(path, model)
+        return model
+
+    def is_entry(self, path: str) -> bool:
+        return bool(self._entry(path)["entry"])
+
+    def get(self, path: str) -> FileSummary | None:
+        model = self._entry(path)
+        if "summary" not in model:
+            text = self._text(path)
+            summary = None
+            if text is not None:
+                from mlx_invariants.checker.model.collect import summarize  # libcst, through mlx_api
+
+                try:
+                    summary = summarize(text, self.settings.shared).to_json()
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    summary = None  # the file's own report says why (INV000)
+            model = {**model, "summary": summary}
+            self._store(path, model)
+        data = model["summary"]
+        return FileSummary.from_json(data) if data is not None else None
+
+    def _text(self, path: str) -> str | None:
+        text = self.texts.get(path)
+        if text is None:
+            try:
+                text = source.decode(source.read(path, self.settings.max_file_bytes))
+            except SourceError:
+                return None
+            self.texts[path] = text
+        return text
+
+    def _store(self, path: str, model: dict[str, Any]) -> None:
+        """Keep the summary in the file's report, and so in the cache (reports are content-keyed)."""
+        report = self.reports[path] = {**self.reports[path], "model": model}
+        if self.cache is not None:
+            info, digest = self.known[path]
+            self.cache.put(path, info, digest, report)
+
+
+class _Layout:
+    """Module names from the file system: how far up `__init__.py` files go."""
+
+    def __init__(self) -> None:
+        self._package_dirs: dict[str, bool] = {}
+
+    def _is_package_dir(self, folder: str) -> bool:
+        found = self._package_dirs.get(folder)
+        if found is None:
+            found = self._package_dirs[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+        return found
+
+    def module_of(self, path: str) -> tuple[str, str, bool]:
+        """(root, dotted module name, is a package's `__init__`)."""
+        folder, name = os.path.split(os.path.abspath(path))
+        stem = name[:-3]
+        parts = [] if stem == "__init__" else [stem]
+        while self._is_package_dir(folder):
+            folder, package = os.path.split(folder)
+            parts.insert(0, package)
+            if not package:
+                break
+        if not parts:  # an `__init__.py` in a folder that is not a package: impossible, but harmless
+            parts = [stem]
+        return folder, ".".join(parts), stem == "__init__"
+
+
+def _fingerprint(rules: list[str], digests: dict[str, str]) -> str:
+    blob = json.dumps([rules, sorted(digests.items())], separators=(",", ":"))
+    return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+
+
+class _Stored:
+    """The findings of each unchanged package, by fingerprint, in `model-<key>.json`."""
+
+    def __init__(self, settings: Settings, cache: Cache | None) -> None:
+        self.file = settings.cache_dir / f"model-{settings.key}.json" if cache is not None else None
+        self.old: dict[str, Any] = {}
+        self.new: dict[str, Any] = {}
+        if self.file is not None:
+            try:
+                data = json.loads(self.file.read_text(encoding="utf-8"))
+                self.old = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                pass
+
+    def get(self, fingerprint: str) -> dict[str, list[Row]] | None:
+        rows = self.old.get(fingerprint)
+        if isinstance(rows, dict):
+            self.new[fingerprint] = rows
+            return rows
+        return None
+
+    def put(self, fingerprint: str, rows: dict[str, list[Row]]) -> None:
+        self.new[fingerprint] = rows
+
+    def save(self) -> None:
+        if self.file is None or self.new == self.old:
+            return
+        try:
+            prepare_folder(self.file.parent)
+            for old in self.file.parent.glob("model-*.json"):
+                if old != self.file:
+                    old.unlink(missing_ok=True)
+            write_atomic(self.file.parent, self.file.name, self.new)
+        except OSError:
+            pass

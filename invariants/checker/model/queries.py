@@ -1,0 +1,111 @@
+"""Findings the package model gives: rules asked of `graph.Package`, one function per rule.
+
+Each yields `ModelFinding`s for one module of the package; `phase.py` places them in their
+files, applies suppressions and drops what the per-file rules already reported at the same
+place. No libcst here: a re-run of a changed tree answers these without importing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, ITER, RUN, Package
+from mlx_invariants.checker.model.summary import DEFAULT_POOL, ITERATED, Call, Place
+
+# The rules' own messages (INV108's class uses this one; a test ties INV107's to its class).
+ON_LOOP_MESSAGE = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
+OFF_OWNER_MESSAGE = (
+    "`{target}` reaches MLX ({what}) on {where}: send it to the owner thread or a configured owner executor"
+)
+
+
+@dataclass(frozen=True)
+class ModelFinding:
+    rule: str
+    place: Place
+    message: str
+
+
+def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV108: an `async def` that calls a sync function of the package reaching blocking MLX
+    (through plain calls, not through a thread handoff), or iterates a generator that does.
+
+    As in the per-file rule, an object the loop steps itself (`self.step()` reaching
+    `self.batch_generator.next()` in this module) belongs to the loop: the steps are reported,
+    not its other calls there (its `close()` at shutdown)."""
+    summary = package.summary(module)
+    if summary is None:
+        return
+    found: list[tuple[Call, ModelFinding]] = []
+    owned: set[str] = set()
+    for name, fn in summary.functions.items():
+        if not fn.is_async:
+            continue
+        for call in fn.calls:
+            target, _ = package.callee(module, call.target)
+            callee = package.function(target) if target is not None else None
+            if callee is None or callee.is_async or callee.opaque:
+                continue
+            modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
+            node = next(((target, m) for m in modes if package.chain(BLOCKING, (target, m))), None)  # type: ignore[arg-type]
+            if node is None:
+                continue
+            chain = package.chain(BLOCKING, node) or []
+            path = " -> ".join([name, *chain])
+            if call.use == ITERATED and call.iterated_at is not None:
+                what, place = f"iterating `{call.text}()` ({path})", call.iterated_at
+            else:
+                what, place = f"`{call.text}()` ({path})", call.place
+            found.append((call, ModelFinding("INV108", place, ON_LOOP_MESSAGE.format(what=what))))
+            for (mod, _), text in [((module, name), call.text), *package.links(BLOCKING, node)]:
+                receiver, _, method = text.rpartition(".")
+                if mod == module and method in _STEPS and receiver not in ("", "self", "cls"):
+                    owned.add(receiver)
+    for call, finding in found:
+        receiver, _, method = call.text.rpartition(".")
+        if receiver in owned and method not in _STEPS:
+            continue
+        yield finding
+
+
+_STEPS = frozenset({"next", "next_generated", "step"})
+
+
+def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV107: a callable that reaches MLX (through any module) handed to the default thread pool,
+    by `asyncio.to_thread` / `run_in_executor(None, ...)` or by a package helper that forwards its
+    parameter there (`await self.run_blocking(self.engine.generate)`)."""
+    summary = package.summary(module)
+    if summary is None:
+        return
+    for fn in summary.functions.values():
+        for call in fn.calls:
+            helper, _ = package.callee(module, call.target)
+            forwards = package.forwards.get(helper) if helper is not None else None
+            if not forwards:
+                continue
+            for arg, ref in call.args:
+                param = package.parameter(helper, arg, call) if not ref.startswith("$") else None  # type: ignore[arg-type]
+                forward = forwards.get(param or "")
+                work, _ = package.callee(module, ref) if forward is not None else (None, None)
+                chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
+                if chain:
+                    where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
+                    yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
+                        target=chain[0], what=" -> ".join(chain[1:]), where=where))
+        for work in fn.offloads:
+            if work.pool != DEFAULT_POOL or work.target is None:
+                continue
+            found, _ = package.callee(module, work.target)
+            chain = package.chain(ANY_MLX, (found, RUN)) if found is not None else None
+            if chain:
+                where = f"the default thread pool via {work.how} (a different thread each call)"
+                yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
+                    target=work.text, what=" -> ".join(chain[1:]), where=where))
+
+
+QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
+    "INV107": mlx_handed_to_default_pool,
+    "INV108": blocking_mlx_on_loop,
+}

@@ -1,0 +1,198 @@
+"""What one file tells the package model: its functions, what each calls, hands to a thread
+and touches in MLX, in plain values that depend on the file's text alone.
+
+A summary names things by reference strings, resolved only when the package is known
+(`graph.py`), so the same text gives the same summary wherever the file lives and a summary
+can be cached by content hash:
+
+    mlx.core.eval              an absolute dotted name (imported, or a module of the package)
+    .engine.Engine             relative, as in `from .engine import Engine` (one dot per level)
+    :Engine.run                defined in this file (`Engine.run`, `outer.<locals>.inner`)
+    :Engine().engine.step      `()` after a part: what calling it returns (an instance of a class)
+    $fn                        this function's own parameter `fn`
+
+`to_json` gives lists and dicts only (what the result cache stores); `from_json` reads them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# What a direct MLX call does (Touch.kind).
+BLOCK = "block"      # runs MLX and waits for it: mx.eval, a generation, an MLX generator iterated, a forward pass
+TOUCH = "touch"      # encodes MLX work without waiting for it (mx.array, a prompt cache)
+LOAD = "load"        # loads weights: start-up work
+RETURNS = "returns"  # returns an MLX generator (`return stream_generate(...)`): MLX runs where it is iterated
+
+# How a call's result is used (Call.use).
+PLAIN = "call"
+ITERATED = "iter"    # iterated here: `for x in f()`, `next(g)` of `g = f()`, `list(f())`, `yield from f()`
+RETURNED = "return"  # `return f()` from a def that is not a generator
+
+# Where an offload runs its callable (Offload.pool).
+DEFAULT_POOL = "default"  # asyncio.to_thread, run_in_executor(None, ...): a different thread each call
+EXECUTOR = "executor"     # an executor's submit or run_in_executor: whichever thread it has
+THREAD = "thread"         # threading.Thread(target=...)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a finding would point: 1-based line and column, and the statement's lines
+    (`first`..`last`; `above`: the first comment line right above it) for suppressions."""
+
+    line: int
+    col: int
+    first: int
+    last: int
+    above: int
+
+    def to_json(self) -> list[int]:
+        return [self.line, self.col, self.first, self.last, self.above]
+
+    @classmethod
+    def from_json(cls, data: list[int]) -> Place:
+        return cls(*data)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call in a function's own body. `args` are the arguments that name something (a
+    function, a lambda, a parameter), keyed by position or keyword: what a helper may be
+    handed to run."""
+
+    target: str
+    text: str
+    place: Place
+    use: str = PLAIN
+    iterated_at: Place | None = None
+    args: tuple[tuple[int | str, str], ...] = ()
+
+    def to_json(self) -> list[Any]:
+        return [self.target, self.text, self.place.to_json(), self.use,
+                self.iterated_at.to_json() if self.iterated_at else None, [list(a) for a in self.args]]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Call:
+        target, text, place, use, iterated_at, args = data
+        return cls(target, text, Place.from_json(place), use, Place.from_json(iterated_at) if iterated_at else None,
+                   tuple((k, r) for k, r in args))
+
+
+@dataclass(frozen=True)
+class Offload:
+    """A callable handed to another thread. `target` is its reference (None when it cannot be
+    named); `param` the parameter of this function it is, or calls (a helper that forwards)."""
+
+    how: str
+    pool: str
+    target: str | None
+    param: str | None
+    place: Place
+    text: str  # the callable as written
+
+    def to_json(self) -> list[Any]:
+        return [self.how, self.pool, self.target, self.param, self.place.to_json(), self.text]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Offload:
+        how, pool, target, param, place, text = data
+        return cls(how, pool, target, param, Place.from_json(place), text)
+
+
+@dataclass(frozen=True)
+class Touch:
+    """A direct MLX call: its kind (BLOCK, TOUCH, LOAD, RETURNS) and its text (`mx.eval`)."""
+
+    kind: str
+    text: str
+    line: int
+
+    def to_json(self) -> list[Any]:
+        return [self.kind, self.text, self.line]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Touch:
+        return cls(*data)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A def, async def or lambda. `params` are those a caller passes, in order (`self` and
+    `cls` of a method left out); `opaque`: a decorator may change what calling it does."""
+
+    name: str
+    line: int
+    is_async: bool
+    is_generator: bool
+    params: tuple[str, ...]
+    opaque: bool = False
+    calls: tuple[Call, ...] = ()
+    offloads: tuple[Offload, ...] = ()
+    mlx: tuple[Touch, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
+        flags = "a" * self.is_async + "g" * self.is_generator + "o" * self.opaque
+        if flags:
+            out["flags"] = flags
+        if self.calls:
+            out["calls"] = [c.to_json() for c in self.calls]
+        if self.offloads:
+            out["offloads"] = [o.to_json() for o in self.offloads]
+        if self.mlx:
+            out["mlx"] = [t.to_json() for t in self.mlx]
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> Function:
+        flags = data.get("flags", "")
+        return cls(
+            name, data["line"], "a" in flags, "g" in flags, tuple(data["params"]), "o" in flags,
+            tuple(Call.from_json(c) for c in data.get("calls", ())),
+            tuple(Offload.from_json(o) for o in data.get("offloads", ())),
+            tuple(Touch.from_json(t) for t in data.get("mlx", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Class:
+    """A class: its bases and the attributes its methods assign a known value (`self.engine =
+    Engine()` -> `engine: .engine.Engine()`)."""
+
+    name: str
+    bases: tuple[str, ...] = ()
+    attrs: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bases": list(self.bases), "attrs": self.attrs}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> Class:
+        return cls(name, tuple(data["bases"]), dict(data["attrs"]))
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    """One file: what its module-level names hold, its functions and classes (by local name)."""
+
+    imports_mlx: bool = False
+    names: dict[str, str] = field(default_factory=dict)
+    functions: dict[str, Function] = field(default_factory=dict)
+    classes: dict[str, Class] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mlx": self.imports_mlx,
+            "names": self.names,
+            "functions": {k: f.to_json() for k, f in self.functions.items()},
+            "classes": {k: c.to_json() for k, c in self.classes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FileSummary:
+        return cls(
+            data["mlx"], dict(data["names"]),
+            {k: Function.from_json(k, f) for k, f in data["functions"].items()},
+            {k: Class.from_json(k, c) for k, c in data["classes"].items()},
+        )

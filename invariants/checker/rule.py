@@ -32,10 +32,15 @@ class Example:
     """A snippet for `invariants explain` and for the tests generated from RULES.
 
     `options` are `[tool.invariants]` keys (shared or this rule's) the snippet is checked with.
+    `files` make it a package: the other files by path (`app/engine.py`), checked in one run
+    with the snippet as `app/main.py` (`app/__init__.py` is added); only the snippet is marked.
     """
 
     code: str
     options: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    MAIN: ClassVar[str] = "app/main.py"
 
     @property
     def source(self) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from mlx_invariants.checker import config
 from mlx_invariants.checker.rule import Example, Rule
 from mlx_invariants.checker.rules import RULES
-from mlx_invariants.checker.runner import check_source
+from mlx_invariants.checker.runner import check_paths, check_source
 
 CASES = [
     pytest.param(rule, example, id=f"{rule.id}-{kind}{index}")
@@ -21,8 +23,26 @@ CASES = [
 
 
 def _findings(example: Example) -> list[tuple[int, str]]:
+    if example.files:
+        return _package_findings(example)
     settings = config.from_table(example.options, Path("."), "example", RULES)
     return sorted((f.line, f.rule) for f in check_source(example.source, settings))
+
+
+def _package_findings(example: Example) -> list[tuple[int, str]]:
+    """A multi-file example, checked as one run over its package; a finding outside the snippet
+    is returned with its path, so it can never match a marker."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        files = {"app/__init__.py": "", **example.files, Example.MAIN: example.source}
+        for name, code in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(textwrap.dedent(code).strip("\n") + "\n", encoding="utf-8")
+        settings = config.from_table(example.options, root, "example", RULES)
+        found = check_paths([str(root)], settings, use_cache=False).findings
+        main = (root / Example.MAIN).resolve()
+        return sorted((f.line, f.rule) if Path(f.path).resolve() == main else (f.line, f"{f.rule} in {f.path}")
+                      for f in found)
 
 
 @pytest.mark.parametrize(("rule", "example"), CASES)

@@ -4,8 +4,32 @@ import libcst as cst
 
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+
+
+# The engine module the multi-file examples import: MLX two calls away from the handler.
+_ENGINE = {"app/engine.py": '''
+    import mlx.core as mx
+
+    from .kernels import decode_step
+
+    class Engine:
+        def generate_all(self, prompt):
+            return [decode_step(prompt) for _ in range(8)]
+
+    def stream_tokens(prompt):
+        while True:
+            yield decode_step(prompt)
+''', "app/kernels.py": '''
+    import mlx.core as mx
+
+    def decode_step(tokens):
+        logits = mx.array(tokens)
+        mx.eval(logits)
+        return logits
+'''}
 
 
 class BlockingMlxOnEventLoop(Rule):
@@ -27,8 +51,9 @@ class BlockingMlxOnEventLoop(Rule):
     receiver named like the model (model-names), `insert`/`remove`/`next` of a
     batch generator built here or named like one (batch-generator-names), the
     project's own MLX calls (mlx-calls, `scheduler.step` by default), and a sync
-    def of the same file that makes any of these calls, directly or through other
-    defs of the file: vllm-mlx's `_engine_loop` stepped the scheduler inline this
+    def that makes any of these calls, directly or through other defs: of the same
+    file, or, through the package model, of any module of the package (an
+    `engine.generate_all()` whose `mx.eval` is two modules away): vllm-mlx's `_engine_loop` stepped the scheduler inline this
     way (engine_core.py@4b06de6:192, and through `_step_on_model_thread()` at
     4b654c0:326), and its first SimpleEngine called `self._model.generate(...)`
     straight from `async def generate` under a `wait_for` that could never fire
@@ -39,10 +64,12 @@ class BlockingMlxOnEventLoop(Rule):
     id = "INV108"
     catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's forward pass, "
                "generate/chat or save_weights, a scheduler step or a sync helper that makes one, in an async def")
-    message = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
+    message = ON_LOOP_MESSAGE
     known_problems = (
-        "Follows sync helpers only within the file (by name, or `self.name` in the same class); a helper "
-        "in another module is not followed. Wrappers are recognised by name (model-names, "
+        "Helpers in other modules are followed through the package model (docs/checker.md, \"The package "
+        "model\"): only among the files of the same run, and only where a call can be named (an import, a "
+        "module-level instance, `self.x` built from a class of the package, an annotated parameter); a "
+        "function that loads weights is start-up work there, with all the MLX it runs. Wrappers are recognised by name (model-names, "
         "batch-generator-names, mlx-calls), so a differently named model or scheduler is not seen, and a "
         "model-named object whose `generate` (or whose own call) is not MLX is flagged; a lazy forward pass "
         "that only builds a graph is reported like a generation. A model's `load_weights` counts as loading "
@@ -154,8 +181,42 @@ class BlockingMlxOnEventLoop(Rule):
                     self._running = False
                     self.batch_generator.close()
         '''),
+        Invalid('''
+            from .engine import Engine
+
+            class Handler:
+                def __init__(self):
+                    self.engine = Engine()
+
+                async def complete(self, prompt):
+                    return self.engine.generate_all(prompt)  # expect: INV108
+        ''', files=_ENGINE),
+        Invalid('''
+            from app import engine
+
+            async def stream(prompt, send):
+                for token in engine.stream_tokens(prompt):  # expect: INV108
+                    await send(token)
+        ''', files=_ENGINE),
     ]
     VALID = [
+        Valid('''
+            from .engine import Engine
+
+            class Handler:
+                def __init__(self):
+                    self.engine = Engine()
+
+                async def complete(self, prompt):
+                    return await self._owner.run(self.engine.generate_all, prompt)
+        ''', files=_ENGINE),
+        Valid('''
+            from app import engine
+
+            async def stream(prompt, send):
+                async for token in engine.owner.stream(engine.stream_tokens, prompt):
+                    await send(token)
+        ''', files=_ENGINE),
         Valid('''
             class MLLMScheduler:
                 def step(self):

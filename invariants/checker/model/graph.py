@@ -269,9 +269,9 @@ class Package:
                 queue.append(node)
 
         for key, edges in self.edges.items():
-            if key in skip:
-                continue
             fn = self.functions[key]
+            if key in skip or fn.is_async:  # an async def runs where it is awaited, and is judged there
+                continue
             mode = ITER if fn.is_generator else RUN
             for touch in sorted(fn.mlx, key=lambda t: t.kind != BLOCK):  # a blocking call makes the clearer chain
                 if touch.kind == RETURNS:

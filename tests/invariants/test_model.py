@@ -1,0 +1,285 @@
+"""The package model: per-file summaries, names resolved across modules, reach to MLX, findings."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from mlx_invariants.checker import config
+from mlx_invariants.checker.config import SHARED_DEFAULTS
+from mlx_invariants.checker.model.collect import summarize
+from mlx_invariants.checker.model.graph import BLOCKING, RUN, Package
+from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE
+from mlx_invariants.checker.model.summary import DEFAULT_POOL, FileSummary
+from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.rules.inv107_mlx_off_owner_thread import MlxOffOwnerThread
+from mlx_invariants.checker.runner import check_paths
+from tests.invariants.conftest import Project
+
+
+def _summary(code: str) -> FileSummary:
+    return summarize(textwrap.dedent(code).lstrip("\n"), SHARED_DEFAULTS)
+
+
+def _package(files: dict[str, str]) -> Package:
+    """A model of `files` ({"pkg/mod.py": code}), every module an entry."""
+    modules = {}
+    for path in files:
+        parts = path[:-3].split("/")
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (is_package, files[path])
+    package = Package({m: p for m, (p, _) in modules.items()}, lambda m: _summary(modules[m][1]))
+    package.prepare(list(modules))
+    return package
+
+
+def _check(project: Project) -> list[tuple[str, int, str]]:
+    settings = config.load(None, project.root, RULES)
+    return [(f.path.rsplit("/", 1)[-1], f.line, f.rule) for f in check_paths(["."], settings).findings]
+
+
+def test_relative_imports_and_module_level_names_become_references() -> None:
+    summary = _summary("""
+        from . import engine
+        from .engine import Engine as E
+        from ..util.helpers import run
+        import mlx.core as mx
+
+        ENGINE = E()
+
+        def f():
+            engine.generate_all()
+            run()
+            ENGINE.step()
+            mx.eval(1)
+    """)
+    assert summary.names == {"engine": ".engine", "E": ".engine.Engine", "run": "..util.helpers.run",
+                             "mx": "mlx.core", "ENGINE": ".engine.Engine()"}
+    f = summary.functions["f"]
+    assert [c.target for c in f.calls] == [".engine.generate_all", "..util.helpers.run", ".engine.Engine().step"]
+    assert [(t.kind, t.text) for t in f.mlx] == [("block", "mx.eval")]
+    assert summary.imports_mlx
+
+
+def test_self_attributes_are_typed_by_what_the_class_assigns_them() -> None:
+    summary = _summary("""
+        from .engine import Engine
+        from .cache import Cache
+
+        class Handler:
+            def __init__(self, cache: Cache | None, other):
+                self.engine = Engine()
+                self.cache = cache
+                self.other = other
+                self.maybe = None
+
+            def start(self):
+                self.maybe = Engine()
+                self.other = Engine()
+
+            def use(self):
+                self.engine.run()
+                self.other.run()
+    """)
+    assert summary.classes["Handler"].attrs == {"engine": ".engine.Engine()", "cache": ".cache.Cache()",
+                                                "maybe": ".engine.Engine()"}
+    # `other` holds an untyped parameter in one method and an Engine in another: unknown, never guessed.
+    engine = _summary("""
+        class Engine:
+            def run(self):
+                pass
+    """)
+    package = Package({"app": True, "app.server": False, "app.engine": False},
+                      {"app": FileSummary(), "app.server": summary, "app.engine": engine}.get)
+    calls = summary.functions["Handler.use"].calls
+    assert [package.callee("app.server", c.target)[0] for c in calls] == [("app.engine", "Engine.run"), None]
+
+
+def test_a_helper_that_hands_its_callable_parameter_to_a_thread_forwards_it() -> None:
+    summary = _summary("""
+        import asyncio
+        import functools
+
+        class Engine:
+            async def run_blocking(self, fn, *args):
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(None, fn, *args)
+
+            async def run_partial(self, work, value):
+                return await asyncio.to_thread(functools.partial(work, value))
+
+            async def run_nested(self, func):
+                def bound():
+                    return func()
+                return await asyncio.to_thread(bound)
+
+            async def run_through(self, fn):
+                return await self.run_blocking(lambda: fn())
+    """)
+    offloads = {name: [(o.param, o.pool) for o in fn.offloads] for name, fn in summary.functions.items() if fn.offloads}
+    assert offloads == {"Engine.run_blocking": [("fn", DEFAULT_POOL)], "Engine.run_partial": [("work", DEFAULT_POOL)],
+                        "Engine.run_nested": [("func", DEFAULT_POOL)]}
+    through = summary.functions["Engine.run_through"].calls[0]
+    assert through.target == ":Engine().run_blocking" and through.args == ((0, "$fn"),)
+    package = Package({"app": True, "app.engine": False}, {"app": FileSummary(), "app.engine": summary}.get)
+    package.prepare(["app.engine"])
+    assert set(package.forwards[("app.engine", "Engine.run_through")]) == {"fn"}  # through another helper
+
+
+def test_reach_follows_plain_calls_through_three_modules_and_names_the_chain() -> None:
+    package = _package({
+        "app/__init__.py": "",
+        "app/server.py": """
+            from .engine import Engine
+
+            class Handler:
+                def __init__(self):
+                    self.engine = Engine()
+
+                async def handle(self, prompt):
+                    return self.engine.generate_all(prompt)
+        """,
+        "app/engine.py": """
+            from app.kernels import decode
+
+            class Engine:
+                def generate_all(self, prompt):
+                    return [decode(prompt) for _ in range(4)]
+        """,
+        "app/kernels.py": """
+            import mlx.core as mx
+
+            def decode(tokens):
+                out = mx.array(tokens)
+                mx.eval(out)
+                return out
+        """,
+    })
+    assert package.chain(BLOCKING, (("app.engine", "Engine.generate_all"), RUN)) == [
+        "engine.Engine.generate_all", "kernels.decode", "mx.eval"]
+    assert package.chain(BLOCKING, (("app.server", "Handler.handle"), RUN)) is None  # async: judged where it calls
+
+
+def test_offloads_unresolved_calls_and_uniterated_generators_reach_nothing() -> None:
+    package = _package({
+        "app/__init__.py": "",
+        "app/engine.py": """
+            import asyncio
+            import mlx.core as mx
+
+            def step():
+                mx.eval(1)
+
+            def tokens():
+                yield step()
+
+            def hands_off():
+                asyncio.get_event_loop().run_in_executor(None, step)
+
+            def makes_a_generator():
+                gen = tokens()
+                return gen
+
+            def unknown(client):
+                client.generate()
+
+            def iterates():
+                return list(tokens())
+        """,
+    })
+    reached = {name for name in ("hands_off", "makes_a_generator", "unknown", "iterates", "step")
+               if package.chain(BLOCKING, (("app.engine", name), RUN))}
+    assert reached == {"step", "iterates"}
+
+
+def test_a_function_that_loads_weights_is_start_up_work(project: Project) -> None:
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", """
+        import mlx.core as mx
+        from mlx_lm import load
+
+        class Engine:
+            def prepare(self, path):
+                self.model, self.tokenizer = load(path)
+                mx.eval(self.model.parameters())
+
+            def warm(self):
+                mx.eval(self.model.parameters())
+    """)
+    project.write("app/server.py", """
+        from .engine import Engine
+
+        ENGINE = Engine()
+
+        async def startup(path):
+            ENGINE.prepare(path)
+            ENGINE.warm()
+    """)
+    assert _check(project) == [("server.py", 7, "INV108")]
+
+
+def test_a_package_helper_that_forwards_to_the_default_pool_is_a_handoff(project: Project) -> None:
+    project.write("app/__init__.py", "")
+    project.write("app/runner.py", """
+        import asyncio
+
+        async def run_blocking(fn, *args):
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    """)
+    project.write("app/engine.py", """
+        import mlx.core as mx
+
+        class Engine:
+            def generate(self, prompt):
+                mx.eval(prompt)
+    """)
+    project.write("app/server.py", """
+        from .engine import Engine
+        from .runner import run_blocking
+
+        async def handle(engine: Engine, owner, prompt):
+            await run_blocking(engine.generate, prompt)
+            await owner.run(engine.generate, prompt)
+    """)
+    assert _check(project) == [("server.py", 5, "INV107")]
+
+
+def test_the_model_keeps_inv107s_message() -> None:
+    assert OFF_OWNER_MESSAGE == MlxOffOwnerThread.message
+
+
+def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
+    code = """
+        import asyncio
+        from .engine import Engine
+
+        class Handler:
+            def __init__(self):
+                self.engine = Engine()
+
+            async def handle(self, prompt):
+                for token in self.engine.stream(prompt):
+                    await asyncio.to_thread(lambda: self.engine.generate(prompt))
+    """
+    summary = _summary(code)
+    assert FileSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+    project.write("app/__init__.py", "")
+    project.write("app/server.py", code)
+    project.write("app/engine.py", """
+        import mlx.core as mx
+
+        class Engine:
+            def stream(self, prompt):
+                yield mx.eval(prompt)
+
+            def generate(self, prompt):
+                mx.eval(prompt)
+    """)
+    first = _check(project)
+    assert first == [("server.py", 9, "INV108"), ("server.py", 10, "INV107")]
+    settings = config.load(None, project.root, RULES)
+    again = check_paths(["."], settings)
+    assert again.analyzed == 0 and [(f.path.rsplit("/", 1)[-1], f.line, f.rule) for f in again.findings] == first
+    cached = json.loads(next((project.root / ".invariants_cache").glob("results-*.json")).read_text())
+    stored = [r["model"]["summary"] for r in cached["results"].values() if r.get("model", {}).get("summary")]
+    assert summary.to_json() in stored

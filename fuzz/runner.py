@@ -235,7 +235,10 @@ class _Fuzz:
         trace = self.session.run(scenario, self.expected_followup, keep=False if fresh else None)
         self.stats.add_run(trace)
         trace.meta["stall_basis"] = self.stall_basis
-        return trace, judge(trace)
+        violations = judge(trace)
+        if violations and self.engines.retire_server():
+            trace.meta["server_retired"] = True  # the next scenario (a re-run, say) meets a new server
+        return trace, violations
 
     def failure(self, scenario: Scenario, trace: Trace, violations: list[Violation]) -> Failure:
         return Failure(scenario, trace, violations, self.target, seed=self.seed_label,
@@ -444,8 +447,15 @@ class _Fuzz:
 
     def _repeats(self, scenario: Scenario, kind: str) -> bool:
         """While shrinking: a smaller candidate counts only if it shows `kind` again on a fresh engine,
-        so shrinking never builds on a one-off race."""
-        return all(any(v.kind == kind for v in self.run(scenario, fresh=True)[1]) for _ in range(CONFIRM_RUNS))
+        so shrinking never builds on a one-off race. No re-run starts past the budget's grace: the candidate
+        then does not count, and shrinking is marked cut."""
+        for _ in range(CONFIRM_RUNS):
+            if self._past_grace():
+                self.shrinking.cut = True
+                return False
+            if not any(v.kind == kind for v in self.run(scenario, fresh=True)[1]):
+                return False
+        return True
 
     def _found(self, found: ViolationFound, note: str = "") -> None:
         """Hypothesis's minimal failure for the signature being shrunk: replay it and record the finding."""

@@ -44,8 +44,9 @@ class Target:
     first thread to enter MLX), `model` (the model field sent) and `routes` (the OpenAI routes the
     server answers: a chat-only server 404s on completions, and the follow-up must not be sent
     there) and `request_body` (JSON object text merged into every request body: sampling fields a server
-    requires, extra fields; it wins over what the fuzzer sends) to HTTP targets. `fault_kinds` and `points` are what scenarios may aim at it: a server
-    is not restarted per scenario and shows only the points a client sees.
+    requires, extra fields; it wins over what the fuzzer sends) to HTTP targets. `fault_kinds` and
+    `points` are what scenarios may aim at it: a server is not restarted per scenario (only after one
+    that showed a violation) and shows only the points a client sees.
     """
 
     kind: TargetKind
@@ -212,7 +213,7 @@ class Engines:
     """Builds a fresh adapter for `target` each time it is called (once per engine the run starts).
 
     An HTTP target's server starts on first use and serves every adapter; `close()` stops it
-    (it is also stopped at exit).
+    (it is also stopped at exit), and `retire_server()` stops it so that the next adapter starts a new one.
     """
 
     def __init__(self, target: Target, make: Callable[[], Adapter], server: Optional[ServerProcess] = None):
@@ -236,6 +237,15 @@ class Engines:
     def server_log(self) -> Optional[Path]:
         """The started server's log file (stdout and stderr), if this target starts one."""
         return self._server.log if self._server is not None else None
+
+    def retire_server(self) -> bool:
+        """Stop a launched server after a scenario that showed a violation, as an in-process engine is
+        retired then: a server a scenario wedged (a leaked slot) would stall every later scenario for the
+        whole stall bound, and re-runs on it are no independent evidence. False when there is none."""
+        if self._server is None or self._server.process is None:
+            return False
+        self._server.stop()
+        return True
 
     @property
     def sees_server_mlx(self) -> bool:

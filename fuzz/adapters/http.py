@@ -80,6 +80,7 @@ class ServerProcess:
         self.lifeline: Optional[Lifeline] = None
         self.url = ""
         self.ready_s = 0.0  # how long the last start took until the port answered
+        self.starts = 0     # processes started so far (a server is restarted after a violating scenario)
 
     def ensure(self) -> str:
         if self.process is not None and self.process.poll() is None:
@@ -98,6 +99,7 @@ class ServerProcess:
         except OSError as exc:
             raise ServerError(f"the server command {self.command!r} could not be started: {exc}") from None
         atexit.register(self.stop)
+        self.starts += 1
         self.url = f"http://127.0.0.1:{port}"
         self._wait_ready(port)
         self.ready_s = time.monotonic() - started

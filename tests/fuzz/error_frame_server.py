@@ -1,12 +1,13 @@
 """An OpenAI-style server with one slot, for the error-frame tests: it streams one token per `STEP_S` and
 runs no MLX. A request that finds the slot taken waits for it.
 
-    python tests/fuzz/error_frame_server.py PORT [--leaks-cancelled [--refuses]]
+    python tests/fuzz/error_frame_server.py PORT [--leaks-cancelled [--refuses]] [--mlx]
 
 --leaks-cancelled: a stream whose client went before its end never gives its slot back, and a request
 that finds the slot taken is answered HTTP 200 with an error frame instead of its tokens (what vllm-mlx
 0.6.0 does after a cancelled stream: zoo/reproducers/cancelled_stream_then_followup.py).
 --refuses: such a request is refused with HTTP 429 before any stream begins instead (a clear refusal).
+--mlx: each token step also makes one small MLX call, so a launched server's sentinel sees it generate.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 STEP_S = 0.01
 LEAKS = "--leaks-cancelled" in sys.argv
 REFUSES = "--refuses" in sys.argv
+MLX = "--mlx" in sys.argv
 _slot = threading.Semaphore(1)
+
+
+def _step() -> None:
+    """One token's time, and with --mlx one MLX call."""
+    time.sleep(STEP_S)
+    if MLX:
+        import mlx.core as mx
+
+        mx.eval(mx.array([1]) + 1)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -42,12 +53,13 @@ class Handler(BaseHTTPRequestHandler):
         """Serve the tokens; True if the client went before the end."""
         tokens = [str(i % 7) for i in range(count)]
         if not stream:
-            time.sleep(STEP_S * count)
+            for _ in tokens:
+                _step()
             return self._send(200, {"choices": [{"text": "".join(tokens), "finish_reason": "length"}]})
         try:
             self._stream_head()
             for token in tokens:
-                time.sleep(STEP_S)
+                _step()
                 self._frame({"choices": [{"text": token, "finish_reason": None}]})
             self.wfile.write(b"data: [DONE]\n\n")
         except OSError:

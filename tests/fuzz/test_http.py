@@ -177,6 +177,25 @@ def test_a_follow_up_answered_with_an_error_frame_after_a_cancelled_stream_is_a_
         assert cause_of(trace, found[0].kind).startswith(cause), cause_of(trace, found[0].kind)
 
 
+def test_a_server_a_violating_scenario_left_wedged_is_restarted_before_each_confirming_re_run():
+    """The leaking server keeps the cancelled stream's slot for good, so every later request on it fails
+    whatever it is sent: re-runs on it would confirm anything. Each violating run retires the server, so
+    each re-run meets a new process."""
+    command = f"{sys.executable} tests/fuzz/error_frame_server.py {{port}} --leaks-cancelled --mlx"
+    target, server = Target.server(command), ServerProcess(command)
+    engines = Engines(target, lambda: HttpAdapter("", server, target.model, target.routes), server)
+    try:
+        result = run_fuzz(engines, FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(CANCELLED_STREAM,),
+                                                debug_run=False, replays=2, shrink=False))
+    finally:
+        engines.close()
+    assert not result.ok and result.failure.headline.startswith("followup-differs"), result.failure
+    hits, runs = result.new_findings[0].confirmation
+    assert hits == runs == 2, (hits, runs)
+    # the baseline's server also runs the scenario (the baseline was clean); then one server per re-run
+    assert (server.starts, result.scenario_runs) == (1 + runs, 2 + runs), (server.starts, result.scenario_runs)
+
+
 GONE_MID_GENERATION = Scenario((RequestSpec("r0", 4, 120, False),),
                                (FaultSpec("disconnect", At("r0", "SERVER_STEP", 3)),), followup=False)
 

@@ -6,8 +6,10 @@ the model: `mlx_api` pulls in libcst, which a re-run of an unchanged tree never 
 
 from __future__ import annotations
 
+import fnmatch
+import re
+
 from mlx_invariants.checker import mlx_api, offload
-from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.model.summary import BLOCK, LOAD, TOUCH
 
 TO_THREAD = offload.TO_THREAD
@@ -35,29 +37,52 @@ def is_generator(qual: str) -> bool:
     return qual in GENERATORS
 
 
+class Globs:
+    """`globs.matches_name` for one list of patterns, compiled once: it runs on every call of a file."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self._regex = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in patterns)) if patterns else None
+
+    def __call__(self, text: str | None) -> bool:
+        if not text or self._regex is None:
+            return False
+        low = text.lower()
+        return bool(self._regex.match(low) or self._regex.match(low.rsplit(".", 1)[-1]))
+
+
+_LOADER = Globs(mlx_api.LOAD_NAMES)
+_COMPILED: dict[tuple[str, ...], Globs] = {}
+
+
+def globs(patterns: list[str]) -> Globs:
+    found = _COMPILED.get(tuple(patterns))
+    if found is None:
+        found = _COMPILED[tuple(patterns)] = Globs(patterns)
+    return found
+
+
 def is_load_name(text: str | None, qual: str | None) -> bool:
     """A call named like a model loader (`load_model_with_fallback`): start-up work."""
     if qual and qual in mlx_api.LOADS:
         return True
-    return not (qual or "").startswith(("mlx", "transformers")) and matches_name(text, mlx_api.LOAD_NAMES)
+    return not (qual or "").startswith(("mlx", "transformers")) and _LOADER(text)
 
 
 def by_receiver(text: str, method: str, receiver: str, shared: dict, built_as_generator: bool) -> str | None:
     """The name-based wrappers engines use (in files that import MLX only): a model-named
     receiver's generate/chat/save_weights, a batch generator's MLX methods, `mlx-calls`."""
-    if (method in mlx_api.MODEL_GENERATION or method in mlx_api.MODEL_WEIGHT_SAVES) and matches_name(
-        receiver, shared["model-names"]
-    ):
+    if (method in mlx_api.MODEL_GENERATION or method in mlx_api.MODEL_WEIGHT_SAVES) and globs(
+        shared["model-names"])(receiver):
         return BLOCK
     if method in mlx_api.GENERATOR_MLX_METHODS and (
-        built_as_generator or matches_name(receiver, shared["batch-generator-names"])
+        built_as_generator or globs(shared["batch-generator-names"])(receiver)
     ):
         return BLOCK
-    if matches_name(text, shared["mlx-calls"]):
+    if globs(shared["mlx-calls"])(text):
         return BLOCK
     return None
 
 
 def is_forward_pass(text: str, shared: dict) -> bool:
     """Calling a model-named object (`self.model(x)`); a capitalised name builds an object instead."""
-    return not text.rsplit(".", 1)[-1][:1].isupper() and matches_name(text, shared["model-names"])
+    return not text.rsplit(".", 1)[-1][:1].isupper() and globs(shared["model-names"])(text)

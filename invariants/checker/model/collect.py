@@ -37,7 +37,28 @@ _UNWRAP = frozenset({"functools.partial", "partial"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
              ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler) + ((ast.Match,) if hasattr(ast, "Match") else ())
-_UNKNOWN = "?"  # a binding whose value cannot be named: the name is unknown
+_UNKNOWN = "?"
+_STATEMENTS = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.stmt))
+# Nodes the scan handles itself; the rest only lead to their children.
+_SPECIAL: dict[type, str] = {
+    **{c: "scope" for c in _SCOPES},
+    **{c: "visit" for c in (ast.Call, ast.For, ast.comprehension, ast.YieldFrom, ast.Yield, ast.Return, ast.Await,
+                            ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.withitem, ast.ExceptHandler,
+                            ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)},
+}
+# Nodes with nothing below them that a summary needs (names are read where they are used).
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.Pass, ast.Break, ast.Continue,
+                     str, int, float, complex, bytes, bool, type(None), type(...)})
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "annotation", "returns", "type_comment", "type_params",
+                             "decorator_list", "kind"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(kind: type) -> tuple[str, ...]:
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _SKIPPED_FIELDS)  # type: ignore[attr-defined]
+    return names  # a binding whose value cannot be named: the name is unknown
 
 
 def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
@@ -76,18 +97,31 @@ class _Scanner:
         stack: list[tuple[ast.AST, str, ast.AST | None, ast.stmt | None]] = [
             (node, PLAIN, None, None) for node in reversed(body)
         ]
+        pop, push = stack.pop, stack.append
         while stack:
-            node, use, site, stmt = stack.pop()
-            if isinstance(node, ast.stmt):
-                stmt = node
-            if isinstance(node, _SCOPES):
-                self.resolver.nested(node, fn)
-                if not isinstance(node, ast.Lambda):
-                    fn.bindings.setdefault(node.name, []).append(self.resolver.local_ref(node, fn))
+            node, use, site, stmt = pop()
+            kind = type(node)
+            if kind in _STATEMENTS:
+                stmt = node  # type: ignore[assignment]
+            special = _SPECIAL.get(kind)
+            if special is None:  # most nodes: only their children matter
+                children = []
+                for name in _children(kind):
+                    value = getattr(node, name)
+                    if type(value) is list:
+                        children.extend(v for v in value if type(v) not in _LEAVES)
+                    elif value is not None and type(value) not in _LEAVES:
+                        children.append(value)
+                for child in reversed(children):
+                    push((child, PLAIN, None, stmt))
                 continue
-            children = self._visit(fn, node, use, site, stmt)
-            for child in reversed(children):
-                stack.append(child)
+            if special == "scope":
+                self.resolver.nested(node, fn)
+                if kind is not ast.Lambda:
+                    fn.bindings.setdefault(node.name, []).append(self.resolver.local_ref(node, fn))  # type: ignore[attr-defined]
+                continue
+            for child in reversed(self._visit(fn, node, use, site, stmt)):
+                push(child)
 
     def _visit(self, fn: _Def, node: ast.AST, use: str, site: ast.AST | None, stmt: ast.stmt | None) -> list:
         out: list[tuple[ast.AST, str, ast.AST | None, ast.stmt | None]] = []
@@ -101,10 +135,11 @@ class _Scanner:
                 value = arg.value if isinstance(arg, ast.Starred) else arg
                 if iterates:
                     self._iterated(fn, value, site if name in _LAZY else node, stmt, out)
-                else:
+                elif type(value) not in _LEAVES:
                     plain(value)
             for keyword in node.keywords:
-                plain(keyword.value)
+                if type(keyword.value) not in _LEAVES:
+                    plain(keyword.value)
             return out
         if isinstance(node, ast.For):
             self._bind_target(fn, node.target)
@@ -122,8 +157,9 @@ class _Scanner:
             return out
         if isinstance(node, ast.Yield):
             fn.generator = True
-        elif isinstance(node, ast.Return) and node.value is not None:
-            out.append((node.value, RETURNED, None, stmt))
+        elif isinstance(node, ast.Return):
+            if node.value is not None:
+                out.append((node.value, RETURNED, None, stmt))
             return out
         elif isinstance(node, ast.Await):
             out.append((node.value, "await", None, stmt))
@@ -131,14 +167,25 @@ class _Scanner:
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 self._assign(fn, target, node.value)
+            plain(node.value)
+            return out
         elif isinstance(node, ast.AnnAssign):
             self._assign(fn, node.target, node.value, node.annotation)
+            if node.value is not None:
+                plain(node.value)
+            return out
         elif isinstance(node, ast.AugAssign | ast.NamedExpr):
             self._bind_target(fn, node.target)
-        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            self._bind_target(fn, node.optional_vars)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            fn.bindings.setdefault(node.name, []).append(_UNKNOWN)
+            plain(node.value)
+            return out
+        elif isinstance(node, ast.withitem):
+            if node.optional_vars is not None:
+                self._bind_target(fn, node.optional_vars)
+            plain(node.context_expr)
+            return out
+        elif isinstance(node, ast.ExceptHandler):
+            if node.name:
+                fn.bindings.setdefault(node.name, []).append(_UNKNOWN)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for local, ref in _imported(node):
                 fn.bindings.setdefault(local, []).append(ref)
@@ -147,8 +194,11 @@ class _Scanner:
         elif isinstance(node, ast.Global | ast.Nonlocal):
             fn.nonlocal_names.update(node.names)
             return out
-        for child in ast.iter_child_nodes(node):
-            out.append((child, PLAIN, None, stmt))
+        for name in _children(type(node)):
+            value = getattr(node, name)
+            for child in value if type(value) is list else (value,):
+                if child is not None and type(child) not in _LEAVES:
+                    out.append((child, PLAIN, None, stmt))
         return out
 
     def _iterated(self, fn: _Def, value: ast.AST, site: ast.AST | None, stmt: ast.stmt | None, out: list) -> None:
@@ -175,6 +225,9 @@ class _Scanner:
 
     def _bind_target(self, fn: _Def, target: ast.AST) -> None:
         """Names bound to values the summary does not follow (loop variables, unpacking)."""
+        if type(target) is ast.Name:
+            fn.bindings.setdefault(target.id, []).append(_UNKNOWN)
+            return
         for node in ast.walk(target):
             if isinstance(node, ast.Name):
                 fn.bindings.setdefault(node.id, []).append(_UNKNOWN)
@@ -192,6 +245,8 @@ class _Resolver:
         self.classes: dict[str, dict[str, Any]] = {}  # local name -> {"bases": [...], "attrs": {name: [values]}, "defs": owner}
         self.scanner = _Scanner(self)
         self._resolving: set[tuple[int, str]] = set()
+        self._inner: dict[tuple[int, str], _Def] = {}  # (id of a def, name) -> a def nested in it
+        self._values: dict[tuple[int, str], str | None] = {}
 
     # --- structure ---------------------------------------------------------------------------
     def summary(self, tree: ast.Module) -> FileSummary:
@@ -282,6 +337,8 @@ class _Resolver:
                 fn.bindings[arg.arg] = [_UNKNOWN]
         fn.opaque = any(d not in _PLAIN_DECORATORS for d in decorators)
         self.defs.append(fn)
+        if parent is not None and cls is None and not isinstance(node, ast.Lambda):
+            self._inner[(id(parent), node.name)] = fn  # type: ignore[attr-defined]
         body = [node.body] if isinstance(node, ast.Lambda) else node.body  # type: ignore[attr-defined]
         self.scanner.scan(fn, body)
         if cls is not None:
@@ -306,6 +363,8 @@ class _Resolver:
 
     def _value_of(self, scope: _Def, name: str) -> str | None:
         key = (id(scope), name)
+        if key in self._values:
+            return self._values[key]
         if key in self._resolving:
             return None
         self._resolving.add(key)
@@ -313,9 +372,10 @@ class _Resolver:
             refs = {self._value_ref(v, scope) for v in scope.bindings[name] if not _is_none(v)}
         finally:
             self._resolving.discard(key)
-        if len(refs) != 1:
-            return None
-        return refs.pop()
+        found = refs.pop() if len(refs) == 1 else None
+        if not self._resolving:  # a value found inside a cycle may be partial: keep only outermost answers
+            self._values[key] = found
+        return found
 
     def _value_ref(self, value: Any, scope: _Def) -> str | None:
         if isinstance(value, str):
@@ -481,7 +541,7 @@ class _Resolver:
         if isinstance(expr, ast.Lambda):
             body = expr.body
         elif isinstance(expr, ast.Name):
-            inner = next((d for d in self.defs if d.parent is fn and getattr(d.node, "name", None) == expr.id), None)
+            inner = self._inner.get((id(fn), expr.id))
             body = inner.node if inner is not None else None
         if body is None:
             return None
@@ -636,9 +696,7 @@ def _is_none(value: Any) -> bool:
 
 
 def _matches(text: str | None, patterns: list[str]) -> bool:
-    from mlx_invariants.checker.globs import matches_name
-
-    return matches_name(text, patterns)
+    return classify.globs(patterns)(text)
 
 
 __all__ = ["summarize", "BLOCK", "LOAD", "THREAD"]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from mlx_invariants.checker.facts import number
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 
@@ -71,18 +72,63 @@ def handoff(call: cst.Call, ctx: FileContext) -> Handoff | None:
 
 
 def is_owner_executor(executor: cst.BaseExpression | None, ctx: FileContext) -> bool:
-    """A configured owner executor, or a pool built in this file with exactly one worker thread."""
+    """A configured owner executor, or a pool built in this file with exactly one worker thread:
+    assigned to the same name or attribute, or kept under the same key of a mapping
+    (`app[MLX] = ThreadPoolExecutor(1)`, used as `request.app[MLX]`)."""
     if executor is None:
         return False
     if matches_name(dotted(executor), ctx.shared["owner-executors"]):
         return True
     for assignment in ctx.facts.assigned.get(ctx.key(executor) or "", ()):
-        value = assignment.value
-        if assignment.call_qual in THREAD_POOLS and isinstance(value, cst.Call):
-            workers = keyword(value, "max_workers") or positional(value, 0)
-            if isinstance(workers, cst.Integer) and workers.value == "1":
-                return True
-    return False
+        if assignment.call_qual in THREAD_POOLS and _one_worker(assignment.value, ctx):
+            return True
+    slot = _slot(executor)
+    return slot is not None and slot in _one_worker_slots(ctx)
+
+
+def _one_worker(value: cst.BaseExpression, ctx: FileContext) -> bool:
+    """A `ThreadPoolExecutor(...)` call whose worker count is the constant 1."""
+    if not isinstance(value, cst.Call):
+        return False
+    workers = keyword(value, "max_workers") or positional(value, 0)
+    return workers is not None and number(workers, ctx.facts.constants) == 1
+
+
+def _slot(expr: cst.BaseExpression) -> str | None:
+    """The key of `mapping[KEY]` when it is a name, an attribute or a string: what names the slot
+    whichever object holds the mapping (`app[MLX]` and `request.app[MLX]` are one slot)."""
+    if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
+        return None
+    index = expr.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return None
+    if isinstance(index.value, cst.SimpleString):
+        return repr(index.value.evaluated_value)  # 'mlx' and "mlx" are one key
+    return dotted(index.value)
+
+
+def _one_worker_slots(ctx: FileContext) -> set[str]:
+    """Mapping keys this file stores a one-worker thread pool under; computed once per file."""
+    found = ctx.facts.memo.get("one-worker-slots")
+    if found is None:
+        found = set()
+        stack: list[cst.CSTNode] = [ctx.module]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if isinstance(node, cst.Assign):
+                targets = [t.target for t in node.targets]
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                targets = [node.target]
+            else:
+                continue
+            value = node.value
+            if not (isinstance(value, cst.Call) and ctx.resolve(value.func) in THREAD_POOLS
+                    and _one_worker(value, ctx)):
+                continue
+            found.update(slot for slot in map(_slot, targets) if slot is not None)
+        ctx.facts.memo["one-worker-slots"] = found
+    return found
 
 
 def unwrap_callable(expr: cst.BaseExpression | None, ctx: FileContext) -> cst.BaseExpression | None:

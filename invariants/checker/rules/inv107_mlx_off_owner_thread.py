@@ -33,7 +33,10 @@ class MlxOffOwnerThread(Rule):
     known_problems = (
         "Follows the callable into functions and methods of the same file only; a model call is "
         "recognised by name (model-names) in files that import mlx. An executor created elsewhere is "
-        "unknown and counts as not an owner until listed in owner-executors."
+        "unknown and counts as not an owner until listed in owner-executors. A one-worker pool built in "
+        "this file is an owner wherever it is used under the name, attribute or mapping key it was "
+        "assigned to (`app[MLX] = ThreadPoolExecutor(1)` makes `request.app[MLX]` an owner, whichever "
+        "object holds the mapping, so two mappings that reuse one key for different pools are confused)."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("mlx",))
 
@@ -56,6 +59,28 @@ class MlxOffOwnerThread(Rule):
                 async def generate(self, prompt):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(None, self._run, prompt)  # expect: INV107
+        '''),
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import load, stream_generate
+
+            POOL = "pool"
+
+            def make_app(app, path):
+                app[POOL] = ThreadPoolExecutor(4)
+
+            async def on_startup(app, path):
+                loop = asyncio.get_running_loop()
+                app["model"] = await loop.run_in_executor(app[POOL], load, path)  # expect: INV107
+
+            def run(model, tokenizer, prompt):
+                return list(stream_generate(model, tokenizer, prompt))
+
+            async def completions(request, prompt):
+                loop = asyncio.get_running_loop()
+                model, tokenizer = request.app["model"]
+                return await loop.run_in_executor(request.app[POOL], run, model, tokenizer, prompt)  # expect: INV107
         '''),
     ]
     VALID = [
@@ -102,6 +127,28 @@ class MlxOffOwnerThread(Rule):
 
             async def save(path, data):
                 await asyncio.to_thread(lambda: path.write_text(json.dumps(data)))
+        '''),
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import load, stream_generate
+
+            MLX = "mlx"
+
+            def make_app(app, path):
+                app[MLX] = ThreadPoolExecutor(1, thread_name_prefix="mlx")  # the one thread that owns MLX
+
+            async def on_startup(app, path):
+                loop = asyncio.get_running_loop()
+                app["model"] = await loop.run_in_executor(app[MLX], load, path)
+
+            def run(model, tokenizer, prompt):
+                return list(stream_generate(model, tokenizer, prompt))
+
+            async def completions(request, prompt):
+                loop = asyncio.get_running_loop()
+                model, tokenizer = request.app["model"]
+                return await loop.run_in_executor(request.app[MLX], run, model, tokenizer, prompt)
         '''),
     ]
 

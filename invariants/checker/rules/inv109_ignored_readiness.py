@@ -12,6 +12,16 @@ from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 _INSPECTIONS = frozenset({"done", "result", "exception", "cancelled", "is_set"})
+# Waits that raise when their time runs out instead of answering False.
+RAISING_WAITS = frozenset({
+    "asyncio.wait_for", "asyncio.tasks.wait_for", "asyncio.timeout", "asyncio.timeouts.timeout",
+    "async_timeout.timeout", "anyio.fail_after", "trio.fail_after",
+})
+_TIMEOUTS = frozenset({
+    "TimeoutError", "builtins.TimeoutError", "asyncio.TimeoutError", "asyncio.exceptions.TimeoutError",
+    "concurrent.futures.TimeoutError", "concurrent.futures._base.TimeoutError", "Exception", "BaseException",
+    "builtins.Exception", "builtins.BaseException", "OSError",
+})
 EVENTS = frozenset({
     "threading.Event", "multiprocessing.Event", "threading.Condition", "multiprocessing.synchronize.Event",
 })
@@ -43,7 +53,10 @@ class IgnoredReadiness(Rule):
     known_problems = (
         "Knows an event by its constructor in this file or by its name (event-names), and readiness "
         "functions by name (readiness-waits), unless every function of that name in the file returns "
-        "nothing (it raises on timeout instead). A dropped `asyncio.wait(..., timeout=)` counts as checked "
+        "nothing, or raises on timeout (it waits through `asyncio.wait_for`, an `asyncio.timeout` scope, "
+        "`future.result(timeout)` or `if not event.wait(t): raise`, catches no timeout and returns no "
+        "yes/no); a readiness function defined in another file is judged by its name alone, so one that "
+        "raises on timeout is still flagged there. A dropped `asyncio.wait(..., timeout=)` counts as checked "
         "when the function later calls done()/result()/exception() on one of the awaitables it names. A wait "
         "inside a `while` loop, or with a constant timeout under poll-seconds, is a polling tick and is not "
         "flagged; an `event.wait(timeout)` followed in the same function by `event.is_set()` is an "
@@ -95,6 +108,20 @@ class IgnoredReadiness(Rule):
                         return
                     self.stopped.wait(30)  # expect: INV109
                     self.beat()
+        '''),
+        Invalid('''
+            import threading
+
+            class Generator:
+                def __init__(self):
+                    self._ready = threading.Event()
+
+                def wait_until_ready(self, timeout=None):
+                    return self._ready.wait(timeout)
+
+                def generate(self, prompt):
+                    self.wait_until_ready(30)  # expect: INV109
+                    return self._submit(prompt)
         '''),
     ]
     VALID = [
@@ -164,6 +191,37 @@ class IgnoredReadiness(Rule):
 
             async def main(server, client):
                 await server.wait_ready(client)
+        '''),
+        Valid('''
+            import threading
+
+            class Generator:
+                def __init__(self):
+                    self._ready = threading.Event()
+
+                def wait_until_ready(self, timeout=None):
+                    if not self._ready.wait(timeout):
+                        raise TimeoutError("the generation thread has not loaded the model yet")
+                    return self.model, self.processor
+
+                def generate(self, prompt):
+                    self.wait_until_ready(30)
+                    return self._submit(prompt)
+        '''),
+        Valid('''
+            import asyncio
+
+            class Worker:
+                async def wait_ready(self, timeout=30.0):
+                    await asyncio.wait_for(self._loaded.wait(), timeout)  # TimeoutError goes to the caller
+                    return self._model
+
+                def wait_started(self, timeout=30.0):
+                    return self._started.result(timeout=timeout)  # so does concurrent.futures' TimeoutError
+
+            async def serve(worker):
+                await worker.wait_ready()
+                await asyncio.to_thread(worker.wait_started)
         '''),
     ]
 
@@ -255,7 +313,7 @@ class IgnoredReadiness(Rule):
             func = wait.func
             text = dotted(func) or "wait"
             if matches_name(text, self.opts["readiness-waits"]):
-                if self._returns_nothing(terminal(func)):
+                if self._no_readiness_answer(terminal(func)):
                     continue
             elif isinstance(func, cst.Attribute) and wait.has_timeout and self._is_event(func.value):
                 if self._rechecked(dotted(func.value), wait):
@@ -272,20 +330,68 @@ class IgnoredReadiness(Rule):
             for name, seen, loops in self.rechecked.get(wait.frame, ())
         )
 
-    def _returns_nothing(self, name: str | None) -> bool:
-        """Every function of this file with that name returns no value (it raises on timeout instead)."""
+    def _no_readiness_answer(self, name: str | None) -> bool:
+        """Every function of this file with that name returns no value, or raises when its wait times
+        out and never returns a yes/no: dropping what it returns cannot hide a timeout."""
         defined = [
             f.node for f in self.ctx.facts.functions.values()
             if isinstance(f.node, cst.FunctionDef) and f.node.name.value == name
         ]
-        return bool(defined) and not any(
-            isinstance(n, cst.Return) and n.value is not None and not (isinstance(n.value, cst.Name) and n.value.value == "None")
-            for node in defined
-            for n in descendants(node.body, OWN_BODY_STOP)
-        )
+        return bool(defined) and all(_returns_nothing(node) or self._raises_on_timeout(node) for node in defined)
+
+    def _raises_on_timeout(self, node: cst.FunctionDef) -> bool:
+        """It waits in a way that raises on timeout (`asyncio.wait_for`, an `asyncio.timeout` scope,
+        `future.result(timeout)`, `if not ready.wait(t): raise`), catches no timeout, and returns
+        nothing that reads as a yes/no (`False`, `ready.wait(t)`, `not ...`, a comparison)."""
+        inner = descendants(node.body, OWN_BODY_STOP)
+        if any(isinstance(n, cst.ExceptHandler) and _catches_timeout(n, self.ctx) for n in inner):
+            return False
+        if any(isinstance(n, cst.Return) and n.value is not None and _yes_or_no(n.value) for n in inner):
+            return False
+        return any(self._raising_wait(n) for n in inner)
+
+    def _raising_wait(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Call):
+            qual = self.ctx.resolve(node.func)
+            if qual in RAISING_WAITS:
+                return True
+            return terminal(node.func) == "result" and (positional(node, 0) is not None or keyword(node, "timeout") is not None)
+        if isinstance(node, cst.If) and isinstance(node.test, cst.UnaryOperation) and isinstance(node.test.operator, cst.Not):
+            asked = node.test.expression
+            answered = isinstance(asked, cst.Call) and terminal(asked.func) in ("wait", "is_set", "wait_for")
+            return answered and any(isinstance(n, cst.Raise) for n in descendants(node.body, OWN_BODY_STOP))
+        return False
 
     def _is_event(self, expr: cst.BaseExpression) -> bool:
         built = self.ctx.facts.constructed_by(self.ctx.key(expr))
         if built:
             return bool(built & EVENTS)
         return matches_name(dotted(expr), self.opts["event-names"])
+
+
+def _returns_nothing(node: cst.FunctionDef) -> bool:
+    return not any(
+        isinstance(n, cst.Return) and n.value is not None and not (isinstance(n.value, cst.Name) and n.value.value == "None")
+        for n in descendants(node.body, OWN_BODY_STOP)
+    )
+
+
+def _catches_timeout(handler: cst.ExceptHandler, ctx) -> bool:
+    """A bare except, or one naming a timeout (or an exception class above it)."""
+    if handler.type is None:
+        return True
+    kinds = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    return any((ctx.resolve(k) or dotted(k) or "") in _TIMEOUTS or (dotted(k) or "").endswith("Timeout")
+               for k in kinds)
+
+
+def _yes_or_no(value: cst.BaseExpression) -> bool:
+    """A returned value that reads as a readiness answer: a bool literal, `not ...`, a comparison, an
+    `and`/`or`, or what `wait()`/`is_set()` said."""
+    if isinstance(value, cst.Await):
+        value = value.expression
+    if isinstance(value, cst.Name):
+        return value.value in ("True", "False")
+    if isinstance(value, cst.UnaryOperation | cst.Comparison | cst.BooleanOperation):
+        return True
+    return isinstance(value, cst.Call) and terminal(value.func) in ("wait", "is_set", "done", "is_alive")

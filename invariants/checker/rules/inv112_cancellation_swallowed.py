@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
-from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.offload import positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.scopes import Kind
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
@@ -18,6 +19,8 @@ _CANCELLATION = frozenset({"asyncio.CancelledError", "asyncio.exceptions.Cancell
 # Awaiting these on tasks this function cancelled only collects those tasks' cancellation.
 _COLLECTORS = frozenset({"asyncio.gather", "asyncio.wait", "asyncio.wait_for", "asyncio.shield",
                          "asyncio.tasks.gather", "asyncio.tasks.wait", "asyncio.tasks.wait_for"})
+_CURRENT_TASK = frozenset({"asyncio.current_task", "asyncio.tasks.current_task"})
+_TASK_MAKERS = frozenset({"create_task", "ensure_future"})
 
 
 @dataclass
@@ -27,6 +30,8 @@ class _Swallow:
     how: str
     flags: set[str]  # what the handler assigns: a later `if flag: raise` re-raises it
     statement: cst.CSTNode  # the exit's own line (or the handler), for suppression comments
+    function: cst.CSTNode  # the async def whose handler it is
+    key: str | None  # that def's key (`_drain`, `Server._drain`), to find its callers
     reraised: bool = False
 
 
@@ -54,6 +59,12 @@ class CancellationSwallowed(Rule):
         "except CancelledError: pass`), a handler that calls `.uncancel()`, a handler that sets a name "
         "a later `if` tests before raising (a drain loop's `cancelled = True ... if cancelled: raise`), "
         "and handlers nested in another cancellation handler (the outer one is judged as a whole). "
+        "Also not flagged: a def that arranges its own cancellation (it cancels `asyncio.current_task()` "
+        "through a callback, or hands it to a task it starts whose coroutine cancels that parameter or "
+        "is defined in another file), so an outside cancellation caught by the same handler is missed; and a "
+        "helper whose every call in this file is cleanup under a cancellation that goes on (in a handler "
+        "that re-raises on every path, or in a finally): a helper called from nowhere in the file, or "
+        "from any other place, is judged alone. "
         "Any `raise` counts as re-raising, even of another exception; `except*` is not judged."
     )
     triggers = (("async",), ("except",))
@@ -112,6 +123,50 @@ class CancellationSwallowed(Rule):
                 except BaseException:  # expect: INV112
                     if fatal:
                         raise
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def serve_connection(reader, writer, respond):
+                try:
+                    await respond(writer)
+                except asyncio.CancelledError:  # expect: INV112
+                    pass  # a server shutdown's cancellation ends here as well
+                finally:
+                    writer.close()
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def serve_connection(reader, writer, respond):
+                hangup = asyncio.ensure_future(note_hangup(reader, asyncio.current_task()))
+                try:
+                    await respond(writer)
+                except asyncio.CancelledError:  # expect: INV112
+                    pass  # the watcher only names the handler in a log: this cancellation came from outside
+                finally:
+                    hangup.cancel()
+                    writer.close()
+
+            async def note_hangup(reader, handler):
+                while await reader.read(4096):
+                    pass
+                logger.info("client of %s hung up", handler.get_name())
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def finish(job, stop):
+                stop.set()
+                await wait_out(job)
+                return job.result()
+
+            async def wait_out(job):
+                while not job.done():
+                    try:
+                        await asyncio.wait({job})
+                    except asyncio.CancelledError:  # expect: INV112
+                        pass
         '''),
     ]
     VALID = [
@@ -263,6 +318,43 @@ class CancellationSwallowed(Rule):
                 except (asyncio.CancelledError, Exception):
                     return None
         '''),
+        Valid('''
+            import asyncio
+
+            async def serve_connection(reader, writer, respond):
+                hangup = asyncio.ensure_future(cancel_on_hangup(reader, asyncio.current_task()))
+                try:
+                    await respond(writer)
+                except asyncio.CancelledError:
+                    pass  # our own watcher: the client hung up, and nobody awaits this handler
+                finally:
+                    hangup.cancel()
+                    writer.close()
+
+            async def cancel_on_hangup(reader, handler):
+                while await reader.read(4096):
+                    pass
+                handler.cancel()
+        '''),
+        Valid('''
+            import asyncio
+
+            async def finish(job, stop):
+                try:
+                    return await asyncio.shield(job)
+                except BaseException:
+                    stop.set()
+                    await wait_out(job)
+                    raise
+
+            async def wait_out(job):
+                """Hold on until the worker has returned, through any number of cancels; the caller re-raises."""
+                while not job.done():
+                    try:
+                        await asyncio.wait({job})
+                    except asyncio.CancelledError:
+                        pass
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -274,6 +366,12 @@ class CancellationSwallowed(Rule):
         self.found: list[_Swallow] = []
         self.shielded: dict[int, int] = {}  # per function: depth of `with <shield helper>:` blocks
         self.finally_depth: dict[int, int] = {}
+        # Per function: for each except clause the walk is inside, whether it catches a cancellation and
+        # re-raises on every path (a call made there runs while the cancellation is still on its way out).
+        self.handlers: dict[int, list[bool]] = {}
+        # Calls by callee key: for each, whether it was made where the caller re-raises the cancellation.
+        self.calls: dict[str, list[bool]] = {}
+        self.current_task: set[int] = set()  # functions that call asyncio.current_task()
 
     def _count(self, counts: dict[int, int], step: int) -> None:
         function = self._function()
@@ -309,10 +407,30 @@ class CancellationSwallowed(Rule):
         if function is not None and isinstance(node.target, cst.Name) and iterated:
             self.loop_targets.setdefault(function, {})[node.target.value] = iterated
 
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        function = self._function()
+        if function is not None:
+            reraises = self._catches_cancellation(node.type) and _always_raises(node)
+            self.handlers.setdefault(function, []).append(reraises)
+
+    def leave_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        function = self._function()
+        if function is not None and self.handlers.get(function):
+            self.handlers[function].pop()
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         function = self._function()
-        if function is None or not (isinstance(func, cst.Attribute) and func.attr.value == "cancel"):
+        if function is None:
+            return
+        callee = self.ctx.key(func)
+        if callee is not None:
+            # In a finally the exception in flight goes on after it; in a handler that re-raises, too.
+            cleanup = bool(self.finally_depth.get(function, 0)) or any(self.handlers.get(function, ()))
+            self.calls.setdefault(callee, []).append(cleanup)
+        if self.ctx.resolve(func) in _CURRENT_TASK:
+            self.current_task.add(function)
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "cancel"):
             return
         key = self.ctx.key(func.value)
         if key is not None:
@@ -341,7 +459,9 @@ class CancellationSwallowed(Rule):
         else:
             return
         flags = {k for k in map(self.ctx.key, _assigned(handler)) if k}
-        swallow = _Swallow(handler, exit_node, how, flags, line or handler)
+        owner = self.ctx.scope.top.node
+        facts = self.ctx.function_facts(owner)
+        swallow = _Swallow(handler, exit_node, how, flags, line or handler, owner, facts.key if facts else None)
         self.found.append(swallow)
         if flags:
             self.pending.setdefault(function, []).append(swallow)
@@ -361,7 +481,7 @@ class CancellationSwallowed(Rule):
 
     def end(self) -> None:
         for swallow in self.found:
-            if swallow.reraised:
+            if swallow.reraised or self._cancels_itself(swallow.function) or self._callers_reraise(swallow.key):
                 continue
             handler = "except:" if swallow.handler.type is None else f"except {_text(swallow.handler.type)}"
             message = self.message.format(handler=handler, how=swallow.how)
@@ -372,6 +492,53 @@ class CancellationSwallowed(Rule):
             return True
         kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
         return any((self.ctx.resolve(k) or dotted(k)) in _CANCELLATION for k in kinds)
+
+    def _callers_reraise(self, key: str | None) -> bool:
+        """Every call of this def in the file is cleanup under a cancellation that goes on afterwards
+        (in a handler that re-raises it, or in a finally): what the def swallows is a second
+        cancellation during that cleanup, and the caller's task still ends cancelled."""
+        calls = self.calls.get(key or "")
+        return bool(calls) and all(calls)
+
+    def _cancels_itself(self, function: cst.CSTNode) -> bool:
+        """The def arranges its own cancellation: it cancels `asyncio.current_task()` through a callback, or
+        hands it to a task it starts that cancels it (a watcher that cancels the handler when its client
+        hangs up). Catching that cancellation is the plan, not a swallowed request from outside."""
+        if id(function) not in self.current_task:
+            return False
+        nodes = descendants(function, (cst.FunctionDef, cst.ClassDef))
+        mine = {t.target.value for n in nodes if isinstance(n, cst.Assign) and self._is_current(n.value, set())
+                for t in n.targets if isinstance(t.target, cst.Name)}
+        for node in nodes:
+            if isinstance(node, cst.Attribute) and node.attr.value == "cancel" and self._is_current(node.value, mine):
+                return True
+            if isinstance(node, cst.Call) and terminal(node.func) in _TASK_MAKERS:
+                started = positional(node, 0)
+                if isinstance(started, cst.Call) and any(self._is_current(a.value, mine) for a in started.args):
+                    if self._cancels_a_parameter(started.func):
+                        return True
+        return False
+
+    def _is_current(self, expr: cst.BaseExpression, names: set[str]) -> bool:
+        if isinstance(expr, cst.Name):
+            return expr.value in names
+        return isinstance(expr, cst.Call) and self.ctx.resolve(expr.func) in _CURRENT_TASK
+
+    def _cancels_a_parameter(self, func: cst.BaseExpression) -> bool:
+        """The coroutine function a task runs cancels one of its parameters, or is not in this file
+        (then it was handed the current task for no other reason a server has)."""
+        defs = [f.node for f in self.ctx.facts.by_key.get(self.ctx.key(func) or "", ())
+                if isinstance(f.node, cst.FunctionDef)]
+        if not defs:
+            return True
+        for node in defs:
+            params = {p.name.value for p in (*node.params.posonly_params, *node.params.params,
+                                              *node.params.kwonly_params)}
+            for inner in descendants(node.body, OWN_BODY_STOP):
+                if (isinstance(inner, cst.Attribute) and inner.attr.value == "cancel"
+                        and isinstance(inner.value, cst.Name) and inner.value.value in params):
+                    return True
+        return False
 
     def _awaits(self, body: cst.BaseSuite, function: int) -> bool:
         """The try body can be cancelled: it awaits something other than tasks this function cancelled."""
@@ -473,6 +640,12 @@ def _always_true(test: cst.BaseExpression) -> bool:
 def _breaks(body: cst.BaseSuite) -> bool:
     """A `break` of this loop (not of a loop nested in it)."""
     return any(isinstance(n, cst.Break) for n in descendants(body, (cst.For, cst.While, *OWN_BODY_STOP)))
+
+
+def _always_raises(handler: cst.ExceptHandler) -> bool:
+    """Every way out of the handler is a `raise`."""
+    exits, falls_off = _flow(_statements(handler.body), 0)
+    return not exits and not falls_off
 
 
 def _consults_cancellation_state(handler: cst.ExceptHandler) -> bool:

@@ -8,10 +8,12 @@ from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.scopes import FUNCTION_KINDS, Kind
 from mlx_invariants.checker.walker import descendants
 
 _THREADS = frozenset({"threading.Thread"})
 _THREAD_NAMES = ["thread", "*_thread"]  # a receiver of `.join(timeout)` known by name as a thread
+_TEST_FRAMEWORKS = frozenset({"pytest", "_pytest", "unittest"})
 
 
 @dataclass
@@ -22,6 +24,7 @@ class _Join:
     order: int
     statement: cst.CSTNode | None
     polled: bool  # inside `while <receiver>.is_alive():`
+    in_test: bool  # in a test function, a Test class or a pytest fixture
 
 
 @dataclass
@@ -50,10 +53,12 @@ class ThreadJoinUnchecked(Rule):
     that joins a client thread, then asserts on the answer it appended). A join
     that nothing after it relies on is a bounded wait and is not judged: only
     logging follows, or (when the thread's code is in the file) what follows
-    touches nothing the thread's target or its `args` use."""
+    touches nothing the thread's target or its `args` use. Tests are not
+    judged: there the timeout is the test's own deadline, and what the test
+    asserts afterwards, or the test run ending, settles a thread left behind."""
 
     id = "INV115"
-    catches = "`thread.join(timeout)` with no `is_alive()` check after it in the same function"
+    catches = "`thread.join(timeout)` outside tests with no `is_alive()` check after it in the same function"
     message = (
         "`{call}` may return with `{thread}` still running, and nothing here checks: test "
         "`{thread}.is_alive()` after it and report (or escalate) a thread that did not stop"
@@ -68,7 +73,10 @@ class ThreadJoinUnchecked(Rule):
         "test really tells the thread finished. A join followed only by logging, or by statements sharing no "
         "name or attribute with the thread's code (when that code is in this file), is not judged, even when "
         "the caller goes on to tear down what the thread uses; a shared name that means something else "
-        "counts as relying on the thread."
+        "counts as relying on the thread. Test code is not judged (a join's timeout there is the test's own "
+        "deadline): a `test*` function, a `Test*` class, a pytest fixture, anything nested in them, and a "
+        "whole file that imports pytest or unittest (test modules, conftest.py); a test helper module that "
+        "imports neither is judged like any other code."
     )
     triggers = ((".join(",), ("thread", "Thread"))
 
@@ -114,7 +122,7 @@ class ThreadJoinUnchecked(Rule):
         Invalid('''
             import threading
 
-            def test_client_transcript(url, transcript):
+            def record_transcript(url, transcript):
                 client = threading.Thread(target=lambda: transcript.write(post(url).text))
                 client.start()
                 client.join(30)  # expect: INV115
@@ -202,6 +210,48 @@ class ThreadJoinUnchecked(Rule):
                 send_warmup_request(server_args.url)
         '''),
         Valid('''
+            import threading
+
+            def record_transcript(url, transcript):
+                client = threading.Thread(target=lambda: transcript.write(post(url).text))
+                client.start()
+                client.join(30)
+                if client.is_alive():
+                    raise TimeoutError(f"no answer from {url} within 30 s")
+                transcript.close()
+        '''),
+        Valid('''
+            import threading
+
+            def test_client_transcript(url, transcript):
+                client = threading.Thread(target=lambda: transcript.write(post(url).text))
+                client.start()
+                client.join(30)  # a test's own deadline: a thread still running fails it below or is reaped
+                transcript.close()
+        '''),
+        Valid('''
+            import threading
+
+            import pytest
+
+            @pytest.fixture
+            def server(app):
+                runner = threading.Thread(target=app.serve_forever, daemon=True)
+                runner.start()
+                yield app
+                app.shutdown()
+                runner.join(timeout=5)
+                app.server_close()
+
+            def serve_in_background(app):
+                worker_thread = threading.Thread(target=app.serve_forever, daemon=True)
+                worker_thread.start()
+                yield app
+                app.shutdown()
+                worker_thread.join(timeout=5)
+                app.server_close()
+        '''),
+        Valid('''
             import os
 
             def paths(thread, parts, root):
@@ -282,13 +332,16 @@ class ThreadJoinUnchecked(Rule):
         elif func.attr.value == "join" and _has_timeout(node):
             self.ctx.pin(func.value)
             polled = any(keys & tested for tested in function.polling)
-            function.joins.append(_Join(node, func.value, keys, self.order, self.ctx.statement, polled))
+            function.joins.append(_Join(node, func.value, keys, self.order, self.ctx.statement, polled,
+                                        self._in_test()))
 
     def end(self) -> None:
+        if self._test_module():
+            return
         for function in self.functions.values():
             for join in function.joins:
                 checked = any(function.checks.get(k, 0) > join.order for k in join.keys)
-                if join.polled or checked or not self._is_thread(join.receiver):
+                if join.polled or checked or join.in_test or not self._is_thread(join.receiver):
                     continue
                 used = self._target_names(join.receiver)
                 after = [names for order, names in function.acting if order > join.order]
@@ -301,6 +354,25 @@ class ThreadJoinUnchecked(Rule):
                 thread = dotted(join.receiver) or "the thread"
                 message = self.message.format(call=f"{thread}.join(...)", thread=thread)
                 self.ctx.report_at(self.id, join.call, join.statement, message)
+
+    def _in_test(self) -> bool:
+        """Inside a `test_*` function, a `Test*` class or a pytest fixture: a join there bounds the test."""
+        for frame in self.ctx.scope.frames:
+            if frame.kind is Kind.CLASS and frame.name.startswith("Test"):
+                return True
+            if frame.kind in FUNCTION_KINDS and frame.name.startswith("test"):
+                return True
+            if isinstance(frame.node, cst.FunctionDef) and any(
+                (self.ctx.resolve(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "")
+                .startswith("pytest.fixture") for d in frame.node.decorators
+            ):
+                return True
+        return False
+
+    def _test_module(self) -> bool:
+        """The file imports pytest or unittest at its top: a test module, a conftest.py, a test helper."""
+        imported = self.ctx.scope.frames[0].imports.names.values()
+        return any(name.split(".", 1)[0] in _TEST_FRAMEWORKS for name in imported)
 
     def _alive_checks(self, test: cst.BaseExpression) -> set[str]:
         keys = set()

@@ -83,8 +83,12 @@ def driver_settings(base: DriverSettings, pace: Pace, remote: bool) -> tuple[Dri
     quiet_ticks = max(base.quiet_ticks, math.ceil(STEP_FACTOR * pace.step_s / TICK_S))
     steps = f"{pace.step_s * 1000:.1f} ms per decode step"
     if not remote:
+        # The no-progress backstop scales too: one long MLX call (a prefill on a loaded GPU) records nothing
+        # until it returns, and must not read as a thread that spins.
+        stall_s = max(base.stall_s, STEP_FACTOR * MAX_SCENARIO_TOKENS * pace.step_s)
         quiet_s = quiet_ticks * TICK_S
-        return replace(base, quiet_ticks=quiet_ticks), f"{quiet_s:.1f}s of quiet ({STEP_FACTOR} steps at {steps})"
+        return (replace(base, quiet_ticks=quiet_ticks, stall_s=stall_s),
+                f"{quiet_s:.1f}s of quiet ({STEP_FACTOR} steps at {steps})")
     stall_s = max(base.stall_s, STEP_FACTOR * MAX_SCENARIO_TOKENS * pace.step_s + pace.startup_s)
     # Parked threads cannot be seen in another process: only "no progress for stall_s" counts there.
     settings = replace(base, quiet_ticks=math.ceil(stall_s / TICK_S) + 1, stall_s=stall_s)

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
-from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S
+from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, FIRST_USE_STALL_S
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import ViolationFound
 from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
@@ -275,9 +275,15 @@ class _Fuzz:
     def baseline(self) -> None:
         """A request-free scenario on a fresh engine: warms imports, measures the target's pace, and its
         follow-up output is the fresh-engine reference for the whole run. An engine that does not start
-        here is a setup error, not a finding."""
+        here is a setup error, not a finding. Its pace is not known yet, and its first MLX calls compile
+        kernels: its stall backstop is `FIRST_USE_STALL_S`, not the paced one."""
         scenario = Scenario(())
-        trace, violations = self.run(scenario)
+        paced = self.session.settings
+        self.session.settings = replace(paced, stall_s=max(paced.stall_s, FIRST_USE_STALL_S))
+        try:
+            trace, violations = self.run(scenario)
+        finally:
+            self.session.settings = paced
         self.expected_followup = reference_of(trace, self.target.label, self.engines.log_tail(),
                                               sees_server_mlx=self.engines.sees_server_mlx)
         self.capacity = trace.meta.get("capacity")

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import SetupError, TargetError
 from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
 from mlx_invariants.fuzz.oracles import followup_matches_fresh
+from mlx_invariants.fuzz.pace import MAX_SCENARIO_TOKENS, STEP_FACTOR, Pace, driver_settings
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
@@ -85,6 +87,24 @@ def test_the_request_body_lets_that_server_be_fuzzed():
 def test_a_launched_server_that_never_enters_mlx_is_a_setup_error():
     with pytest.raises(SetupError, match="saw no MLX call"):
         run_fuzz(Target.server(f"{sys.executable} tests/fuzz/cut_body_server.py {{port}}"), QUICK)
+
+
+def test_an_engine_whose_first_request_waits_on_a_kernel_compile_gives_a_baseline():
+    """Its first request waits 6.5 s on a busy thread that records nothing, as MLX's CUDA backend compiles
+    kernels on first use: past the unpaced no-progress backstop, yet no stall and no setup error (on an H100
+    with 8 fuzz processes compiling side by side, every in-process engine's baseline was cut as never
+    ended)."""
+    result = run_fuzz(Target.module_factory("tests.fuzz.slow_first_engine:make"),
+                      FuzzSettings(examples=1, explicit=(), debug_run=False, replays=0))
+    assert result.ok and result.examples == 1, [f.failure.headline for f in result.findings]
+
+
+def test_an_in_process_engines_no_progress_backstop_scales_with_its_pace():
+    """One long MLX call records nothing until it returns: a slower engine gets a longer backstop."""
+    base = DriverSettings()
+    quick, _ = driver_settings(base, Pace(step_s=0.001), remote=False)
+    slow, _ = driver_settings(base, Pace(step_s=0.05), remote=False)
+    assert quick.stall_s == base.stall_s < slow.stall_s == pytest.approx(STEP_FACTOR * MAX_SCENARIO_TOKENS * 0.05)
 
 
 @pytest.mark.parametrize("body", ["[1, 2]", "{temperature: 1}"])

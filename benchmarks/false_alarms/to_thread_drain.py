@@ -49,7 +49,7 @@ class Engine:
             try:
                 while (piece := await pieces.get()) is not _END:
                     yield piece
-                await job  # the worker's own error, if it failed
+                await asyncio.shield(job)  # the worker's own error, if it failed; a cancel here leaves job running for _drain
             except asyncio.CancelledError:
                 await _drain(job, stop)
                 raise

@@ -7,10 +7,16 @@ the findings are scored as the corpus defines it (docs/corpus.md):
     .venv/bin/python benchmarks/corpus.py                                 # tables on stdout
     .venv/bin/python benchmarks/corpus.py --head --write docs/corpus.md   # the doc
     .venv/bin/python benchmarks/corpus.py --no-baselines --case V7        # the checker, one case
+    .venv/bin/python benchmarks/corpus.py --checker-at f48abc9 --no-loro   # the rules of a past commit
 
-The training cases (train.json) and the cases mined from other MLX servers
-(mined.json) are two splits: each is scored and reported on its own, and the
-targets are judged on the training split alone.
+The training cases (train.json), the cases mined from other MLX servers (mined.json)
+and the held-out cases of jundot/omlx (omlx.json) are three splits: each is scored
+and reported on its own, and the targets are judged on the training split alone.
+
+Leave-one-repository-out: each repository's cases are scored again by the checker
+of the commit of this project that stood before anyone studied them (loro.py names
+it per repository; `--before-studied REPO=COMMIT` changes one), run from that
+commit's own tree (`git archive`, checker_at.py), beside today's figures.
 
 Exit 0 when the run completed (whatever the figures), 2 on a usage or setup
 mistake: a missing mirror, commit or case, a malformed case file, a tool that
@@ -24,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,12 +38,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from corpus_bench import cases as case_file
-from corpus_bench import doc, head, mirrors, report, run, tools
+from corpus_bench import checker_at, doc, head, loro, mirrors, report, run, scoring, tools
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / "train.json", HERE / "corpus_bench" / "cases" / "mined.json"]
+DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / f"{name}.json" for name in ("train", "mined", "omlx")]
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "invariants-corpus-tools"
-SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError)
+SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError, checker_at.CheckerError)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,7 +61,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also check HEAD of each mirror's default branch and list every finding")
     parser.add_argument("--write", type=Path, metavar="DOC", help="write the Markdown doc (e.g. docs/corpus.md)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every finding and score as JSON")
+    parser.add_argument("--checker-at", metavar="COMMIT",
+                        help="score with the checker of this commit of the project's history (git archive of it, "
+                             "run from its own tree) instead of this checkout's")
+    parser.add_argument("--checker-repo", type=Path, default=checker_at.PROJECT, metavar="DIR",
+                        help="the git repository --checker-at and the before-studied commits are read from "
+                             "(default: this project, %(default)s)")
+    parser.add_argument("--before-studied", action="append", default=[], metavar="REPO=COMMIT",
+                        help="score REPO's cases with this commit's checker as its before-studied rules "
+                             "(repeatable; replaces loro.py's choice for REPO)")
+    parser.add_argument("--no-loro", action="store_true",
+                        help="skip the before-studied (leave-one-repository-out) runs")
     return parser.parse_args(argv)
+
+
+def loro_plan(pairs: list[str]) -> dict[str, loro.Studied]:
+    """loro.py's before-studied commits, with each REPO=COMMIT of the command line in place of its own."""
+    plan = dict(loro.BEFORE_STUDIED)
+    for pair in pairs:
+        repo, sep, commit = pair.partition("=")
+        if not sep or repo.count("/") != 1 or not commit:
+            raise case_file.CaseError(f"--before-studied takes OWNER/NAME=COMMIT, got {pair!r}")
+        plan[repo] = loro.Studied(commit, "given on the command line (--before-studied)")
+    return plan
 
 
 def project_commit() -> str:
@@ -65,13 +94,32 @@ def project_commit() -> str:
     return f"`{commit}`" + (" with uncommitted changes" if git("status", "--porcelain") else "")
 
 
-def as_json(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[head.HeadRun] | None) -> dict:
-    out: dict = {"splits": {split.name: split_json(results) for split, results in runs},
+def as_json(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[head.HeadRun] | None,
+            repos: list[loro.RepoScores] | None = None, checker: checker_at.CheckerTree | None = None) -> dict:
+    out: dict = {"checker": None if checker is None else checker.commit,
+                 "splits": {split.name: split_json(results) for split, results in runs},
                  "crashes": [c for _, results in runs for c in results.crashes]}
+    if repos is not None:
+        out["by_repository"] = [repo_json(r) for r in repos]
     if head_runs is not None:
         out["head"] = [{"repo": r.repo, "commit": r.commit, "packages": list(r.packages), "files": r.files,
                         "findings": [{"path": p, **asdict(f)} for p, f in r.findings]} for r in head_runs]
     return out
+
+
+def repo_json(scores: loro.RepoScores) -> dict:
+    def figures(summary: scoring.Summary) -> dict:
+        return {"line": summary.line(), "detected": summary.detected, "bugs": summary.bugs,
+                "silent_at_fix": summary.silent, "silent_scored": summary.silent_scored,
+                "clean_findings": summary.clean_findings, "clean_justified": summary.clean_justified}
+
+    before = None
+    if scores.checker is not None and scores.before is not None and scores.studied is not None:
+        before = {"commit": scores.checker.commit, "date": scores.checker.date, "held_out": scores.studied.held_out,
+                  "why": scores.studied.why, "rules": list(scores.rules), "crashes": list(scores.crashes),
+                  **figures(scores.before)}
+    return {"repo": scores.repo, "split": scores.split, "clean_files": scores.cleans, "before_studied": before,
+            "today": {tool: figures(summary) for tool, summary in scores.today.items()}}
 
 
 def split_json(results: run.Results) -> dict:
@@ -99,6 +147,7 @@ def split_json(results: run.Results) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     try:
         import mlx_invariants
@@ -111,26 +160,36 @@ def main(argv: list[str] | None = None) -> int:
         splits = case_file.load_splits(args.cases or DEFAULT_CASES, args.case)
         repos = {c.repo for split in splits for c in split.cases}
         run.open_mirrors(mirror_root, repos)  # every missing mirror named at once, before anything runs
+        plan = loro_plan(args.before_studied)
         venv = None if args.no_baselines else tools.ensure_venv(args.tools_venv)
         names = ("invariants",) if args.no_baselines else tools.TOOLS
-        runs = [(split, run.run_cases(list(split.cases), mirror_root, names, venv, "" if index == 0 else split.name))
-                for index, split in enumerate(splits)]
-        head_runs = head.run_head(mirror_root, repos) if args.head else None
+        with tempfile.TemporaryDirectory(prefix="invariants-checker-at-") as tmp:
+            checker = None if not args.checker_at else checker_at.build(args.checker_at, Path(tmp), args.checker_repo)
+            runs = [(split, run.run_cases(list(split.cases), mirror_root, names, venv,
+                                          "" if index == 0 else split.name, checker))
+                    for index, split in enumerate(splits)]
+            repo_scores = None if args.no_loro else loro.by_repository(runs, mirror_root, plan, args.checker_repo)
+            head_runs = head.run_head(mirror_root, repos, checker) if args.head else None
+            rules = checker.rules() if checker else None
     except SETUP_ERRORS as exc:
         print(f"corpus: error: {exc}", file=sys.stderr)
         return 2
-    versions = {"invariants": mlx_invariants.__version__, "flake8-async": f"{tools.PINS['flake8-async']} "
-                f"(flake8 {tools.PINS['flake8']})", "ruff": tools.PINS["ruff"]}
-    sys.stdout.write(report.stdout_report([results for _, results in runs], versions))
+    versions = {"invariants": mlx_invariants.__version__ if checker is None else f"at {checker.short}",
+                "flake8-async": f"{tools.PINS['flake8-async']} (flake8 {tools.PINS['flake8']})",
+                "ruff": tools.PINS["ruff"]}
+    sys.stdout.write(report.stdout_report([results for _, results in runs], versions, repo_scores))
     if head_runs is not None:
         sys.stdout.write("\n" + "\n".join(doc.head_section(head_runs, {})))
-    for crash in [c for _, r in runs for c in r.crashes] + [c for r in head_runs or [] for c in r.crashes()]:
+    crashes = [c for _, r in runs for c in r.crashes] + [c for r in head_runs or [] for c in r.crashes()]
+    for crash in crashes + [c for r in repo_scores or [] for c in r.crashes]:
         print(f"corpus: checker failure: {crash}", file=sys.stderr)
     try:
         if args.json:
-            args.json.write_text(json.dumps(as_json(runs, head_runs), indent=2) + "\n", encoding="utf-8")
+            args.json.write_text(json.dumps(as_json(runs, head_runs, repo_scores, checker), indent=2) + "\n",
+                                 encoding="utf-8")
         if args.write:
-            args.write.write_text(document(runs, head_runs, versions, args.write), encoding="utf-8")
+            args.write.write_text(document(runs, head_runs, repo_scores, versions, args.write, checker, rules,
+                                           argv), encoding="utf-8")
     except OSError as exc:
         print(f"corpus: error: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -138,14 +197,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def document(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[head.HeadRun] | None,
-             versions: dict[str, str], path: Path) -> str:
-    from mlx_invariants.checker.rules import RULES
+             repos: list[loro.RepoScores] | None, versions: dict[str, str], path: Path,
+             checker: checker_at.CheckerTree | None = None, rules: list[str] | None = None,
+             argv: list[str] | None = None) -> str:
+    if rules is None:
+        from mlx_invariants.checker.rules import RULES
 
-    meta = {"date": datetime.date.today().isoformat(), "commit": project_commit(),
-            "rules": ", ".join(r.id for r in RULES),
+        rules = [r.id for r in RULES]
+    commit = project_commit() if checker is None else f"`{checker.short}` (`--checker-at`, its own tree)"
+    meta = {"date": datetime.date.today().isoformat(), "commit": commit, "rules": ", ".join(rules),
+            "command": " ".join([".venv/bin/python benchmarks/corpus.py", *map(shlex.quote, argv or [])]),
             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
                        f"Python {platform.python_version()}"}
-    return doc.document(runs, head_runs, meta, versions, doc.read_verdicts(path))
+    return doc.document(runs, head_runs, meta, versions, doc.read_verdicts(path), repos)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 Span = tuple[int, int]
-DETECTABILITY = ("S", "P")
+DETECTABILITY = ("S", "P", "N")  # N: no static rule can see it (a fuzzer target); scored apart
 
 
 class CaseError(Exception):
@@ -26,7 +26,7 @@ class BugCase:
     id: str
     repo: str
     cls: str  # the main class, A..K
-    detectability: str  # "S" syntactic or "P" partial/heuristic
+    detectability: str  # "S" syntactic, "P" partial/heuristic, "N" no static rule can see it
     path: str
     buggy_commit: str
     spans: tuple[Span, ...]
@@ -123,7 +123,7 @@ def _case(path: Path, index: int, item: Any) -> Case:
         raise CaseError(f"{where}: 'kind' must be \"bug\" or \"clean\"")
     detectability = text("detectability")
     if detectability not in DETECTABILITY:
-        raise CaseError(f"{where}: 'detectability' must be \"S\" or \"P\", got {detectability!r}")
+        raise CaseError(f"{where}: 'detectability' must be \"S\", \"P\" or \"N\", got {detectability!r}")
     fix_span = item.get("fix_span")
     return BugCase(
         id=text("id"), repo=repo, cls=text("class"), detectability=detectability, path=text("path"),

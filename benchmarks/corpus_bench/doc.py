@@ -13,12 +13,16 @@ from pathlib import Path
 from corpus_bench import report
 from corpus_bench.cases import Split
 from corpus_bench.head import HeadRun
+from corpus_bench.loro import RepoScores
 from corpus_bench.run import Results
 from corpus_bench.tools import FLAKE8_IGNORE, FLAKE8_SELECT, PINS, RUFF_SELECT
 
 HEAD_TITLE = "## HEAD findings"
 PROJECT = Path(__file__).resolve().parents[2]
-SPLIT_TITLES = {"mined": "Mined cases (other MLX servers)"}
+SPLIT_TITLES = {"mined": "Mined cases (other MLX servers)", "omlx": "Held-out cases (jundot/omlx)"}
+# Splits whose per-case tables stay out of the doc, so that nobody tunes a rule on them while
+# they are meant to measure rules that never saw them; stdout and --json of a run have them.
+HELD_OUT_SPLITS = {"omlx"}
 _REPO_HEADING = re.compile(r"^### (\S+) @ ([0-9a-f]+)")
 _PIPE = re.compile(r"(?<!\\)\|")
 VerdictKey = tuple[str, str, str, str, str]  # repo, commit, path:line, rule, message
@@ -79,6 +83,55 @@ def _repos(split: Split) -> str:
     return ", ".join(f"`{r}`" for r in sorted({c.repo for c in split.cases}))
 
 
+def by_repository(scores: list[RepoScores], baselines: tuple[str, ...]) -> list[str]:
+    """The leave-one-repository-out section: the table, the clean files, and which commit stood for each repository."""
+    lines = [
+        "## By repository (leave-one-repository-out)", "",
+        "Each repository's cases scored by the checker as it stood before anyone here studied that repository's "
+        "cases (**before**: the checker of that commit of this project, run from its own tree with "
+        "`--checker-at`'s machinery), by today's checker (**today**), and by the baselines. A rule tuned on a "
+        "case and scored on the same case measures memory, not the rule, so *before* is the generalisation "
+        "figure; it is a held-out one only for the repositories marked held out below. Bug cases are counted "
+        "S / P / N; N cases (no static rule can see them, fuzzer targets) are in no detection column and are "
+        "scored for silence at the fix like the rest. `-`: nothing to count.", "",
+        *report.repo_table(scores, baselines), "",
+        "Findings on clean files, by repository:", "",
+        *report.repo_clean_table(scores, baselines), "",
+        "The before-studied commit of each repository:", "",
+    ]
+    seen: dict[str, list[RepoScores]] = {}
+    for s in scores:
+        if s.checker is not None:
+            seen.setdefault(s.checker.commit, []).append(s)
+    for group in seen.values():
+        first = group[0]
+        names = ", ".join(f"`{s.repo}`" for s in group)
+        subject = first.checker.subject if len(first.checker.subject) <= 80 else first.checker.subject[:77] + "..."
+        lines.append(f"- {names}: `{first.checker.short}` ({first.checker.date}, \"{subject}\"), "
+                     f"{first.studied.why}. Its rules: {', '.join(first.rules) or 'none listed'}.")
+    missing = [s.repo for s in scores if s.checker is None]
+    if missing:
+        lines.append(f"- {', '.join(f'`{r}`' for r in missing)}: no before-studied commit declared "
+                     "(`benchmarks/corpus_bench/loro.py`, or `--before-studied REPO=COMMIT`).")
+    training = [s.repo for s in scores if s.studied is not None and not s.studied.held_out]
+    if training:
+        lines += ["", f"Plainly: the rules were grown on {', '.join(f'`{r}`' for r in training)} from the start, "
+                  "so no checker of this project ever stood before studying them; their *before* figure is the "
+                  "earliest checker's, not a held-out score, and only the held-out rows measure generalisation."]
+    crashes = [c for s in scores for c in s.crashes]
+    if crashes:
+        lines += ["", "The before-studied checkers failed on these files (INV000):", "", *(f"- {c}" for c in crashes)]
+    return lines + [""]
+
+
+def held_out_figures(results: Results, versions: dict[str, str]) -> list[str]:
+    """A held-out split in the doc: its summary only."""
+    return ["```", *(report.summary_line(results, t) for t in results.tools), "```", "",
+            *report.summary_table(results, versions), "",
+            "Held out: the per-case tables of this split are left out of this doc so that no rule is tuned on "
+            "them; a run prints them on stdout and `--json` writes them.", ""]
+
+
 def figures(results: Results, versions: dict[str, str], level: str) -> list[str]:
     """The summary lines and every table of one split, under headings of the given level."""
     lines = ["```", *(report.summary_line(results, t) for t in results.tools), "```", "",
@@ -93,14 +146,15 @@ def figures(results: Results, versions: dict[str, str], level: str) -> list[str]
 
 
 def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta: dict[str, str],
-             versions: dict[str, str], verdicts: dict[VerdictKey, str]) -> str:
+             versions: dict[str, str], verdicts: dict[VerdictKey, str], by_repo: list[RepoScores] | None = None) -> str:
     """The whole doc; the first split is the training split the targets are judged on, the others follow apart."""
     pins = ", ".join(f"{name} {version}" for name, version in PINS.items())
     (main, results), others = runs[0], runs[1:]
     repos = sorted({c.repo for split, _ in runs for c in split.cases})
     width = max(map(len, repos), default=0)
     also = "".join(f" The cases of `{_shown(split.source)}` ({_repos(split)}) are scored the same way, reported "
-                   "apart, and not part of the targets." for split, _ in others)
+                   "apart" + (", held out (no per-case tables here)," if split.name in HELD_OUT_SPLITS else ",")
+                   + " and not part of the targets." for split, _ in others)
     lines = [
         "# Real-bug corpus benchmark", "",
         "<!-- Generated by benchmarks/corpus.py (the command below). Edit only the verdict column of "
@@ -115,8 +169,9 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
         "```",
         *(f"git clone --mirror https://github.com/{r:<{width}}  $MIRRORS/{r.replace('/', '+')}" for r in repos),
         ".venv/bin/python benchmarks/corpus.py --mirrors $MIRRORS               # tables on stdout",
-        ".venv/bin/python benchmarks/corpus.py --head --write docs/corpus.md    # this file",
+        ".venv/bin/python benchmarks/corpus.py --head --checker-at HEAD --write docs/corpus.md   # this file",
         ".venv/bin/python benchmarks/corpus.py --no-baselines --case V7 --case FP05   # the checker only, two cases",
+        ".venv/bin/python benchmarks/corpus.py --checker-at f48abc9 --no-loro          # a past commit's rules",
         "```", "",
         "`--mirrors` defaults to `$MLX_INVARIANTS_MIRRORS`, then `/work/.mirror` (a mirror is found at "
         "`OWNER+NAME/` or `OWNER+NAME/repo/`, as `fetch` lays it out); a missing mirror stops the run "
@@ -129,6 +184,16 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
         "`create_task` result), its one other asyncio rule. Broad-except rules (BLE001, S110) were left out: "
         "they flag every `except Exception`, not cancellation handling. `--head` lists the HEAD findings of the "
         "training split's repositories only.", "",
+        "`--checker-at COMMIT` scores with the checker of a commit of this project's history instead of this "
+        "checkout's (this file uses `HEAD`: the committed rules, without a working tree's uncommitted edits): "
+        "`git archive COMMIT` into a temporary folder, its packages laid out as that commit's "
+        "`pyproject.toml` maps them (`[tool.setuptools.package-dir]`, e.g. `invariants/` -> `mlx_invariants`; "
+        "the early commits' top-level packages as they are), run through that commit's own `invariants` script "
+        "entry with only that tree on `PYTHONPATH` (`--checker-repo DIR` reads the commits from another clone; "
+        "a shallow clone needs `git fetch --unshallow`). The same machinery scores each repository's cases "
+        "with the checker of the commit that stood before its cases were studied "
+        "(`benchmarks/corpus_bench/loro.py` names one per repository; `--before-studied OWNER/NAME=COMMIT` "
+        "replaces one, `--no-loro` skips these runs).", "",
         "## Scoring", "",
         "As the corpus defines it. Each file is checked at its commit in a temporary tree that keeps its "
         "repository path, with the other `.py`/`.pyi` files of its folder and the `__init__.py` of each parent "
@@ -136,9 +201,11 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
         "file lies within a span widened by ±3 lines. **Silent at fix**: no finding in the fixed file lies inside "
         "`fix_span` (not widened); a case whose `fix_span` is null is not scored for this. **Clean files**: every "
         "finding counts; one inside a `justified` span (±3 lines) is also counted as justified. S: a syntactic "
-        "rule can match the defect; P: partial or heuristic.", "",
+        "rule can match the defect; P: partial or heuristic; N: no static rule can see it (a fuzzer target), in no "
+        "detection figure but scored for silence at the fix.", "",
         "## Figures", "",
-        f"Run {meta['date']} on {meta['machine']}, this project at {meta['commit']}; "
+        f"Run {meta['date']} on {meta['machine']}, this project at {meta['commit']}"
+        + (f", as `{meta['command']}`" if meta.get("command") else "") + "; "
         f"the checker's rules: {meta['rules']}. Training split: {len(results.bugs['invariants'])} bug cases and "
         f"{len(results.cleans['invariants'])} clean files.", "",
         *figures(results, versions, "###"),
@@ -148,7 +215,10 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
                   f"{len(other.bugs['invariants'])} bug cases and {len(other.cleans['invariants'])} clean files "
                   f"from {_repos(split)} (`{_shown(split.source)}`), scored exactly as the training split and "
                   "kept out of its figures and targets.", "",
-                  *figures(other, versions, "###")]
+                  *(held_out_figures(other, versions) if split.name in HELD_OUT_SPLITS
+                    else figures(other, versions, "###"))]
+    if by_repo:
+        lines += by_repository(by_repo, tuple(t for t in results.tools if t != "invariants"))
     crashes = [c for _, r in runs for c in r.crashes] + [c for run in head or [] for c in run.crashes()]
     if crashes:
         lines += ["## Checker failures", "", *(f"- {c}" for c in crashes), ""]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_bench import tools
+from corpus_bench.checker_at import CheckerTree
 from corpus_bench.run import CRASH_MARK, open_mirrors
 from corpus_bench.tools import Finding
 
@@ -35,7 +36,7 @@ class HeadRun:
                 if f.rule == "INV000" and CRASH_MARK in f.message]
 
 
-def run_head(mirror_root: Path, repos: set[str]) -> list[HeadRun]:
+def run_head(mirror_root: Path, repos: set[str], checker: CheckerTree | None = None) -> list[HeadRun]:
     known = sorted(r for r in repos if r in HEAD_PACKAGES)
     opened = open_mirrors(mirror_root, set(known))
     runs = []
@@ -46,7 +47,7 @@ def run_head(mirror_root: Path, repos: set[str]) -> list[HeadRun]:
             commit = mirror.head()
             tree = root / f"{index:02d}-head"
             folders = [mirror.materialise_package(commit, p, tree).resolve() for p in HEAD_PACKAGES[repo]]
-            found = tools.run_invariants(folders, root)
+            found = tools.run_invariants(folders, root, checker)
             files = sum(1 for folder in folders for _ in folder.rglob("*.py"))
             listed = sorted(((path.relative_to(tree).as_posix(), f) for path, items in found.items()
                              if path not in folders for f in items), key=lambda item: (item[0], item[1]))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from corpus_bench.loro import RepoScores, total
 from corpus_bench.run import Results
-from corpus_bench.scoring import BugScore, summarise
+from corpus_bench.scoring import BugScore, Summary, summarise
 from corpus_bench.tools import Finding
 
 CLASS_NAMES = {
@@ -152,9 +153,71 @@ def split_report(results: Results, versions: dict[str, str]) -> list[str]:
     return parts
 
 
-def stdout_report(splits: list[Results], versions: dict[str, str]) -> str:
-    """Every split's tables in turn, then all the summary lines together."""
+def _rate(summary: Summary | None, key: str) -> str:
+    """`x/y` of one column: detected S or P, or silent at fix; `-` where there is nothing to count."""
+    if summary is None:
+        return "-"
+    if key == "silent":
+        found, of = summary.silent, summary.silent_scored
+    else:
+        found, of = summary.detected[key], summary.bugs[key]
+    return f"{found}/{of}" if of else "-"
+
+
+def _before(scores: RepoScores) -> str:
+    if scores.checker is None:
+        return "-"
+    return f"`{scores.checker.short}` ({scores.checker.date})" + ("" if scores.studied.held_out else ", not held out")
+
+
+def _cases(summary: Summary) -> str:
+    return " / ".join(str(summary.bugs[d]) for d in ("S", "P", "N"))
+
+
+def repo_table(scores: list[RepoScores], baselines: tuple[str, ...]) -> list[str]:
+    """Per repository: the checker before it studied the repository's cases, today, and the baselines.
+
+    Two total rows follow: the repositories held out (whose before-studied checker had
+    not seen their cases) and all of them."""
+    tools = ("invariants", *baselines)
+
+    def row(name: str, split: str, before_at: str, group: list[RepoScores]) -> list[object]:
+        today = {tool: total(group, lambda s, t=tool: s.today[t]) for tool in tools}
+        before = total(group, lambda s: s.before)
+        out: list[object] = [name, split, _cases(today["invariants"]), sum(s.cleans for s in group), before_at]
+        out += [_rate(before, k) for k in ("S", "P", "silent")]
+        return out + [_rate(today[tool], k) for tool in tools for k in ("S", "P", "silent")]
+
+    rows = [row(s.repo, s.split, _before(s), [s]) for s in scores]
+    held = [s for s in scores if s.studied and s.studied.held_out]
+    if held:
+        rows.append(row("held-out repositories", "", "each its own", held))
+    rows.append(row("all repositories", "", "each its own" if all(s.checker for s in scores) else "-", scores))
+    header = ["repository", "split", "bug cases S / P / N", "clean files", "rules before studied",
+              "before: S", "before: P", "before: silent at fix", "today: S", "today: P", "today: silent at fix"]
+    for tool in baselines:
+        header += [f"{tool}: S", f"{tool}: P", f"{tool}: silent at fix"]
+    return table(header, rows, right=set(range(5, len(header))) | {3})
+
+
+def repo_clean_table(scores: list[RepoScores], baselines: tuple[str, ...]) -> list[str]:
+    """Findings on each repository's clean files: before studied, today, and the baselines."""
+    rows = []
+    for s in scores:
+        if not s.cleans:
+            continue
+        rows.append([s.repo, s.cleans, "-" if s.before is None else s.before.clean_findings,
+                     *(s.today[t].clean_findings for t in ("invariants", *baselines))])
+    header = ["repository", "clean files", "before studied", "today", *baselines]
+    return table(header, rows, right=set(range(1, len(header)))) if rows else ["No clean files."]
+
+
+def stdout_report(splits: list[Results], versions: dict[str, str], repos: list[RepoScores] | None = None) -> str:
+    """Every split's tables in turn, the per-repository table, then all the summary lines together."""
     parts = [line for results in splits for line in split_report(results, versions)]
+    if repos:
+        baselines = tuple(t for t in splits[0].tools if t != "invariants")
+        parts += ["## By repository", "", *repo_table(repos, baselines), ""]
     parts += [summary_line(results, t) for results in splits for t in results.tools]
     return "\n".join(parts) + "\n"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from corpus_bench import mirrors, scoring, tools
 from corpus_bench.cases import BugCase, Case, CleanCase
+from corpus_bench.checker_at import CheckerTree
 from corpus_bench.tools import Finding
 
 CRASH_MARK = "the checker failed on it"
@@ -26,6 +27,7 @@ class Results:
     # by tool, case id and side ("buggy", "fix", "clean"): every finding in the file under test
     findings: dict[str, dict[str, dict[str, list[Finding]]]] = field(default_factory=dict)
     crashes: list[str] = field(default_factory=list)  # "repo@commit path: message" of each checker failure
+    checker: CheckerTree | None = None  # the commit whose checker ran; None: this checkout's
 
 
 def open_mirrors(root: Path, repos: set[str]) -> dict[str, mirrors.Mirror]:
@@ -49,9 +51,10 @@ def sides(case: Case) -> dict[str, str]:
 
 
 def run_cases(cases: list[Case], mirror_root: Path, tool_names: tuple[str, ...], venv: Path | None,
-              split: str = "") -> Results:
+              split: str = "", checker: CheckerTree | None = None) -> Results:
+    """Every case scored by each tool; the checker is this checkout's, or `checker`'s commit's."""
     repos = open_mirrors(mirror_root, {c.repo for c in cases})
-    results = Results(tool_names, split)
+    results = Results(tool_names, split, checker=checker)
     with tempfile.TemporaryDirectory(prefix="invariants-corpus-") as tmp:
         root = Path(tmp).resolve()
         placed: dict[tuple[str, str], Path] = {}
@@ -60,7 +63,7 @@ def run_cases(cases: list[Case], mirror_root: Path, tool_names: tuple[str, ...],
                 tree = root / f"{index:02d}-{side}"
                 placed[case.id, side] = repos[case.repo].materialise(commit, case.path, tree).resolve()
         for tool in tool_names:
-            found = tools.run(tool, list(placed.values()), root, venv)
+            found = tools.run(tool, list(placed.values()), root, venv, checker)
             results.findings[tool] = {}
             for (case_id, side), path in placed.items():
                 results.findings[tool].setdefault(case_id, {})[side] = found[path]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corpus_bench.cases import BugCase, CleanCase, Span
+from corpus_bench.cases import DETECTABILITY, BugCase, CleanCase, Span
 from corpus_bench.tools import Finding
 
 WIDEN = 3
@@ -62,7 +62,7 @@ def score_clean(case: CleanCase, found: list[Finding]) -> CleanScore:
 
 @dataclass(frozen=True)
 class Summary:
-    detected: dict[str, int]  # by detectability, "S" and "P"
+    detected: dict[str, int]  # by detectability, "S", "P" and "N" (N stays out of the summary line)
     bugs: dict[str, int]
     silent: int
     silent_scored: int
@@ -77,8 +77,8 @@ class Summary:
 def summarise(bugs: list[BugScore], cleans: list[CleanScore]) -> Summary:
     scored = [b for b in bugs if b.silent_at_fix is not None]
     return Summary(
-        detected={d: sum(b.detected for b in bugs if b.case.detectability == d) for d in ("S", "P")},
-        bugs={d: sum(b.case.detectability == d for b in bugs) for d in ("S", "P")},
+        detected={d: sum(b.detected for b in bugs if b.case.detectability == d) for d in DETECTABILITY},
+        bugs={d: sum(b.case.detectability == d for b in bugs) for d in DETECTABILITY},
         silent=sum(bool(b.silent_at_fix) for b in scored),
         silent_scored=len(scored),
         clean_findings=sum(c.total for c in cleans),

@@ -9,10 +9,13 @@ project's: they are benchmark-only.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from corpus_bench.checker_at import CheckerTree
 
 PINS = {"flake8": "7.5.0", "flake8-async": "26.8.1", "ruff": "0.17.6"}
 # Ruff: its port of flake8-async (ASYNC) plus RUF006, the one other rule about asyncio
@@ -37,9 +40,9 @@ class Finding:
 Findings = dict[Path, list[Finding]]
 
 
-def _run(cmd: list[str], cwd: Path, name: str) -> str:
+def _run(cmd: list[str], cwd: Path, name: str, env: dict[str, str] | None = None) -> str:
     try:
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     except OSError as exc:
         raise ToolError(f"{name}: cannot start {cmd[0]} ({exc.strerror or exc})") from None
     if done.returncode != 0:
@@ -55,15 +58,19 @@ def _collect(pairs: list[tuple[Path, Finding]], paths: list[Path]) -> Findings:
     return {p: sorted(f) for p, f in found.items()}
 
 
-def run_invariants(files: list[Path], root: Path) -> Findings:
-    """`invariants check --format json` of this checkout, with the default configuration.
+def run_invariants(files: list[Path], root: Path, checker: CheckerTree | None = None) -> Findings:
+    """`invariants check --format json` of this checkout (or of `checker`'s commit), with the default configuration.
 
     `files` may name folders too, as on its command line; findings come back by file.
     """
     config = root / "pyproject.toml"
     config.write_text("[tool.invariants]\n", encoding="utf-8")
-    out = _run([sys.executable, "-m", "mlx_invariants", "check", "--format", "json", "--no-cache", "-q",
-                "--exit-zero", "--config", str(config), *map(str, files)], root, "invariants check")
+    args = ["check", "--format", "json", "--no-cache", "-q", "--exit-zero", "--config", str(config), *map(str, files)]
+    if checker is None:
+        out = _run([sys.executable, "-m", "mlx_invariants", *args], root, "invariants check")
+    else:
+        out = _run(checker.command(args), root, f"invariants check at {checker.short}",
+                   checker.env(dict(os.environ)))
     pairs = [((root / f["path"]).resolve(), Finding(f["line"], f["rule"], f["message"])) for f in json.loads(out)]
     return _collect(pairs, files)
 
@@ -107,11 +114,12 @@ def ensure_venv(venv: Path) -> Path:
     return venv
 
 
-def run(tool: str, files: list[Path], root: Path, venv: Path | None) -> Findings:
-    """`tool`'s findings in `files`, which are resolved paths under `root` (the working folder)."""
+def run(tool: str, files: list[Path], root: Path, venv: Path | None, checker: CheckerTree | None = None) -> Findings:
+    """`tool`'s findings in `files`, which are resolved paths under `root` (the working folder);
+    the checker of this checkout, or of `checker`'s commit."""
     if not files:
         return {}
     if tool == "invariants":
-        return run_invariants(files, root)
+        return run_invariants(files, root, checker)
     assert venv is not None, "the baselines need their venv"
     return run_flake8_async(venv, files, root) if tool == "flake8-async" else run_ruff(venv, files, root)

@@ -6,6 +6,12 @@ second blocking call at line 12. The cases put their spans just within and just
 outside the scoring's margins around those two lines. A second mirror of the same
 history (`acme/mined`) stands for a repository of the mined split, which is scored
 and reported apart from the training split.
+
+`--checker-at` and the before-studied (leave-one-repository-out) runs read a checker
+out of a project's git history; a tiny stand-in project (`project`) has three commits:
+no checker yet, a checker in the early layout (top-level `invariants` package) that
+flags line 6 of every file, and one in today's layout (`invariants/` mapped to
+`mlx_invariants` by package-dir, a subpackage from another folder) that flags line 12.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import corpus  # noqa: E402  (the benchmark script, importable once benchmarks/ is on the path)
-from corpus_bench import doc, mirrors  # noqa: E402
+from corpus_bench import doc, loro, mirrors  # noqa: E402
 from corpus_bench.head import HeadRun  # noqa: E402
 from corpus_bench.tools import Finding  # noqa: E402
 
@@ -239,15 +245,24 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json and mined.json load, share no id, and the mined cases come from other repositories."""
+    """train.json, mined.json and omlx.json load and share no id; the mined and held-out cases come
+    from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
-    train, mined = case_file.load_splits(corpus.DEFAULT_CASES)
-    assert (train.name, mined.name) == ("train", "mined")
+    train, mined, omlx = case_file.load_splits(corpus.DEFAULT_CASES)
+    assert (train.name, mined.name, omlx.name) == ("train", "mined", "omlx")
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
-    raw = json.loads(mined.source.read_text())
+    assert {c.repo for c in omlx.cases} == {"techychamp/omlx"} and len(omlx.cases) == 14
+    shared = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "omlx.json"
+    if shared.is_file():  # the copy kept here is the shared corpus's file, unchanged
+        assert json.loads(shared.read_text()) == json.loads(omlx.source.read_text())
+    for split in (train, mined, omlx):
+        for repo in {c.repo for c in split.cases}:
+            studied = loro.BEFORE_STUDIED[repo]
+            assert len(studied.commit) == 40 and studied.held_out == (split.name != "train")
+    raw = json.loads(mined.source.read_text()) + json.loads(omlx.source.read_text())
     for item in raw:
         if item["kind"] != "bug":
             assert item["notes"] and len(item["commit"]) == 40
@@ -257,3 +272,143 @@ def test_shipped_case_files_are_well_formed() -> None:
         assert len(item["buggy_commit"]) == len(item["fix_commit"]) == 40
         assert item["fix_note"] and item["notes"]
         assert (item["fix_span"] is None) == (item["fix_span_kind"] is None)
+
+
+FAKE_CLI = """\
+import json
+import sys
+from pathlib import Path
+
+{import_line}
+
+
+def main():
+    args = sys.argv[1:]
+    if args[:1] == ["rules"]:
+        print("INV000  unreadable-file  x")
+        print("{rule}  fake  flags line {{}}".format(LINE))
+        return 0
+    paths, skip = [], False
+    for arg in args[1:]:
+        if skip or arg.startswith("-"):
+            skip = arg in ("--format", "--config")
+            continue
+        paths += sorted(Path(arg).rglob("*.py")) if Path(arg).is_dir() else [Path(arg)]
+    print(json.dumps([{{"path": str(p), "line": LINE, "col": 0, "rule": "{rule}", "message": "fake"}} for p in paths]))
+    return 0
+"""
+EARLY = {
+    "pyproject.toml": '[project]\nname = "x"\n\n[project.scripts]\ninvariants = "invariants.cli:main"\n',
+    "invariants/__init__.py": "",
+    "invariants/cli.py": FAKE_CLI.format(import_line="LINE = 6", rule="INV150"),
+}
+TODAY = {
+    "pyproject.toml": '[project]\nname = "x"\n\n[project.scripts]\ninvariants = "mlx_invariants.cli:main"\n\n'
+                      '[tool.setuptools.package-dir]\nmlx_invariants = "invariants"\n'
+                      '"mlx_invariants.extra" = "extra"\n',
+    "invariants/__init__.py": "",
+    "invariants/cli.py": FAKE_CLI.format(import_line="from mlx_invariants.extra.where import LINE", rule="INV151"),
+    "extra/__init__.py": "",
+    "extra/where.py": "LINE = 12\n",
+}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """(a stand-in project's git repository, its commits: no checker, the early layout, today's layout)."""
+    work = tmp_path_factory.mktemp("project")
+    git("init", "-q", cwd=work)
+    commits = []
+    for files in ({"pyproject.toml": '[project]\nname = "x"\n'}, EARLY, TODAY):
+        for path, text in files.items():
+            (work / path).parent.mkdir(parents=True, exist_ok=True)
+            (work / path).write_text(text)
+        git("add", "-A", cwd=work)
+        git("commit", "-q", "-m", f"step {len(commits)}", cwd=work)
+        commits.append(git("rev-parse", "HEAD", cwd=work))
+    return work, commits
+
+
+def test_checker_at_scores_with_a_past_commits_own_tree(mirror: tuple[Path, str, str], project: tuple[Path, list[str]],
+                                                         tmp_path: Path) -> None:
+    root, buggy, fix = mirror
+    repo, (_, early, today) = project
+    train, mined = write_splits(tmp_path, buggy, fix)
+    out = tmp_path / "out.json"
+    args = ["--cases", str(train), "--mirrors", str(root), "--no-baselines", "--no-loro", "--checker-repo", str(repo),
+            "--json", str(out)]
+    # The early layout: its top-level package imported as it is; it flags line 6, on T1's defect.
+    assert corpus.main([*args, "--checker-at", early[:10]]) == 0
+    data = json.loads(out.read_text())
+    assert data["checker"] == early and "by_repository" not in data
+    t1 = data["splits"]["train"]["bugs"][0]["invariants"]
+    assert [(f["line"], f["rule"]) for f in t1["buggy"]] == [(6, "INV150")] and t1["detected"]
+    assert t1["silent_at_fix"] is False  # line 6 is inside the fix span [4, 8]
+    # Today's layout: invariants/ becomes mlx_invariants and extra/ its subpackage; line 12 is off both spans.
+    assert corpus.main([*args, "--checker-at", today, "--write", str(tmp_path / "corpus.md")]) == 0
+    t1 = json.loads(out.read_text())["splits"]["train"]["bugs"][0]["invariants"]
+    assert [(f["line"], f["rule"]) for f in t1["buggy"]] == [(12, "INV151")]
+    assert not t1["detected"] and t1["silent_at_fix"] is True
+    text = (tmp_path / "corpus.md").read_text()
+    assert f"this project at `{today[:7]}` (`--checker-at`, its own tree), as `.venv/bin/python " \
+        f"benchmarks/corpus.py {' '.join(args)} --checker-at {today} --write {tmp_path / 'corpus.md'}`; " \
+        "the checker's rules: INV151." in text
+    assert "## By repository" not in text  # --no-loro
+
+
+def test_before_studied_scores_each_repository_with_its_own_commit(
+        mirror: tuple[Path, str, str], project: tuple[Path, list[str]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root, buggy, fix = mirror
+    repo, (_, early, today) = project
+    n_case = {**bug("M2", [[6, 6]], [[4, 8]], buggy, fix, repo="acme/mined"), "detectability": "N"}
+    train, mined = write_splits(tmp_path, buggy, fix,
+                                [bug("M1", [[10, 14]], None, buggy, fix, "P", repo="acme/mined"), n_case])
+    out, md = tmp_path / "out.json", tmp_path / "corpus.md"
+    assert corpus.main(["--cases", str(train), "--cases", str(mined), "--mirrors", str(root), "--no-baselines",
+                        "--checker-repo", str(repo), "--before-studied", f"acme/server={early}",
+                        "--before-studied", f"acme/mined={today}", "--json", str(out), "--write", str(md)]) == 0
+    by_repo = {r["repo"]: r for r in json.loads(out.read_text())["by_repository"]}
+    assert list(by_repo) == ["acme/server", "acme/mined"]
+    server, other = by_repo["acme/server"], by_repo["acme/mined"]
+    # acme/server before: the early checker (line 6, T1 found, its fix span hit, one finding on the clean file).
+    assert server["before_studied"]["commit"] == early and server["before_studied"]["rules"] == ["INV150"]
+    assert server["before_studied"]["line"] == "corpus: detected S 1/1, P 0/0; silent-at-fix 0/1; clean-file findings 1"
+    # Today: this checkout's checker (INV108 on line 6 of the buggy file, line 12 of the fixed one).
+    assert server["today"]["invariants"]["line"] == \
+        "corpus: detected S 1/1, P 0/0; silent-at-fix 1/1; clean-file findings 1"
+    # acme/mined before: today's-layout commit (line 12: M1's widened span 7..17 holds it; the N case is kept
+    # out of S and P but found on line 6 today, and its fix span is scored for silence).
+    assert other["before_studied"]["commit"] == today
+    assert other["before_studied"]["detected"] == {"S": 0, "P": 1, "N": 0}
+    assert other["before_studied"]["bugs"] == {"S": 0, "P": 1, "N": 1}
+    assert other["today"]["invariants"]["detected"] == {"S": 0, "P": 0, "N": 1}
+    assert (other["today"]["invariants"]["silent_at_fix"], other["today"]["invariants"]["silent_scored"]) == (1, 1)
+    printed = capsys.readouterr().out
+    assert "## By repository" in printed and printed.rstrip().splitlines()[-1].startswith("corpus (mined):")
+    text = md.read_text()
+    section = text.split("## By repository (leave-one-repository-out)")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][:5]
+    assert rows[1:] == [
+        f"| acme/server | train | 1 / 0 / 0 | 1 | `{early[:7]}` ({server['before_studied']['date']}) | 1/1 | - | 0/1 "
+        "| 1/1 | - | 1/1 |",
+        f"| acme/mined | mined | 0 / 1 / 1 | 0 | `{today[:7]}` ({other['before_studied']['date']}) | - | 1/1 | 1/1 "
+        "| - | 0/1 | 1/1 |",
+        "| held-out repositories |  | 1 / 1 / 1 | 1 | each its own | 1/1 | 1/1 | 1/2 | 1/1 | 0/1 | 2/2 |",
+        "| all repositories |  | 1 / 1 / 1 | 1 | each its own | 1/1 | 1/1 | 1/2 | 1/1 | 0/1 | 2/2 |",
+    ]
+    assert f"- `acme/server`: `{early[:7]}` (" in section and "Its rules: INV150." in section
+
+
+def test_checker_at_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], project: tuple[Path, list[str]],
+                                                    tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, buggy, fix = mirror
+    repo, (bare, _, _) = project
+    train, _ = write_splits(tmp_path, buggy, fix)
+    args = ["--cases", str(train), "--mirrors", str(root), "--no-baselines", "--checker-repo", str(repo)]
+    assert corpus.main([*args, "--checker-at", "0" * 40]) == 2
+    assert "--unshallow" in capsys.readouterr().err
+    assert corpus.main([*args, "--checker-at", bare]) == 2  # before the project had a checker
+    assert "declares no `invariants = \"module:function\"` script" in capsys.readouterr().err
+    assert corpus.main([*args, "--before-studied", "acme/server"]) == 2
+    assert "--before-studied takes OWNER/NAME=COMMIT" in capsys.readouterr().err

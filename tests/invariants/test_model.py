@@ -283,3 +283,48 @@ def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
     cached = json.loads(next((project.root / ".invariants_cache").glob("results-*.json")).read_text())
     stored = [r["model"]["summary"] for r in cached["results"].values() if r.get("model", {}).get("summary")]
     assert summary.to_json() in stored
+
+
+def test_a_helper_that_serializes_its_handoff_under_a_lock_is_judged_at_the_helper_not_its_callers() -> None:
+    summary = _summary("""
+        import asyncio
+        import contextlib
+
+        class Engine:
+            async def under_lock(self, fn):
+                async with self._generation_lock:
+                    return await asyncio.to_thread(fn)
+
+            @contextlib.asynccontextmanager
+            async def _slot(self):
+                async with self._generation_lock:
+                    yield
+
+            async def under_slot(self, fn):
+                async with self._slot():
+                    return await asyncio.to_thread(fn)
+
+            async def bare(self, fn):
+                return await asyncio.to_thread(fn)
+    """)
+    serialized = {name: fn.offloads[0].serialized for name, fn in summary.functions.items() if fn.offloads}
+    assert serialized == {"Engine.under_lock": True, "Engine.under_slot": True, "Engine.bare": False}
+    package = Package({"app": True, "app.engine": False}, {"app": FileSummary(), "app.engine": summary}.get)
+    package.prepare(["app.engine"])
+    assert set(package.forwards) == {("app.engine", "Engine.bare")}
+
+
+def test_storing_into_an_attribute_or_item_does_not_rebind_the_name() -> None:
+    summary = _summary("""
+        from .engine import Engine
+
+        class Handler:
+            def __init__(self):
+                self.engine = Engine()
+
+            def use(self, request_id):
+                self.active[request_id] = {"state": "running"}
+                first, self.last = request_id, request_id
+                self.engine.run()
+    """)
+    assert [c.target for c in summary.functions["Handler.use"].calls] == [":Handler().engine.run"]

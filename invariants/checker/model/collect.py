@@ -44,6 +44,7 @@ _SPECIAL: dict[type, str] = {
     **{c: "scope" for c in _SCOPES},
     **{c: "visit" for c in (ast.Call, ast.For, ast.comprehension, ast.YieldFrom, ast.Yield, ast.Return, ast.Await,
                             ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.withitem, ast.ExceptHandler,
+                            ast.With, ast.AsyncWith,
                             ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)},
 }
 # Nodes with nothing below them that a summary needs (names are read where they are used).
@@ -83,6 +84,8 @@ class _Def:
     assigned_calls: dict[int, str] = field(default_factory=dict)  # id(call) -> the local it is assigned to
     generator: bool = False
     opaque: bool = False
+    locked: list[tuple[int, int]] = field(default_factory=list)  # lines of `with <lock>:` blocks
+    entered: list[tuple[tuple[int, int], ast.AST]] = field(default_factory=list)  # `with f(...):` blocks, by f
     nonlocal_names: set[str] = field(default_factory=set)
 
 
@@ -142,12 +145,12 @@ class _Scanner:
                     plain(keyword.value)
             return out
         if isinstance(node, ast.For):
-            self._bind_target(fn, node.target)
+            self.bind_target(fn, node.target)
             self._iterated(fn, node.iter, node, stmt, out)
             out.extend((child, PLAIN, None, stmt) for child in (*node.body, *node.orelse))
             return out
         if isinstance(node, ast.comprehension):
-            self._bind_target(fn, node.target)
+            self.bind_target(fn, node.target)
             self._iterated(fn, node.iter, node.iter, stmt, out)
             out.extend((child, PLAIN, None, stmt) for child in node.ifs)
             return out
@@ -175,12 +178,21 @@ class _Scanner:
                 plain(node.value)
             return out
         elif isinstance(node, ast.AugAssign | ast.NamedExpr):
-            self._bind_target(fn, node.target)
+            self.bind_target(fn, node.target)
             plain(node.value)
             return out
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            locks = self.resolver.lock_names
+            span = (node.lineno, node.end_lineno or node.lineno)
+            for item in node.items:
+                expr = item.context_expr
+                if locks(_dotted(expr.func if isinstance(expr, ast.Call) else expr)):
+                    fn.locked.append(span)
+                elif isinstance(expr, ast.Call):
+                    fn.entered.append((span, expr.func))
         elif isinstance(node, ast.withitem):
             if node.optional_vars is not None:
-                self._bind_target(fn, node.optional_vars)
+                self.bind_target(fn, node.optional_vars)
             plain(node.context_expr)
             return out
         elif isinstance(node, ast.ExceptHandler):
@@ -221,16 +233,20 @@ class _Scanner:
             elif value is not None:
                 fn.self_attrs.append((target.attr, value))
         else:
-            self._bind_target(fn, target)
+            self.bind_target(fn, target)
 
-    def _bind_target(self, fn: _Def, target: ast.AST) -> None:
-        """Names bound to values the summary does not follow (loop variables, unpacking)."""
-        if type(target) is ast.Name:
-            fn.bindings.setdefault(target.id, []).append(_UNKNOWN)
-            return
-        for node in ast.walk(target):
-            if isinstance(node, ast.Name):
+    def bind_target(self, fn: _Def, target: ast.AST) -> None:
+        """Names bound to values the summary does not follow (loop variables, unpacking). A
+        subscript or an attribute other than `self.x` binds nothing: it changes an object."""
+        stack = [target]
+        while stack:
+            node = stack.pop()
+            if type(node) is ast.Name:
                 fn.bindings.setdefault(node.id, []).append(_UNKNOWN)
+            elif isinstance(node, ast.Tuple | ast.List):
+                stack.extend(node.elts)
+            elif isinstance(node, ast.Starred):
+                stack.append(node.value)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
                 fn.self_attrs.append((node.attr, _UNKNOWN))  # type: ignore[arg-type]
 
@@ -247,10 +263,12 @@ class _Resolver:
         self._resolving: set[tuple[int, str]] = set()
         self._inner: dict[tuple[int, str], _Def] = {}  # (id of a def, name) -> a def nested in it
         self._values: dict[tuple[int, str], str | None] = {}
+        self.lock_names = classify.globs(shared["lock-names"])
 
     # --- structure ---------------------------------------------------------------------------
     def summary(self, tree: ast.Module) -> FileSummary:
         self._module_body(tree.body)
+        self._by_name = {fn.name: fn for fn in self.defs}
         functions: dict[str, Function] = {}
         for fn in self.defs:
             functions[fn.name] = self._function(fn)
@@ -286,9 +304,7 @@ class _Resolver:
 
     def _module_assign(self, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
         if not isinstance(target, ast.Name):
-            for node in ast.walk(target):
-                if isinstance(node, ast.Name):
-                    self.module.bindings.setdefault(node.id, []).append(_UNKNOWN)
+            self.scanner.bind_target(self.module, target)
             return
         if annotation is not None:
             self.module.bindings.setdefault(target.id, []).append(("annotation", annotation))
@@ -411,7 +427,7 @@ class _Resolver:
         iterated_at: dict[int, tuple[ast.AST, ast.stmt | None]] = {}  # a call assigned to a local iterated later
         for name, site, stmt in fn.name_iterations:
             for call, _use, _site, _stmt in fn.calls:
-                if fn.assigned_calls.get(id(call)) == name:
+                if fn.assigned_calls.get(id(call)) == name and id(call) not in iterated_at:  # the first loop over it
                     iterated_at[id(call)] = (site, stmt)
         calls: list[Call] = []
         offloads: list[Offload] = []
@@ -524,8 +540,27 @@ class _Resolver:
         param = self._forwarded(target_expr, fn)
         if target is not None and target.startswith("$"):
             target = None
+        serialized = self._serialized(call.lineno, fn)
         return Offload(how, pool, target, param, self._place(call, stmt), _dotted(target_expr) or "lambda"
-                       if target_expr is not None else "callable")
+                       if target_expr is not None else "callable", serialized)
+
+    def _serialized(self, line: int, fn: _Def) -> bool:
+        """Line `line` of `fn` runs under a lock: in `with <lock>:`, or in `with helper(...):` where
+        `helper` is a def of this file that takes a lock (an admission slot around the lock)."""
+        if any(first <= line <= last for first, last in fn.locked):
+            return True
+        for (first, last), func in fn.entered:
+            if first <= line <= last:
+                ref = self.ref(func, fn) or ""
+                helper = self._by_name.get(ref[1:].replace("()", "")) if ref.startswith(":") else None
+                if helper is not None and self._takes_lock(helper):
+                    return True
+        return False
+
+    def _takes_lock(self, fn: _Def) -> bool:
+        return bool(fn.locked) or any(
+            isinstance(call.func, ast.Attribute) and call.func.attr == "acquire"
+            and self.lock_names(_dotted(call.func.value)) for call, *_ in fn.calls)
 
     def _unwrap(self, expr: ast.AST | None, fn: _Def) -> ast.AST | None:
         while isinstance(expr, ast.Call) and (self.ref(expr.func, fn) in _UNWRAP or _dotted(expr.func) in _UNWRAP):

@@ -306,10 +306,14 @@ class Package:
         return reached
 
     def _forwarders(self) -> None:
-        """Helpers that hand a parameter to the default pool, directly or through another such helper."""
+        """Helpers that hand a parameter to the default pool, directly or through another such helper.
+
+        A helper that takes a lock around the handoff (`async with self._generation_lock:
+        await asyncio.to_thread(func)`) is the engine's one serialization point, its own design
+        decision: INV105 and INV106 judge it there, and its callers are not reported one by one."""
         for key in self.edges:
             for work in self.functions[key].offloads:
-                if work.param is not None and work.pool == DEFAULT_POOL:
+                if work.param is not None and work.pool == DEFAULT_POOL and not work.serialized:
                     self.forwards.setdefault(key, {}).setdefault(work.param, Forward(work.pool, work.how))
         changed = True
         while changed:

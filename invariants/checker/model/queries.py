@@ -53,7 +53,7 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
                 continue
             chain = package.chain(BLOCKING, node) or []
             path = " -> ".join([name, *chain])
-            if call.use == ITERATED and call.iterated_at is not None:
+            if node[1] == ITER and call.iterated_at is not None:  # only iterating the result runs MLX
                 what, place = f"iterating `{call.text}()` ({path})", call.iterated_at
             else:
                 what, place = f"`{call.text}()` ({path})", call.place

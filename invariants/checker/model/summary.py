@@ -82,7 +82,8 @@ class Call:
 @dataclass(frozen=True)
 class Offload:
     """A callable handed to another thread. `target` is its reference (None when it cannot be
-    named); `param` the parameter of this function it is, or calls (a helper that forwards)."""
+    named); `param` the parameter of this function it is, or calls (a helper that forwards);
+    `serialized`: made inside `with`/`async with` a lock (lock-names)."""
 
     how: str
     pool: str
@@ -90,14 +91,15 @@ class Offload:
     param: str | None
     place: Place
     text: str  # the callable as written
+    serialized: bool = False
 
     def to_json(self) -> list[Any]:
-        return [self.how, self.pool, self.target, self.param, self.place.to_json(), self.text]
+        return [self.how, self.pool, self.target, self.param, self.place.to_json(), self.text, self.serialized]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Offload:
-        how, pool, target, param, place, text = data
-        return cls(how, pool, target, param, Place.from_json(place), text)
+        how, pool, target, param, place, text, serialized = data
+        return cls(how, pool, target, param, Place.from_json(place), text, serialized)
 
 
 @dataclass(frozen=True)

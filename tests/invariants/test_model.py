@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
+from pathlib import Path
 
 from mlx_invariants.checker import config
 from mlx_invariants.checker.config import SHARED_DEFAULTS
@@ -328,3 +330,17 @@ def test_storing_into_an_attribute_or_item_does_not_rebind_the_name() -> None:
                 self.engine.run()
     """)
     assert [c.target for c in summary.functions["Handler.use"].calls] == [":Handler().engine.run"]
+
+
+def test_the_docs_example_gives_the_output_the_docs_show(project: Project) -> None:
+    """docs/checker.md, "The package model": its two files, checked, print its console block."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "checker.md").read_text(encoding="utf-8")
+    section = text.split("### The package model", 1)[1].split("\n## ", 1)[0]
+    engine, server = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    console = re.search(r"```console\n\$ invariants check app\n(.*?)```", section, re.S).group(1).splitlines()
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", engine)
+    project.write("app/server.py", server)
+    run = project.run("check", "app")
+    assert run.code == 1
+    assert run.lines() + run.err.splitlines() == console

@@ -514,7 +514,7 @@ class _Resolver:
         func = call.func
         target_expr: ast.AST | None = None
         pool = ""
-        how = _dotted(func) or ""
+        how = _dotted(func) or (func.attr if isinstance(func, ast.Attribute) else "a thread handoff")
         if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
             executor = _positional(call, 0)
             pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else EXECUTOR

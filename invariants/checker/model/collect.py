@@ -1,7 +1,7 @@
 """Summarize one file (`summary.FileSummary`) from CPython's `ast`: several times cheaper than
 libcst, and a summary needs names and calls only.
 
-Two steps. `_Scanner` walks each def's own body once (nested defs, lambdas and classes are
+Two steps. `scan.Scanner` walks each def's own body once (nested defs, lambdas and classes are
 defs of their own) and keeps what it binds, assigns to `self.x`, calls, iterates, returns and
 awaits. `_Resolver` then names each call through the scopes: a def's locals, the defs around
 it, the module (imports, defs, classes, module-level instances); `self` is an instance of the
@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_invariants.checker.model import classify
+from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
     BLOCK, DEFAULT_POOL, EXECUTOR, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 
 _LINES = re.compile(r"\r\n|\r|\n")
-# Builtins that iterate their argument at once.
-_CONSUMERS = frozenset({"list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all", "dict", "next"})
-# Builtins whose result, when iterated, iterates their arguments.
-_LAZY = frozenset({"enumerate", "zip", "map", "filter", "reversed", "iter"})
 # Decorators that leave "calling it runs its body" true.
 _PLAIN_DECORATORS = frozenset({
     "staticmethod", "classmethod", "functools.wraps", "functools.lru_cache", "functools.cache", "lru_cache", "cache",
@@ -34,221 +30,12 @@ _PLAIN_DECORATORS = frozenset({
     "torch.no_grad", "torch.inference_mode", "wraps",
 })
 _UNWRAP = frozenset({"functools.partial", "partial"})
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
              ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler) + ((ast.Match,) if hasattr(ast, "Match") else ())
-_UNKNOWN = "?"
-_STATEMENTS = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.stmt))
-# Nodes the scan handles itself; the rest only lead to their children.
-_SPECIAL: dict[type, str] = {
-    **{c: "scope" for c in _SCOPES},
-    **{c: "visit" for c in (ast.Call, ast.For, ast.comprehension, ast.YieldFrom, ast.Yield, ast.Return, ast.Await,
-                            ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.withitem, ast.ExceptHandler,
-                            ast.With, ast.AsyncWith,
-                            ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)},
-}
-# Nodes with nothing below them that a summary needs (names are read where they are used).
-_LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.Pass, ast.Break, ast.Continue,
-                     str, int, float, complex, bytes, bool, type(None), type(...)})
-_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "annotation", "returns", "type_comment", "type_params",
-                             "decorator_list", "kind"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _children(kind: type) -> tuple[str, ...]:
-    names = _FIELDS.get(kind)
-    if names is None:
-        names = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _SKIPPED_FIELDS)  # type: ignore[attr-defined]
-    return names  # a binding whose value cannot be named: the name is unknown
-
-
 def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
     """The summary of one file's text; raises SyntaxError (or ValueError) when it does not parse."""
     tree = ast.parse(text)
     return _Resolver(text, shared).summary(tree)
-
-
-@dataclass
-class _Def:
-    """What one def (or lambda, or class body) holds before its names are resolved."""
-
-    node: ast.AST
-    name: str                     # local qualified name: `Engine.run`, `f.<locals>.g`
-    parent: _Def | None           # the def around it (its closure), None at module level
-    cls: str | None = None        # for a method: its class's local name
-    params: list[str] = field(default_factory=list)
-    bindings: dict[str, list[Any]] = field(default_factory=dict)  # name -> values (ast nodes or refs)
-    self_attrs: list[tuple[str, ast.AST]] = field(default_factory=list)
-    calls: list[tuple[ast.Call, str, ast.AST | None, ast.stmt | None]] = field(default_factory=list)
-    name_iterations: list[tuple[str, ast.AST, ast.stmt | None]] = field(default_factory=list)
-    assigned_calls: dict[int, str] = field(default_factory=dict)  # id(call) -> the local it is assigned to
-    generator: bool = False
-    opaque: bool = False
-    locked: list[tuple[int, int]] = field(default_factory=list)  # lines of `with <lock>:` blocks
-    entered: list[tuple[tuple[int, int], ast.AST]] = field(default_factory=list)  # `with f(...):` blocks, by f
-    nonlocal_names: set[str] = field(default_factory=set)
-
-
-class _Scanner:
-    """One pass over a def's own body, in source order."""
-
-    def __init__(self, resolver: _Resolver) -> None:
-        self.resolver = resolver
-
-    def scan(self, fn: _Def, body: list[ast.AST]) -> None:
-        # (node, use, iteration site, statement): use is PLAIN, ITERATED, RETURNED or "await".
-        stack: list[tuple[ast.AST, str, ast.AST | None, ast.stmt | None]] = [
-            (node, PLAIN, None, None) for node in reversed(body)
-        ]
-        pop, push = stack.pop, stack.append
-        while stack:
-            node, use, site, stmt = pop()
-            kind = type(node)
-            if kind in _STATEMENTS:
-                stmt = node  # type: ignore[assignment]
-            special = _SPECIAL.get(kind)
-            if special is None:  # most nodes: only their children matter
-                children = []
-                for name in _children(kind):
-                    value = getattr(node, name)
-                    if type(value) is list:
-                        children.extend(v for v in value if type(v) not in _LEAVES)
-                    elif value is not None and type(value) not in _LEAVES:
-                        children.append(value)
-                for child in reversed(children):
-                    push((child, PLAIN, None, stmt))
-                continue
-            if special == "scope":
-                self.resolver.nested(node, fn)
-                if kind is not ast.Lambda:
-                    fn.bindings.setdefault(node.name, []).append(self.resolver.local_ref(node, fn))  # type: ignore[attr-defined]
-                continue
-            for child in reversed(self._visit(fn, node, use, site, stmt)):
-                push(child)
-
-    def _visit(self, fn: _Def, node: ast.AST, use: str, site: ast.AST | None, stmt: ast.stmt | None) -> list:
-        out: list[tuple[ast.AST, str, ast.AST | None, ast.stmt | None]] = []
-        plain = lambda child: out.append((child, PLAIN, None, stmt))  # noqa: E731
-        if isinstance(node, ast.Call):
-            fn.calls.append((node, use, site, stmt))
-            plain(node.func)
-            name = node.func.id if isinstance(node.func, ast.Name) else None
-            iterates = name in _CONSUMERS or (name in _LAZY and use == ITERATED)
-            for arg in node.args:
-                value = arg.value if isinstance(arg, ast.Starred) else arg
-                if iterates:
-                    self._iterated(fn, value, site if name in _LAZY else node, stmt, out)
-                elif type(value) not in _LEAVES:
-                    plain(value)
-            for keyword in node.keywords:
-                if type(keyword.value) not in _LEAVES:
-                    plain(keyword.value)
-            return out
-        if isinstance(node, ast.For):
-            self.bind_target(fn, node.target)
-            self._iterated(fn, node.iter, node, stmt, out)
-            out.extend((child, PLAIN, None, stmt) for child in (*node.body, *node.orelse))
-            return out
-        if isinstance(node, ast.comprehension):
-            self.bind_target(fn, node.target)
-            self._iterated(fn, node.iter, node.iter, stmt, out)
-            out.extend((child, PLAIN, None, stmt) for child in node.ifs)
-            return out
-        if isinstance(node, ast.YieldFrom):
-            fn.generator = True
-            self._iterated(fn, node.value, node, stmt, out)
-            return out
-        if isinstance(node, ast.Yield):
-            fn.generator = True
-        elif isinstance(node, ast.Return):
-            if node.value is not None:
-                out.append((node.value, RETURNED, None, stmt))
-            return out
-        elif isinstance(node, ast.Await):
-            out.append((node.value, "await", None, stmt))
-            return out
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                self._assign(fn, target, node.value)
-            plain(node.value)
-            return out
-        elif isinstance(node, ast.AnnAssign):
-            self._assign(fn, node.target, node.value, node.annotation)
-            if node.value is not None:
-                plain(node.value)
-            return out
-        elif isinstance(node, ast.AugAssign | ast.NamedExpr):
-            self.bind_target(fn, node.target)
-            plain(node.value)
-            return out
-        elif isinstance(node, ast.With | ast.AsyncWith):
-            locks = self.resolver.lock_names
-            span = (node.lineno, node.end_lineno or node.lineno)
-            for item in node.items:
-                expr = item.context_expr
-                if locks(_dotted(expr.func if isinstance(expr, ast.Call) else expr)):
-                    fn.locked.append(span)
-                elif isinstance(expr, ast.Call):
-                    fn.entered.append((span, expr.func))
-        elif isinstance(node, ast.withitem):
-            if node.optional_vars is not None:
-                self.bind_target(fn, node.optional_vars)
-            plain(node.context_expr)
-            return out
-        elif isinstance(node, ast.ExceptHandler):
-            if node.name:
-                fn.bindings.setdefault(node.name, []).append(_UNKNOWN)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            for local, ref in _imported(node):
-                fn.bindings.setdefault(local, []).append(ref)
-                self.resolver.note_import(ref)
-            return out
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            fn.nonlocal_names.update(node.names)
-            return out
-        for name in _children(type(node)):
-            value = getattr(node, name)
-            for child in value if type(value) is list else (value,):
-                if child is not None and type(child) not in _LEAVES:
-                    out.append((child, PLAIN, None, stmt))
-        return out
-
-    def _iterated(self, fn: _Def, value: ast.AST, site: ast.AST | None, stmt: ast.stmt | None, out: list) -> None:
-        if isinstance(value, ast.Name):
-            fn.name_iterations.append((value.id, site or value, stmt))
-        out.append((value, ITERATED, site, stmt))
-
-    def _assign(self, fn: _Def, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
-        typed = ("annotation", annotation) if annotation is not None else None
-        if isinstance(target, ast.Name):
-            if typed is not None:
-                fn.bindings.setdefault(target.id, []).append(typed)
-            elif value is not None:
-                fn.bindings.setdefault(target.id, []).append(value)
-                if isinstance(value, ast.Call):
-                    fn.assigned_calls[id(value)] = target.id
-        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-            if typed is not None:
-                fn.self_attrs.append((target.attr, typed))  # type: ignore[arg-type]
-            elif value is not None:
-                fn.self_attrs.append((target.attr, value))
-        else:
-            self.bind_target(fn, target)
-
-    def bind_target(self, fn: _Def, target: ast.AST) -> None:
-        """Names bound to values the summary does not follow (loop variables, unpacking). A
-        subscript or an attribute other than `self.x` binds nothing: it changes an object."""
-        stack = [target]
-        while stack:
-            node = stack.pop()
-            if type(node) is ast.Name:
-                fn.bindings.setdefault(node.id, []).append(_UNKNOWN)
-            elif isinstance(node, ast.Tuple | ast.List):
-                stack.extend(node.elts)
-            elif isinstance(node, ast.Starred):
-                stack.append(node.value)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-                fn.self_attrs.append((node.attr, _UNKNOWN))  # type: ignore[arg-type]
 
 
 class _Resolver:
@@ -256,12 +43,12 @@ class _Resolver:
         self.lines = _LINES.split(text)
         self.shared = shared
         self.imports_mlx = False
-        self.module = _Def(None, "", None)  # type: ignore[arg-type]
-        self.defs: list[_Def] = []
+        self.module = Def(None, "", None)  # type: ignore[arg-type]
+        self.defs: list[Def] = []
         self.classes: dict[str, dict[str, Any]] = {}  # local name -> {"bases": [...], "attrs": {name: [values]}, "defs": owner}
-        self.scanner = _Scanner(self)
+        self.scanner = Scanner(self)
         self._resolving: set[tuple[int, str]] = set()
-        self._inner: dict[tuple[int, str], _Def] = {}  # (id of a def, name) -> a def nested in it
+        self._inner: dict[tuple[int, str], Def] = {}  # (id of a def, name) -> a def nested in it
         self._values: dict[tuple[int, str], str | None] = {}
         self.lock_names = classify.globs(shared["lock-names"])
 
@@ -282,11 +69,11 @@ class _Resolver:
 
     def _module_body(self, body: list[ast.stmt]) -> None:
         for stmt in body:
-            if isinstance(stmt, _SCOPES):
+            if isinstance(stmt, SCOPES):
                 self.nested(stmt, None)
                 self.module.bindings.setdefault(stmt.name, []).append(":" + stmt.name)
             elif isinstance(stmt, ast.Import | ast.ImportFrom):
-                for local, ref in _imported(stmt):
+                for local, ref in imported(stmt):
                     self.module.bindings.setdefault(local, []).append(ref)
                     self.note_import(ref)
             elif isinstance(stmt, ast.Assign):
@@ -311,14 +98,14 @@ class _Resolver:
         elif value is not None:
             self.module.bindings.setdefault(target.id, []).append(value)
 
-    def nested(self, node: ast.AST, parent: _Def | None) -> None:
+    def nested(self, node: ast.AST, parent: Def | None) -> None:
         """Register a def, lambda or class found in `parent`'s body (None: the module's)."""
-        name = _child_name(parent, node)
+        name = child_name(parent, node)
         scope = parent.parent if parent is not None and isinstance(parent.node, ast.ClassDef) else parent
         if isinstance(node, ast.ClassDef):
             info = self.classes.setdefault(name, {"bases": [], "attrs": {}, "scope": scope})
             info["bases"] = list(node.bases)
-            holder = _Def(node, name, scope)
+            holder = Def(node, name, scope)
             for stmt in node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
                     self._def(stmt, f"{name}.{stmt.name}", scope, cls=name)
@@ -331,11 +118,11 @@ class _Resolver:
             return
         self._def(node, name, scope)
 
-    def local_ref(self, node: ast.AST, parent: _Def | None) -> str:
-        return ":" + _child_name(parent, node)
+    def local_ref(self, node: ast.AST, parent: Def | None) -> str:
+        return ":" + child_name(parent, node)
 
-    def _def(self, node: ast.AST, name: str, parent: _Def | None, cls: str | None = None) -> None:
-        fn = _Def(node, name, parent, cls)
+    def _def(self, node: ast.AST, name: str, parent: Def | None, cls: str | None = None) -> None:
+        fn = Def(node, name, parent, cls)
         args = node.args  # type: ignore[attr-defined]
         params = [a.arg for a in (*args.posonlyargs, *args.args)]
         decorators = [_decorator_name(d) for d in getattr(node, "decorator_list", ())]
@@ -350,7 +137,7 @@ class _Resolver:
             fn.bindings[arg.arg] = [("annotation", arg.annotation) if arg.annotation is not None else f"${arg.arg}"]
         for arg in (args.vararg, args.kwarg):
             if arg is not None:
-                fn.bindings[arg.arg] = [_UNKNOWN]
+                fn.bindings[arg.arg] = [UNKNOWN]
         fn.opaque = any(d not in _PLAIN_DECORATORS for d in decorators)
         self.defs.append(fn)
         if parent is not None and cls is None and not isinstance(node, ast.Lambda):
@@ -366,7 +153,7 @@ class _Resolver:
             self.imports_mlx = True
 
     # --- names -------------------------------------------------------------------------------
-    def lookup(self, name: str, fn: _Def | None) -> str | None:
+    def lookup(self, name: str, fn: Def | None) -> str | None:
         """What `name` holds in `fn`'s scope: its locals, the defs around it, then the module."""
         scope = fn
         while scope is not None:
@@ -377,7 +164,7 @@ class _Resolver:
             return self._value_of(self.module, name)
         return None
 
-    def _value_of(self, scope: _Def, name: str) -> str | None:
+    def _value_of(self, scope: Def, name: str) -> str | None:
         key = (id(scope), name)
         if key in self._values:
             return self._values[key]
@@ -393,9 +180,9 @@ class _Resolver:
             self._values[key] = found
         return found
 
-    def _value_ref(self, value: Any, scope: _Def) -> str | None:
+    def _value_ref(self, value: Any, scope: Def) -> str | None:
         if isinstance(value, str):
-            return None if value == _UNKNOWN else value
+            return None if value == UNKNOWN else value
         if isinstance(value, tuple):  # ("annotation", node): an instance of the annotated class
             cls = _annotation(value[1])
             ref = self.ref(cls, None if scope is self.module else scope) if cls is not None else None
@@ -403,7 +190,7 @@ class _Resolver:
         ref = self.ref(value, scope)
         return ref
 
-    def ref(self, expr: ast.AST | None, fn: _Def | None) -> str | None:
+    def ref(self, expr: ast.AST | None, fn: Def | None) -> str | None:
         """The reference string of a name, attribute chain or call result, else None."""
         if isinstance(expr, ast.Name):
             return self.lookup(expr.id, fn)
@@ -422,7 +209,7 @@ class _Resolver:
         return None
 
     # --- per def -------------------------------------------------------------------------------
-    def _function(self, fn: _Def) -> Function:
+    def _function(self, fn: Def) -> Function:
         node = fn.node
         iterated_at: dict[int, tuple[ast.AST, ast.stmt | None]] = {}  # a call assigned to a local iterated later
         for name, site, stmt in fn.name_iterations:
@@ -445,7 +232,7 @@ class _Resolver:
                 offloads.append(work)
                 continue
             target = self.ref(call.func, fn)
-            text = _dotted(call.func) or (target or "")
+            text = dotted(call.func) or (target or "")
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno))
@@ -457,7 +244,7 @@ class _Resolver:
         return Function(fn.name, getattr(node, "lineno", 0), isinstance(node, ast.AsyncFunctionDef), fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches))
 
-    def _mlx(self, call: ast.Call, target: str | None, text: str, fn: _Def, use: str) -> tuple[str, str] | None:
+    def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
         imports MLX, by the names engines give their wrappers (a receiver this file types as one
         of the package's own classes is left to the package model instead)."""
@@ -479,7 +266,7 @@ class _Resolver:
         if target is not None and target.startswith((":", ".")):
             return None
         if isinstance(func, ast.Attribute):
-            receiver = _dotted(func.value) or ""
+            receiver = dotted(func.value) or ""
             built = self._built_as_batch_generator(func.value, fn)
             kind = classify.by_receiver(text, func.attr, receiver, self.shared, built)
             if kind is not None:
@@ -492,12 +279,12 @@ class _Resolver:
             return BLOCK, f"{text}(...)"
         return None
 
-    def _is_mlx_generator(self, expr: ast.AST, fn: _Def) -> bool:
+    def _is_mlx_generator(self, expr: ast.AST, fn: Def) -> bool:
         ref = self.ref(expr, fn)
         ref = self._deref(ref)
         return bool(ref) and ref.endswith("()") and classify.is_generator(ref[:-2])  # type: ignore[union-attr]
 
-    def _built_as_batch_generator(self, expr: ast.AST, fn: _Def) -> bool:
+    def _built_as_batch_generator(self, expr: ast.AST, fn: Def) -> bool:
         ref = self._deref(self.ref(expr, fn))
         return bool(ref) and ref.endswith("()") and ref[:-2].rsplit(".", 1)[-1].endswith("BatchGenerator")  # type: ignore[union-attr]
 
@@ -510,11 +297,11 @@ class _Resolver:
             return self._class_attr(head, attr)
         return ref
 
-    def _offload(self, call: ast.Call, fn: _Def, stmt: ast.stmt | None) -> Offload | None:
+    def _offload(self, call: ast.Call, fn: Def, stmt: ast.stmt | None) -> Offload | None:
         func = call.func
         target_expr: ast.AST | None = None
         pool = ""
-        how = _dotted(func) or (func.attr if isinstance(func, ast.Attribute) else "a thread handoff")
+        how = dotted(func) or (func.attr if isinstance(func, ast.Attribute) else "a thread handoff")
         if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
             executor = _positional(call, 0)
             pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else EXECUTOR
@@ -522,7 +309,7 @@ class _Resolver:
         elif isinstance(func, ast.Attribute) and func.attr == "submit":
             receiver = self._deref(self.ref(func.value, fn)) or ""
             if not (receiver.endswith("()") and receiver[:-2] in classify.POOLS) and not _matches(
-                _dotted(func.value), classify.EXECUTOR_NAMES + self.shared["owner-executors"]
+                dotted(func.value), classify.EXECUTOR_NAMES + self.shared["owner-executors"]
             ):
                 return None
             pool, target_expr = EXECUTOR, _positional(call, 0)
@@ -541,10 +328,10 @@ class _Resolver:
         if target is not None and target.startswith("$"):
             target = None
         serialized = self._serialized(call.lineno, fn)
-        return Offload(how, pool, target, param, self._place(call, stmt), _dotted(target_expr) or "lambda"
+        return Offload(how, pool, target, param, self._place(call, stmt), dotted(target_expr) or "lambda"
                        if target_expr is not None else "callable", serialized)
 
-    def _serialized(self, line: int, fn: _Def) -> bool:
+    def _serialized(self, line: int, fn: Def) -> bool:
         """Line `line` of `fn` runs under a lock: in `with <lock>:`, or in `with helper(...):` where
         `helper` is a def of this file that takes a lock (an admission slot around the lock)."""
         if any(first <= line <= last for first, last in fn.locked):
@@ -557,17 +344,17 @@ class _Resolver:
                     return True
         return False
 
-    def _takes_lock(self, fn: _Def) -> bool:
+    def _takes_lock(self, fn: Def) -> bool:
         return bool(fn.locked) or any(
             isinstance(call.func, ast.Attribute) and call.func.attr == "acquire"
-            and self.lock_names(_dotted(call.func.value)) for call, *_ in fn.calls)
+            and self.lock_names(dotted(call.func.value)) for call, *_ in fn.calls)
 
-    def _unwrap(self, expr: ast.AST | None, fn: _Def) -> ast.AST | None:
-        while isinstance(expr, ast.Call) and (self.ref(expr.func, fn) in _UNWRAP or _dotted(expr.func) in _UNWRAP):
+    def _unwrap(self, expr: ast.AST | None, fn: Def) -> ast.AST | None:
+        while isinstance(expr, ast.Call) and (self.ref(expr.func, fn) in _UNWRAP or dotted(expr.func) in _UNWRAP):
             expr = _positional(expr, 0)
         return expr
 
-    def _forwarded(self, expr: ast.AST | None, fn: _Def) -> str | None:
+    def _forwarded(self, expr: ast.AST | None, fn: Def) -> str | None:
         """The parameter of `fn` that `expr` is, or calls (a lambda, or a nested def named here)."""
         params = set(fn.params)
         if isinstance(expr, ast.Name) and expr.id in params and self.lookup(expr.id, fn) == f"${expr.id}":
@@ -585,7 +372,7 @@ class _Resolver:
                 return node.func.id
         return None
 
-    def _args(self, call: ast.Call, fn: _Def) -> tuple[tuple[int | str, str], ...]:
+    def _args(self, call: ast.Call, fn: Def) -> tuple[tuple[int | str, str], ...]:
         found: list[tuple[int | str, str]] = []
         for index, arg in enumerate(call.args):
             if isinstance(arg, ast.Starred):
@@ -600,7 +387,7 @@ class _Resolver:
                     found.append((keyword.arg, ref))
         return tuple(found)
 
-    def _arg_ref(self, expr: ast.AST, fn: _Def) -> str | None:
+    def _arg_ref(self, expr: ast.AST, fn: Def) -> str | None:
         expr = self._unwrap(expr, fn)  # type: ignore[assignment]
         if not isinstance(expr, ast.Name | ast.Attribute | ast.Lambda):
             return None
@@ -658,46 +445,10 @@ class _Resolver:
         return Place(line, col + 1, first, last, above)
 
 
-def _imported(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
-    """(local name, reference) for each name an import binds."""
-    if isinstance(node, ast.Import):
-        return [(a.asname, a.name) if a.asname else (a.name.split(".", 1)[0], a.name.split(".", 1)[0])
-                for a in node.names]
-    base = "." * node.level + (node.module or "")
-    found = []
-    for alias in node.names:
-        if alias.name == "*":
-            continue
-        full = f"{base}.{alias.name}" if base and not base.endswith(".") else base + alias.name
-        found.append((alias.asname or alias.name, full))
-    return found
-
-
-def _child_name(parent: _Def | None, node: ast.AST) -> str:
-    """`f.<locals>.g` for a def in a def, `Engine.Inner` for a class in a class, `<lambda:3:8>`."""
-    own = f"<lambda:{node.lineno}:{node.col_offset}>" if isinstance(node, ast.Lambda) else node.name  # type: ignore[attr-defined]
-    if parent is None:
-        return own
-    if isinstance(parent.node, ast.ClassDef):
-        return f"{parent.name}.{own}"
-    return f"{parent.name}.<locals>.{own}"
-
-
-def _dotted(expr: ast.AST | None) -> str | None:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    parts.append(expr.id)
-    return ".".join(reversed(parts))
-
-
 def _decorator_name(node: ast.AST) -> str:
     if isinstance(node, ast.Call):
         node = node.func
-    return _dotted(node) or "?"
+    return dotted(node) or "?"
 
 
 def _positional(call: ast.Call, index: int) -> ast.AST | None:
@@ -719,7 +470,7 @@ def _annotation(node: ast.AST) -> ast.AST | None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         sides = [s for s in (node.left, node.right) if not _is_none(s)]
         return _annotation(sides[0]) if len(sides) == 1 else None
-    if isinstance(node, ast.Subscript) and (_dotted(node.value) or "").rsplit(".", 1)[-1] == "Optional":
+    if isinstance(node, ast.Subscript) and (dotted(node.value) or "").rsplit(".", 1)[-1] == "Optional":
         return _annotation(node.slice)
     if isinstance(node, ast.Name | ast.Attribute):
         return node
@@ -733,5 +484,3 @@ def _is_none(value: Any) -> bool:
 def _matches(text: str | None, patterns: list[str]) -> bool:
     return classify.globs(patterns)(text)
 
-
-__all__ = ["summarize", "BLOCK", "LOAD", "THREAD"]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, TOUCH, Call, FileSummary, Function,
+    BLOCK, DEFAULT_POOL, ITERATED, LOAD, RETURNED, RETURNS, TOUCH, Call, FileSummary, Function,
 )
 
 RUN, ITER = "run", "iter"
@@ -405,4 +405,4 @@ def _external_kind(qual: str, use: str) -> str | None:
     return classify.by_name(qual)
 
 
-__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "PLAIN"]
+__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX"]

@@ -7,8 +7,9 @@ report (`report["model"]`), so it is computed once per content; an unchanged pac
 findings are kept in the cache folder by the digests of its files, so a re-run of an unchanged
 tree builds nothing and never imports libcst.
 
-Only entry modules (an `async def`, `to_thread` or `run_in_executor` in the text) are
-summarized up front; other modules are read when a call leads to them.
+Only entry modules (an `async def`, `to_thread` or `run_in_executor` in the text, and an
+import from the package or a mention of MLX) are summarized up front; other modules are read
+when a call leads to them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +35,27 @@ if TYPE_CHECKING:
 
 Row = list[Any]  # [rule, line, col, message, suppressed_by_line], as in a file's report
 _ENTRY_WORDS = ("async ", "to_thread", "run_in_executor")
+_IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
 
-def is_entry(text: str) -> bool:
-    return any(word in text for word in _ENTRY_WORDS)
+def text_facts(text: str) -> dict[str, Any]:
+    """What the text alone says about a file, to pick the modules worth summarizing up front:
+    whether it has an `async def` or a thread handoff, mentions MLX, and what it imports from
+    (the first part of each module name; "." for a relative import)."""
+    roots = set()
+    for match in _IMPORTS.finditer(text):
+        if match.group(1):
+            roots.add("." if match.group(1).startswith(".") else match.group(1))
+        else:
+            roots.update(part.strip() for part in match.group(2).split(","))
+    return {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
+
+
+def is_entry(facts: dict[str, Any], tops: set[str]) -> bool:
+    """An entry module: it has an async def or a handoff, and some chain from it can reach MLX
+    (it mentions MLX, or imports from the package: a file that does neither reaches only itself
+    and modules outside the package, where the per-file rules already see everything)."""
+    return bool(facts["entry"]) and (bool(facts["mlx"]) or any(r == "." or r in tops for r in facts["imports"]))
 
 
 def package_findings(
@@ -80,7 +99,8 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
                    cache: Cache | None, rules: list[str]) -> dict[str, list[Row]]:
     """Rows by module name (paths may change while the contents stay the same)."""
     summaries = _Summaries(reports, known, texts, settings, cache)
-    entries = [m for m, p in modules.items() if summaries.is_entry(p)]
+    tops = {m.split(".", 1)[0] for m in modules}
+    entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
     if not entries:
         return {}
     package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]))
@@ -117,20 +137,16 @@ class _Summaries:
                  texts: dict[str, str], settings: Settings, cache: Cache | None) -> None:
         self.reports, self.known, self.texts, self.settings, self.cache = reports, known, texts, settings, cache
 
-    def _entry(self, path: str) -> dict[str, Any]:
-        report = self.reports[path]
-        model = report.get("model")
+    def facts(self, path: str) -> dict[str, Any]:
+        model = self.reports[path].get("model")
         if model is None:
             text = self._text(path)
-            model = {"entry": text is not None and is_entry(text)}
+            model = text_facts(text) if text is not None else {"entry": False, "mlx": False, "imports": []}
             self._store(path, model)
         return model
 
-    def is_entry(self, path: str) -> bool:
-        return bool(self._entry(path)["entry"])
-
     def get(self, path: str) -> FileSummary | None:
-        model = self._entry(path)
+        model = self.facts(path)
         if "summary" not in model:
             text = self._text(path)
             summary = None

@@ -64,6 +64,25 @@ def _huge_module(path: Path, megabytes: float = 5) -> None:
     _write(path, "".join(chunks).encode())
 
 
+def elif_chain(branches: int = 5_000) -> str:
+    """A coroutine whose body ends in one `if/elif` chain of this many branches: valid Python, but
+    each `elif` is an `If` inside the one before, so the tree is as deep as the chain is long (a
+    real module of this shape crashed the whole run with a RecursionError before issue 23)."""
+    lines = ["import asyncio", "", "", "async def route(code, lock, step):",
+             "    async with lock:", "        await asyncio.to_thread(step)", "    if code == 0:", "        return 0"]
+    for i in range(1, branches):
+        lines += [f"    elif code == {i}:", f"        return await asyncio.wait_for(step(), timeout={i})"]
+    return "\n".join(lines) + "\n"
+
+
+def call_chain(links: int = 3_000) -> str:
+    """A coroutine returning one method chain `query.where(c, d=1).where(c, d=1)...` this long: valid
+    Python on which libcst's parser takes minutes (its time grows faster than the cube of the
+    length: 800 links 18 s), so only a time limit ends it."""
+    return ("import asyncio\n\n\nasync def build(lock, query, step):\n    async with lock:\n"
+            "        await asyncio.to_thread(step)\n    return query" + ".where(c, d=1)" * links + "\n")
+
+
 def _symlink_loop(root: Path) -> None:
     (root / "a").mkdir(parents=True)
     (root / "a" / "ok.py").write_text("x = 1\n")
@@ -99,6 +118,11 @@ def cases() -> list[Case]:
              lambda d: _write(d / "chain.py", b"x = " + b" + ".join([b"1"] * 100_000) + b"\n")),
         Case("deep-calls", "calls nested 150 deep (valid Python, deep tree)",
              lambda d: _write(d / "calls.py", b"x = " + b"f(" * 150 + b"1" + b")" * 150 + b"\n")),
+        Case("elif-chain", "a coroutine ending in a 5000-branch if/elif chain (valid Python, deep tree)",
+             lambda d: _write(d / "elif.py", elif_chain().encode())),
+        Case("call-chain", "a 3000-link method chain, which libcst's parser would take minutes on "
+             "(stopped by max-file-seconds)", lambda d: _write(d / "chain.py", call_chain().encode()), "chain.py",
+             timeout_s=HUGE_TIMEOUT_S),
         Case("symlink-loop", "directory symlinks forming a loop, and a link to itself", _symlink_loop),
         Case("dangling-symlink", "a .py symlink to nothing",
              lambda d: (d.mkdir(parents=True), os.symlink(d / "missing.py", d / "gone.py"))),

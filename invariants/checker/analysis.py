@@ -6,27 +6,24 @@ tree never pays for importing libcst.
 
 from __future__ import annotations
 
-import sys
-import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import libcst as cst
 
-from mlx_invariants.checker import source, suppress
+from mlx_invariants.checker import isolation, source, suppress
 from mlx_invariants.checker.config import Settings
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.rule import Rule
 from mlx_invariants.checker.rules import RULES
 from mlx_invariants.checker.positions import positions as positions_of
+from mlx_invariants.checker.versions import Version
 from mlx_invariants.checker.walker import COMPOUND, RawFinding, check_module, located_nodes
 
 UNREADABLE = "INV000"
 _RULES_BY_ID = {r.id: r for r in RULES}
-# libcst's parser recurses natively; a big thread stack turns deep nesting into a
-# clean error (or a success) instead of a crash.
-_STACK_BYTES = 256 * 1024 * 1024
-_RECURSION_LIMIT = 10_000
+_NESTED = "cannot check this file: nested too deeply to check"
 
 Report = dict[str, Any]  # {"findings": [[rule, line, col, message, suppressed_by_line]], "suppressions": [...]}
 T = TypeVar("T")
@@ -36,31 +33,64 @@ def active(rules: list[tuple[type[Rule], dict[str, Any]]], text: str) -> list[tu
     return [(r, o) for r, o in rules if all(any(t in text for t in group) for group in r.triggers)]
 
 
-def analyze_text(text: str, rules: list[tuple[type[Rule], dict[str, Any]]], shared: dict[str, Any]) -> Report:
-    """Findings of one file's text (before per-path filtering), with suppressions applied."""
+def analyze_text(
+    text: str,
+    rules: list[tuple[type[Rule], dict[str, Any]]],
+    shared: dict[str, Any],
+    target: Version | None = None,
+    firing: list[tuple[type[Rule], dict[str, Any]]] | None = None,
+) -> Report:
+    """Findings of one file's text (before per-path filtering), with suppressions applied.
+
+    `target` is the Python the file is written for (None: the newest), see versions.py;
+    `firing`, the rules `active` on it, when the caller has them already."""
     suppressions = suppress.scan(text)
     report: Report = {
         "findings": [],
         "suppressions": [[s.line, sorted(s.ids) if s.ids is not None else None] for s in suppressions],
     }
-    firing = active(rules, text)
+    if firing is None:
+        firing = active(rules, text)
     try:
         if not firing:
             # No rule can fire here; still say if the file does not compile.
-            source.check_syntax(text)
+            source.check_syntax(text, target)
             return report
-        module = source.parse(text)
+        module = source.parse(text, target)
         raw = check_module(module, firing, shared)
         if raw:
             report["findings"] = _locate(module, raw, text, suppressions)
     except SourceError as exc:
         report["findings"] = [[UNREADABLE, exc.line, exc.col, f"cannot check this file: {exc.reason}", 0]]
     except RecursionError:
-        report["findings"] = [[UNREADABLE, 1, 1, "cannot check this file: nested too deeply to check", 0]]
+        report["findings"] = [[UNREADABLE, 1, 1, _NESTED, 0]]
     except Exception as exc:  # a checker bug on one odd file must not stop the run over the others
-        message = f"cannot check this file: the checker failed on it ({type(exc).__name__}: {exc}); please report it"
-        report["findings"] = [[UNREADABLE, 1, 1, message, 0]]
+        if _from_recursion(exc):  # libcst's cleanup after a RecursionError can raise something else
+            report["findings"] = [[UNREADABLE, 1, 1, _NESTED, 0]]
+        else:
+            message = f"cannot check this file: the checker failed on it ({_describe(exc)}); please report it"
+            report["findings"] = [[UNREADABLE, 1, 1, message, 0]]
     return report
+
+
+def _from_recursion(exc: BaseException) -> bool:
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 20:
+        if isinstance(cause, RecursionError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return False
+
+
+def _describe(exc: Exception) -> str:
+    """`Type: message`, without str() of the arguments: a KeyError's is the repr of a node, as
+    deep as the tree under it (that repr itself ran out of stack on a 5 000-branch elif chain)."""
+    parts = [str(a) if isinstance(a, (str, int, float)) else type(a).__name__ for a in exc.args]
+    detail = ", ".join(parts)
+    detail = detail.splitlines()[0][:200] if detail else ""
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
 def _header_end(statement: cst.CSTNode, start: int, positions: Any) -> int:
@@ -100,38 +130,62 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
 
 def in_deep_stack(fn: Callable[..., T], *args: Any) -> T:
     """Run `fn` in a thread with a large stack and a higher recursion limit."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(old, _RECURSION_LIMIT))
-        try:
-            outcome["value"] = fn(*args)
-        except BaseException as exc:  # re-raised in the caller's thread below
-            outcome["error"] = exc
-        finally:
-            sys.setrecursionlimit(old)
-
-    previous = threading.stack_size()
-    try:
-        threading.stack_size(_STACK_BYTES)
-        thread = threading.Thread(target=target, name="invariants-check", daemon=True)
-        thread.start()
-    except (ValueError, RuntimeError):  # a platform that refuses big stacks: run here
-        threading.stack_size(previous)
-        return fn(*args)
-    finally:
-        threading.stack_size(previous)
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    return isolation.in_deep_stack(fn, *args)
 
 
 def rules_for(settings: Settings) -> list[tuple[type[Rule], dict[str, Any]]]:
     return [(r, settings.options_for(r)) for r in settings.enabled(RULES)]
 
 
-def analyze_batch(texts: list[str], rule_ids: list[str], options: list[dict[str, Any]], shared: dict[str, Any]) -> list[Report]:
+def stopped_report(limit: float) -> Report:
+    message = (f"cannot check this file: analysis stopped after {limit:g} s (max-file-seconds); "
+               "exclude it or raise max-file-seconds")
+    return {"findings": [[UNREADABLE, 1, 1, message, 0]], "suppressions": []}
+
+
+def analyze_batch(
+    texts: list[str],
+    rule_ids: list[str],
+    options: list[dict[str, Any]],
+    shared: dict[str, Any],
+    targets: list[Version | None] | None = None,
+    limit: float = 0,
+    isolate: bool = True,
+) -> list[Report]:
+    """Each text's report. Each file gets `limit` seconds of CPU time (0: no limit), after which
+    it is an INV000 finding; one whose libcst parse could stall in native code, which no thread
+    can interrupt, is analyzed in a child process (one for the batch, `isolate`)."""
     rules = [(_RULES_BY_ID[i], o) for i, o in zip(rule_ids, options)]
-    return in_deep_stack(lambda: [analyze_text(t, rules, shared) for t in texts])
+    items = list(zip(texts, targets or [None] * len(texts)))
+    firing = [active(rules, t) for t in texts]
+    # Only a file some rule fires on is parsed by libcst (the prefilter costs about 1% of that parse).
+    isolated = [isolate and bool(f) and source.needs_isolation(t) for t, f in zip(texts, firing)]
+    reports: list[Report | None] = [None] * len(items)
+    if any(isolated):
+        worker = isolation.Worker(partial(_isolated, rule_ids, options, shared, limit), limit)
+        try:
+            for index, item in enumerate(items):
+                if isolated[index]:
+                    answer, why = worker.ask(item)
+                    reports[index] = answer if why is None else _failed_report(why, limit)
+        finally:
+            worker.close()
+    here = [i for i, flag in enumerate(isolated) if not flag]
+    done = isolation.map_limited(lambda i: analyze_text(texts[i], rules, shared, items[i][1], firing[i]), here, limit)
+    for index, report in zip(here, done):
+        reports[index] = report if report is not None else stopped_report(limit)
+    return reports  # type: ignore[return-value]
+
+
+def _failed_report(why: str, limit: float) -> Report:
+    if why == isolation.STOPPED:
+        return stopped_report(limit)
+    message = f"cannot check this file: the checker {why} on it; please report it"
+    return {"findings": [[UNREADABLE, 1, 1, message, 0]], "suppressions": []}
+
+
+def _isolated(rule_ids: list[str], options: list[dict[str, Any]], shared: dict[str, Any], limit: float,
+              request: tuple[str, Version | None]) -> Report:
+    """One file in the isolated child: the same analysis, with the same in-process watchdog."""
+    text, target = request
+    return analyze_batch([text], rule_ids, options, shared, [target], limit, False)[0]

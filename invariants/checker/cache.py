@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ _CHECKER_DIR = Path(__file__).resolve().parent
 
 
 def tool_fingerprint() -> str:
-    """Changes whenever the checker's own code changes, released or not."""
-    parts = [mlx_invariants.__version__]
+    """Changes whenever the checker's own code changes, released or not, and with the Python that
+    runs it (whose parser judges the syntax of files written for it or an older one)."""
+    parts = [mlx_invariants.__version__, "py%d.%d" % sys.version_info[:2]]
     for folder, _dirs, files in os.walk(_CHECKER_DIR):
         for name in sorted(files):
             if name.endswith(".py"):

@@ -65,6 +65,9 @@ TOP_LEVEL_DEFAULTS: dict[str, Any] = {
     "per-path-ignores": {},
     "cache-dir": ".invariants_cache",
     "max-file-bytes": 2_000_000,
+    # CPU seconds one file's analysis may take (0: no limit); a legitimate 1.9 MB module took 29 s on
+    # a loaded 2-core box, and the files that stalled libcst's parser ran for more than 300 s.
+    "max-file-seconds": 60,
     **SHARED_DEFAULTS,
 }
 
@@ -99,6 +102,7 @@ class Settings:
     cache_dir: Path
     max_file_bytes: int
     shared: dict[str, Any]
+    max_file_seconds: float = TOP_LEVEL_DEFAULTS["max-file-seconds"]
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     rule_paths: dict[str, list[str]] = field(default_factory=dict)
     enabled_ids: list[str] = field(default_factory=list)
@@ -251,6 +255,7 @@ def from_table(
         per_path_ignores=values["per-path-ignores"],
         cache_dir=cache_dir if cache_dir.is_absolute() else root / cache_dir,
         max_file_bytes=values["max-file-bytes"],
+        max_file_seconds=values["max-file-seconds"],
         shared={k: values[k] for k in SHARED_DEFAULTS},
         rule_options=rule_options,
         rule_paths=rule_paths,

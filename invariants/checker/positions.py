@@ -40,6 +40,8 @@ def positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Mapping[cst.C
             found = _record(module, wanted)
             if wanted.issubset(found):
                 return found
+        except RecursionError:
+            raise  # too deep for code generation: the public route recurses the same way
         except Exception:  # noqa: BLE001 - a libcst whose hooks changed: take the public route
             pass
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_invariants.checker import source
+from mlx_invariants.checker import source, versions
 from mlx_invariants.checker.cache import Cache, content_hash
 from mlx_invariants.checker.config import Settings, selected
 from mlx_invariants.checker.errors import SourceError
@@ -55,6 +55,8 @@ def check_paths(
     reports: dict[str, Report] = {}
     known: dict[str, tuple[os.stat_result, str]] = {}  # each readable file's stat and content digest
     todo: list[tuple[SourceFile, os.stat_result, str, str]] = []
+    # The Python each file is written for (requires-python): its syntax is judged in that grammar.
+    targets = versions.Targets()
     for file in files:
         if file.problem is not None:
             reports[file.path] = {"findings": [[UNREADABLE, 1, 1, file.problem, 0]], "suppressions": []}
@@ -63,15 +65,16 @@ def check_paths(
             info = os.stat(file.path)
         except OSError:
             info = None
+        grammar = "@py" + versions.text(targets.of(file.path))  # a result holds for one target
         if cache is not None and info is not None:
             digest = cache.known_hash(file.path, info)
-            if digest is not None and cache.get(digest) is not None:
+            if digest is not None and digest.endswith(grammar) and cache.get(digest) is not None:
                 reports[file.path] = cache.get(digest)
                 known[file.path] = (info, digest)
                 continue
         try:
             data = source.read(file.path, settings.max_file_bytes)
-            digest = content_hash(data)
+            digest = content_hash(data) + grammar
             if cache is not None and cache.get(digest) is not None:
                 reports[file.path] = cache.get(digest)
                 cache.put(file.path, info or os.stat(file.path), digest, reports[file.path])
@@ -82,7 +85,8 @@ def check_paths(
             reports[file.path] = _error_report(exc)
             continue
         todo.append((file, info or os.stat(file.path), digest, text))
-    for (file, info, digest, _), report in zip(todo, _analyze_all([t[3] for t in todo], settings, jobs)):
+    analyzed = _analyze_all([t[3] for t in todo], settings, jobs, [targets.of(t[0].path) for t in todo])
+    for (file, info, digest, _), report in zip(todo, analyzed):
         reports[file.path] = report
         known[file.path] = (info, digest)
         if cache is not None:
@@ -117,14 +121,14 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze_all(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
+def _analyze_all(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None]) -> list[Report]:
     if not texts:
         return []
     with _cyclic_gc_paused():  # worker processes fork with it paused too
-        return _analyze(texts, settings, jobs)
+        return _analyze(texts, settings, jobs, targets)
 
 
-def _analyze(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
+def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None]) -> list[Report]:
     from mlx_invariants.checker import analysis  # libcst and the rules: only when something must be parsed
 
     rules = analysis.rules_for(settings)
@@ -132,7 +136,7 @@ def _analyze(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
     options = [o for _, o in rules]
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or sum(map(len, texts)) < _SMALL_RUN_CHARS:
-        return analysis.analyze_batch(texts, ids, options, settings.shared)
+        return analysis.analyze_batch(texts, ids, options, settings.shared, targets, settings.max_file_seconds)
     # libcst parses only the files a rule may fire on; CPython's syntax check of the rest is ~5x cheaper.
     costs = [len(t) * (6 if analysis.active(rules, t) else 1) for t in texts]
     chunks = _balanced_chunks(costs, jobs * 2)
@@ -141,8 +145,8 @@ def _analyze(texts: list[str], settings: Settings, jobs: int) -> list[Report]:
     context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     results: list[Report] = [{}] * len(texts)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [pool.submit(analysis.analyze_batch, [texts[i] for i in chunk], ids, options, settings.shared)
-                   for chunk in chunks]
+        futures = [pool.submit(analysis.analyze_batch, [texts[i] for i in chunk], ids, options, settings.shared,
+                               [targets[i] for i in chunk], settings.max_file_seconds) for chunk in chunks]
         for chunk, future in zip(chunks, futures):
             for index, report in zip(chunk, future.result()):
                 results[index] = report

@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import stat
+import sys
 import tokenize
 from io import BytesIO
 from typing import TYPE_CHECKING
@@ -20,6 +21,8 @@ from mlx_invariants.checker.errors import SourceError
 
 if TYPE_CHECKING:
     import libcst as cst
+
+    from mlx_invariants.checker.versions import Version
 
 _BRACKETS = re.compile(r"[\[\](){}]")
 # Above this bracket depth (CPython's own limit is 200) or size, CPython's parser,
@@ -95,18 +98,126 @@ def _needs_vetting(text: str) -> bool:
     return any(len(line) > _VET_LINE for line in text.splitlines())
 
 
-def check_syntax(text: str) -> None:
-    """CPython's verdict (fast, and it fails cleanly on any nesting): SourceError if it does not compile."""
+# A statement this long (a bracketed span, a line, or lines joined by backslashes) may keep
+# libcst's native parser busy for minutes, which nothing in the process can interrupt: its
+# time grows much faster than the length for chains (`a.b(c, d=1).b(c, d=1)...`: 400 links
+# 1.5 s, 800 links 18 s) and long left-nested expressions (`1 + 1 + ...`).
+_ISOLATE_CHARS = 5_000
+
+
+def needs_isolation(text: str) -> bool:
+    """Whether libcst's parse of `text` should run where it can be stopped (a child process):
+    some statement is longer than _ISOLATE_CHARS. Cheap and coarse: brackets in strings and
+    comments are counted too, so it errs on the side of isolating."""
+    limit = _ISOLATE_CHARS
+    if len(text) <= limit:
+        return False
+    lines = text.splitlines()
+    if max(map(len, lines)) > limit:
+        return True
+    if "\\\n" in text or "\\\r" in text:
+        run = 0
+        for line in lines:
+            run = run + len(line) + 1 if line.endswith("\\") else 0
+            if run > limit:
+                return True
+    depth = start = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "([{":
+            if depth == 0:
+                start = match.start()
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0 and match.start() - start > limit:
+                return True
+    return depth > 0 and len(text) - start > limit
+
+
+# CPython's parser judges a file only for a Python it can stand in for: one no newer than the
+# one running (ast's `feature_version` then holds it to that version's grammar, as far as
+# CPython enforces it; 3.7 is the oldest it is sure to accept). For a newer one, libcst's
+# parser, which knows every grammar up to its newest, has the last word.
+_RUNNING = sys.version_info[:2]
+_OLDEST_FEATURE_VERSION = (3, 7)
+# The recursion budget CPython's parser gets (the analysis thread allows more, for the Python code
+# that walks deep trees): an expression it cannot turn into an AST within it, such as a
+# 30 000-term sum, is "nested too deeply", not a task for libcst (minutes on that sum).
+_AST_RECURSION_LIMIT = 10_000
+
+
+def _ast_parse(text: str, feature: tuple[int, int] | None = None) -> None:
+    old = sys.getrecursionlimit()
+    if old > _AST_RECURSION_LIMIT:
+        sys.setrecursionlimit(_AST_RECURSION_LIMIT)
     try:
-        ast.parse(text)
+        ast.parse(text, feature_version=feature)
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def check_syntax(text: str, target: Version | None = None, *, vetting: bool = False, libcst_failed: bool = False) -> None:
+    """SourceError if `text` does not compile for the `target` Python (None: the newest).
+
+    CPython's verdict first (fast, and it fails cleanly on any nesting); its message and
+    position are the ones users know. Where the target is newer than the running Python, an
+    objection of CPython's stands only if libcst's parser (the newest grammar) fails too:
+    it is asked here, unless it is about to parse anyway (`vetting`: the objection is
+    dropped) or already failed (`libcst_failed`).
+    """
+    newer = target is None or target > _RUNNING
+    feature = None if newer else max(target, _OLDEST_FEATURE_VERSION)  # type: ignore[type-var]
+    try:
+        _ast_parse(text, feature)
     except SyntaxError as exc:
-        raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+        # Nesting limits ("too many nested parentheses") are the same in every version, and
+        # libcst must not be the one to meet them.
+        nesting = exc.msg.startswith("too many")
+        if newer and not nesting and not libcst_failed and (vetting or _libcst_objection(text) is None):
+            return
+        message = f"syntax error: {exc.msg}"
+        if feature is not None and not nesting and (
+            (feature < _RUNNING and _compiles(text)) or (not libcst_failed and _libcst_objection(text) is None)
+        ):
+            message += (f" (it needs a Python newer than {target[0]}.{target[1]},"  # type: ignore[index]
+                        " the oldest the project's requires-python allows)")
+        raise SourceError(message, exc.lineno or 1, exc.offset or 1) from None
     except (RecursionError, MemoryError):
         raise SourceError("nested too deeply to parse; simplify or exclude it") from None
 
 
-def parse(text: str) -> cst.Module:
+def _compiles(text: str) -> bool:
+    try:
+        _ast_parse(text)
+    except (SyntaxError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _libcst_objection(text: str) -> SourceError | None:
+    """Why libcst's parser (the newest grammar) rejects `text`, or None if it parses."""
+    import libcst as cst
+
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        return _syntax_error(exc)
+    except RecursionError:
+        return SourceError("nested too deeply to parse; simplify or exclude it")
+    return None
+
+
+def _syntax_error(exc: cst.ParserSyntaxError) -> SourceError:
+    message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
+    return SourceError(f"syntax error: {message}", exc.raw_line, exc.raw_column + 1)
+
+
+def parse(text: str, target: Version | None = None) -> cst.Module:
     """The libcst module; SourceError with the line for anything that does not parse.
+
+    libcst's native parser knows one grammar, the newest (it ignores
+    `PartialParserConfig(python_version=...)`), so it parses code of any version; `target`
+    decides what CPython's check, where one runs (below and in check_syntax), may object to.
 
     A large file is parsed in pieces cut at module-level statements and joined into
     the module a whole parse gives: libcst's native parser holds about 400 bytes of
@@ -114,23 +225,22 @@ def parse(text: str) -> cst.Module:
     finished tree takes about 130 MB), and pieces bound that to the piece being parsed.
     """
     if len(text) > _PIECE_CHARS:
-        joined = _parse_pieces(text)
+        joined = _parse_pieces(text, target)
         if joined is not None:
             return joined
-    return _parse_whole(text)
+    return _parse_whole(text, target)
 
 
-def _parse_whole(text: str) -> cst.Module:
+def _parse_whole(text: str, target: Version | None = None) -> cst.Module:
     import libcst as cst  # here, so reading files (and a fully cached run) never imports libcst
 
     if _needs_vetting(text):
-        check_syntax(text)
+        check_syntax(text, target, vetting=True)
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        check_syntax(text)  # CPython's message and position are the ones users know
-        message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
-        raise SourceError(f"syntax error: {message}", exc.raw_line, exc.raw_column + 1) from None
+        check_syntax(text, target, libcst_failed=True)  # CPython's message and position are the ones users know
+        raise _syntax_error(exc) from None
     except RecursionError:
         raise SourceError("nested too deeply to parse; simplify or exclude it") from None
 
@@ -162,7 +272,7 @@ def _cuts(text: str) -> list[int]:
     return cuts
 
 
-def _parse_pieces(text: str) -> cst.Module | None:
+def _parse_pieces(text: str, target: Version | None = None) -> cst.Module | None:
     """The pieces' modules joined into one, or None where a whole parse must decide."""
     import libcst as cst
 
@@ -174,7 +284,7 @@ def _parse_pieces(text: str) -> cst.Module | None:
         piece = text[begin:end]
         try:
             if _needs_vetting(piece):
-                check_syntax(piece)
+                check_syntax(piece, target, vetting=True)
             modules.append(cst.parse_module(piece))
         except (SourceError, cst.ParserSyntaxError, RecursionError):
             return None  # a real error, or a cut where none belongs: the whole parse says which

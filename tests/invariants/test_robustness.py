@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.hostile_trees import call_chain, elif_chain
+from mlx_invariants.checker import isolation, runner
 from tests.invariants.conftest import BAD_LOCK, Project
 
 
@@ -147,3 +150,98 @@ def test_a_checker_bug_on_one_file_is_an_inv000_line_and_the_run_goes_on(
     assert run.lines()[0] == ("a.py:1:1: INV000 cannot check this file: the checker failed on it "
                               "(ValueError: boom); please report it")
     assert run.lines()[1].startswith("b.py:4:") and " INV101 " in run.lines()[1]
+
+
+# Hostile shapes from real code (issue 23), generated as the reliability run generates them.
+def test_a_5000_branch_elif_chain_is_checked_and_the_run_goes_on(project: Project) -> None:
+    """It crashed the whole run with a RecursionError (no finding for any file, the file unnamed):
+    libcst's code generation, which places findings, recurses once per `elif`."""
+    project.write("elif.py", elif_chain(5_000))
+    project.write("zz_engine.py", BAD_LOCK)
+    run = project.run("check", "--no-cache")
+    assert run.code == 1 and "Traceback" not in run.out + run.err
+    assert [line.split(":")[0] for line in run.lines()] == ["elif.py", "zz_engine.py"]
+    assert run.rules() == ["INV105", "INV105"]
+
+
+def test_a_file_too_deep_for_the_recursion_limit_is_one_inv000_line_and_the_run_goes_on(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the limit, libcst's cleanup turns the RecursionError into a KeyError whose message is the
+    repr of a node as deep as the chain: that repr must not be taken, and the file is named."""
+    monkeypatch.setattr(isolation, "RECURSION_LIMIT", 3_000)
+    project.write("elif.py", elif_chain(5_000))
+    project.write("zz_engine.py", BAD_LOCK)
+    found = _inv000(project, "--no-cache")
+    assert found == {"elif.py": "cannot check this file: nested too deeply to check", "zz_engine.py": "INV105"}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_call_chain_that_stalls_libcsts_parser_is_stopped_and_the_run_goes_on(
+    project: Project, monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    """libcst's native parser took more than 300 s on such chains and cannot be interrupted in the
+    process: the file is parsed in a child process that ends past max-file-seconds."""
+    monkeypatch.setattr(runner, "_SMALL_RUN_CHARS", 0)  # --jobs 2 uses its processes even for two files
+    project.config("max-file-seconds = 1\n")
+    project.write("chain.py", call_chain(1_500))
+    project.write("zz_engine.py", BAD_LOCK)
+    found = _inv000(project, "--no-cache", "--jobs", jobs)
+    assert found == {"chain.py": STOPPED_AFTER_1_S, "zz_engine.py": "INV105"}
+    assert project.run("check").code == 1  # a stopped file is cached like any result: the re-run does not wait
+    assert project.run("check").lines()[0] == f"chain.py:1:1: INV000 {STOPPED_AFTER_1_S}"
+
+
+def test_python_code_that_runs_past_the_limit_is_stopped_in_the_process(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stall in the checker's own Python (a rule, the walk, positions) is stopped without a child
+    process: the watchdog raises into the analysis thread."""
+    from mlx_invariants.checker.rules.inv105_lock_released_before_worker import LockReleasedBeforeWorker
+
+    real = LockReleasedBeforeWorker.visit_Await
+
+    def stalls_on_stall(self, node):
+        if getattr(getattr(node.expression, "func", None), "value", None) == "stall":
+            while True:
+                pass
+        return real(self, node)
+
+    monkeypatch.setattr(LockReleasedBeforeWorker, "visit_Await", stalls_on_stall)
+    project.config("max-file-seconds = 1\n")
+    project.write("a_stall.py", BAD_LOCK + "\n\nasync def later():\n    await stall()\n")
+    project.write("b_engine.py", BAD_LOCK)
+    project.write("c_engine.py", BAD_LOCK)
+    found = _inv000(project, "--no-cache")
+    assert found == {"a_stall.py": STOPPED_AFTER_1_S, "b_engine.py": "INV105", "c_engine.py": "INV105"}
+
+
+def test_a_crash_in_the_child_process_is_an_inv000_line_naming_the_signal(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Native code that kills the process (libcst's parser overflowing its stack) kills only the
+    child that parses the file."""
+    from mlx_invariants.checker import analysis
+
+    def segfaults(*args):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    monkeypatch.setattr(analysis, "_isolated", segfaults)
+    project.write("chain.py", call_chain(600))
+    project.write("wide.py", BAD_LOCK + "\nWIDE = [" + "1, " * 3_000 + "]\n")
+    project.write("zz_engine.py", BAD_LOCK)
+    found = _inv000(project, "--no-cache")
+    crashed = "cannot check this file: the checker crashed (killed by SIGSEGV) on it; please report it"
+    assert found == {"chain.py": crashed, "wide.py": crashed, "zz_engine.py": "INV105"}
+
+
+def test_the_time_limit_is_configured_and_checked(project: Project) -> None:
+    project.config('max-file-seconds = "soon"\n')
+    run = project.run("check")
+    assert run.code == 2 and "'max-file-seconds' must be a non-negative number" in run.err
+    project.config("max-file-seconds = 0\n")  # no limit
+    project.write("engine.py", BAD_LOCK)
+    assert project.run("check").rules() == ["INV105"]
+
+
+STOPPED_AFTER_1_S = "cannot check this file: analysis stopped after 1 s (max-file-seconds); exclude it or raise max-file-seconds"

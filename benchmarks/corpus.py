@@ -8,6 +8,8 @@ the findings are scored as the corpus defines it (docs/corpus.md):
     .venv/bin/python benchmarks/corpus.py --head --write docs/corpus.md   # the doc
     .venv/bin/python benchmarks/corpus.py --no-baselines --case V7        # the checker, one case
     .venv/bin/python benchmarks/corpus.py --checker-at f48abc9 --no-loro   # the rules of a past commit
+    .venv/bin/python benchmarks/corpus.py --head-servers --checker-at HEAD --write docs/corpus.md \
+        --head-jsonl /tmp/head_findings.jsonl                              # the HEAD findings section alone
 
 The training cases (train.json), the cases mined from other MLX servers (mined.json)
 and the held-out cases of jundot/omlx (omlx.json) are three splits: each is scored
@@ -17,6 +19,11 @@ Leave-one-repository-out: each repository's cases are scored again by the checke
 of the commit of this project that stood before anyone studied them (loro.py names
 it per repository; `--before-studied REPO=COMMIT` changes one), run from that
 commit's own tree (`git archive`, checker_at.py), beside today's figures.
+
+`--head` also checks ten MLX servers' packages at the commits recorded in
+corpus_bench/head.py and lists every finding; `--head-servers` does only that (no
+cases, baselines or before-studied runs) and, with --write, rewrites only the doc's
+HEAD findings section.
 
 Exit 0 when the run completed (whatever the figures), 2 on a usage or setup
 mistake: a missing mirror, commit or case, a malformed case file, a tool that
@@ -58,7 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tools-venv", type=Path, default=DEFAULT_VENV,
                         help="throwaway venv for flake8-async and ruff (default: %(default)s)")
     parser.add_argument("--head", action="store_true",
-                        help="also check HEAD of each mirror's default branch and list every finding")
+                        help="also check the MLX servers of corpus_bench/head.py at their recorded commits and list "
+                             "every finding")
+    parser.add_argument("--head-servers", action="store_true",
+                        help="check only those servers (no cases, baselines or before-studied runs); with --write, "
+                             "replace only the doc's HEAD findings section")
+    parser.add_argument("--head-jsonl", type=Path, metavar="FILE",
+                        help="write each HEAD finding as a JSON line: id, repo, commit, path, line, rule, message, "
+                             "and the span of the def (else class, else statement) around it")
     parser.add_argument("--write", type=Path, metavar="DOC", help="write the Markdown doc (e.g. docs/corpus.md)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every finding and score as JSON")
     parser.add_argument("--checker-at", metavar="COMMIT",
@@ -102,8 +116,9 @@ def as_json(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[hea
     if repos is not None:
         out["by_repository"] = [repo_json(r) for r in repos]
     if head_runs is not None:
-        out["head"] = [{"repo": r.repo, "commit": r.commit, "packages": list(r.packages), "files": r.files,
-                        "findings": [{"path": p, **asdict(f)} for p, f in r.findings]} for r in head_runs]
+        out["head"] = [{"repo": r.repo, "commit": r.commit, "packages": list(r.packages), "exclude": list(r.exclude),
+                        "files": r.files, "seconds": round(r.seconds, 2), "findings": head.records([r], checker)}
+                       for r in head_runs]
     return out
 
 
@@ -156,10 +171,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     mirror_root = args.mirrors or mirrors.default_root()
+    if args.head_servers:
+        return head_servers(args, argv, mirror_root)
     try:
         splits = case_file.load_splits(args.cases or DEFAULT_CASES, args.case)
         repos = {c.repo for split in splits for c in split.cases}
-        run.open_mirrors(mirror_root, repos)  # every missing mirror named at once, before anything runs
+        # every missing mirror named at once, before anything runs
+        run.open_mirrors(mirror_root, repos | ({s.repo for s in head.SERVERS} if args.head else set()))
         plan = loro_plan(args.before_studied)
         venv = None if args.no_baselines else tools.ensure_venv(args.tools_venv)
         names = ("invariants",) if args.no_baselines else tools.TOOLS
@@ -169,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "" if index == 0 else split.name, checker))
                     for index, split in enumerate(splits)]
             repo_scores = None if args.no_loro else loro.by_repository(runs, mirror_root, plan, args.checker_repo)
-            head_runs = head.run_head(mirror_root, repos, checker) if args.head else None
+            head_runs = head.run_head(mirror_root, head.SERVERS, checker) if args.head else None
             rules = checker.rules() if checker else None
     except SETUP_ERRORS as exc:
         print(f"corpus: error: {exc}", file=sys.stderr)
@@ -187,9 +205,44 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps(as_json(runs, head_runs, repo_scores, checker), indent=2) + "\n",
                                  encoding="utf-8")
+        if args.head_jsonl and head_runs is not None:
+            head.write_jsonl(args.head_jsonl, head_runs, checker)
         if args.write:
             args.write.write_text(document(runs, head_runs, repo_scores, versions, args.write, checker, rules,
                                            argv), encoding="utf-8")
+    except OSError as exc:
+        print(f"corpus: error: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def head_servers(args: argparse.Namespace, argv: list[str], mirror_root: Path) -> int:
+    """`--head-servers`: the HEAD findings of head.SERVERS alone; --write replaces that section of the doc."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="invariants-checker-at-") as tmp:
+            checker = None if not args.checker_at else checker_at.build(args.checker_at, Path(tmp), args.checker_repo)
+            head_runs = head.run_head(mirror_root, head.SERVERS, checker)
+    except SETUP_ERRORS as exc:
+        print(f"corpus: error: {exc}", file=sys.stderr)
+        return 2
+    commit = project_commit() if checker is None else f"`{checker.short}` (`--checker-at`, its own tree)"
+    meta = {"date": datetime.date.today().isoformat(), "commit": commit,
+            "command": " ".join([".venv/bin/python benchmarks/corpus.py", *map(shlex.quote, argv)]),
+            "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+                       f"Python {platform.python_version()}"}
+    verdicts = doc.read_verdicts(args.write) if args.write else {}
+    section = doc.head_section(head_runs, verdicts, meta)
+    sys.stdout.write("\n".join(section) + "\n")
+    for crash in (c for r in head_runs for c in r.crashes()):
+        print(f"corpus: checker failure: {crash}", file=sys.stderr)
+    try:
+        if args.json:
+            args.json.write_text(json.dumps(as_json([], head_runs, None, checker), indent=2) + "\n", encoding="utf-8")
+        if args.head_jsonl:
+            head.write_jsonl(args.head_jsonl, head_runs, checker)
+        if args.write:
+            old = args.write.read_text(encoding="utf-8") if args.write.exists() else ""
+            args.write.write_text(doc.replace_head_section(old, section), encoding="utf-8")
     except OSError as exc:
         print(f"corpus: error: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 
 The file is regenerated whole; the one thing a person writes in it, the verdict
 column of "HEAD findings", is read back first and kept for every finding that is
-still reported at the same commit, place, rule and message.
+still reported at the same commit, place, rule and (shortened) message. `--head-servers`
+rewrites the HEAD findings section alone (`replace_head_section`), keeping the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from corpus_bench import report
 from corpus_bench.cases import Split
 from corpus_bench.head import HeadRun
 from corpus_bench.loro import RepoScores
-from corpus_bench.run import Results
+from corpus_bench.run import CRASH_MARK, Results
 from corpus_bench.tools import FLAKE8_IGNORE, FLAKE8_SELECT, PINS, RUFF_SELECT
 
 HEAD_TITLE = "## HEAD findings"
@@ -25,11 +26,34 @@ SPLIT_TITLES = {"mined": "Mined cases (other MLX servers)", "omlx": "Held-out ca
 HELD_OUT_SPLITS = {"omlx"}
 _REPO_HEADING = re.compile(r"^### (\S+) @ ([0-9a-f]+)")
 _PIPE = re.compile(r"(?<!\\)\|")
-VerdictKey = tuple[str, str, str, str, str]  # repo, commit, path:line, rule, message
+_LOCATION = re.compile(r"^`?[^`\s]+:\d+`?$")
+_RULE = re.compile(r"^INV\d{3}$")
+VerdictKey = tuple[str, str, str, str, str]  # repo, commit (12), path:line, rule, shortened message
+
+
+def short_message(message: str, limit: int = 160) -> str:
+    """The message up to its first ": " outside backticks (what is wrong, not the remedy), at most `limit`
+    characters; shortening a shortened message changes nothing."""
+    ticks = 0
+    for index, char in enumerate(message):
+        if char == "`":
+            ticks += 1
+        elif char == ":" and not ticks % 2 and message[index + 1:index + 2] == " ":
+            message = message[:index]
+            break
+    if len(message) <= limit:
+        return message
+    cut = message[:limit - 1]
+    return (cut[:cut.rindex(" ")] if " " in cut[limit // 2:] else cut) + "\u2026"
+
+
+def verdict_key(repo: str, commit: str, location: str, rule: str, message: str) -> VerdictKey:
+    return repo, commit[:12], location.strip("`"), rule, short_message(message)
 
 
 def read_verdicts(path: Path) -> dict[VerdictKey, str]:
-    """The non-empty verdicts of an existing doc's HEAD findings tables."""
+    """The non-empty verdicts of an existing doc's HEAD findings tables: rows of `repo | commit | location | rule
+    | message | verdict`, or of the older `location | rule | message | verdict` under a `### repo @ commit`."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -42,33 +66,85 @@ def read_verdicts(path: Path) -> dict[VerdictKey, str]:
             heading = match.groups()
             continue
         cells = [c.strip().replace("\\|", "|") for c in _PIPE.split(line.strip())[1:-1]]
-        if heading and len(cells) == 4 and cells[3] and not set(cells[3]) <= set("-:"):
-            verdicts[(*heading, cells[0].strip("`"), cells[1], cells[2])] = cells[3]
+        if len(cells) == 4 and heading:
+            cells = [*heading, *cells]
+        if len(cells) != 6 or not _LOCATION.match(cells[2]) or not _RULE.match(cells[3]):
+            continue
+        if cells[5] and not set(cells[5]) <= set("-:"):
+            verdicts[verdict_key(*cells[:5])] = cells[5]
     return verdicts
 
 
-def head_section(runs: list[HeadRun], verdicts: dict[VerdictKey, str]) -> list[str]:
+def replace_head_section(text: str, section: list[str]) -> str:
+    """`text` (a whole doc) with its HEAD findings section, which runs to the end, replaced by `section`."""
+    lines = text.splitlines()
+    kept = lines[:lines.index(HEAD_TITLE)] if HEAD_TITLE in lines else [*lines, ""] if lines else []
+    return "\n".join([*kept, *section]).rstrip("\n") + "\n"
+
+
+def head_section(runs: list[HeadRun], verdicts: dict[VerdictKey, str], meta: dict[str, str] | None = None) -> list[str]:
+    repos = [run.repo for run in runs]
+    width = max(map(len, repos), default=0)
+    ran = "" if not meta else (
+        f"Run {meta['date']} on {meta['machine']}, the checker at {meta['commit']}"
+        + (f", as `{meta['command']}`" if meta.get("command") else "") + ". ")
     lines = [HEAD_TITLE, "",
-             "`invariants check` (default configuration) on the newest commit of each mirror's default branch, "
-             "package folders only. The verdict column is for a reviewer (true bug, acceptable, false positive, "
-             "and why); regenerating the doc keeps each verdict whose finding is still reported at the same commit.",
-             ""]
-    given = [verdicts.get((run.repo, run.commit[:12], f"{path}:{f.line}", f.rule, f.message), "")
+             "`invariants check` on the Python package of each of these MLX servers at the commit recorded in "
+             "`benchmarks/corpus_bench/head.py` (`SERVERS`): the package folders exported with `git archive` into a "
+             "temporary folder and checked in one run per server, with the default configuration plus the "
+             "server's `exclude` (vendored third-party code, example scripts and the tests kept inside a package, "
+             "as its maintainers would configure it; no tests are checked). `--head-servers` runs this section "
+             "alone and rewrites only it (`--checker-at HEAD`: the committed rules, as the before-studied runs "
+             "use them); `--head` adds it to a whole run. `--head-jsonl FILE` writes each finding as one JSON "
+             "line (id `repo:path:line:rule`, commit, path, line, rule, the whole message, and the first and "
+             "last line of the def, else class, else top-level statement around it) for adjudication. " + ran
+             + "The verdict column is for a reviewer (true positive, arguable, false positive, and why); "
+             "regenerating keeps each verdict whose finding is still reported at the same commit, place, rule and "
+             "shortened message. The message column is cut at its remedy.", "",
+             "```",
+             *(f"git clone --mirror https://github.com/{r:<{width}}  $MIRRORS/{r.replace('/', '+')}" for r in repos),
+             ".venv/bin/python benchmarks/corpus.py --head-servers --checker-at HEAD --write docs/corpus.md "
+             "--head-jsonl /tmp/head_findings.jsonl",
+             "```", ""]
+    given = [verdicts.get(verdict_key(run.repo, run.commit, f"{path}:{f.line}", f.rule, f.message), "")
              for run in runs for path, f in run.findings]
     if given:
         # "arguable" counts as false, as the target does.
         true = sum(v.startswith("true positive") for v in given)
         lines += [f"Verdicts: {true} of {len(given)} findings are true positives ({100 * true / len(given):.0f} %), "
                   f"{sum(not v for v in given)} without a verdict yet.", ""]
+    rules = sorted({f.rule for run in runs for _, f in run.findings})
+    rows = [[f"`{run.repo}`", f"`{run.commit[:12]}`", ", ".join(f"`{p}/`" for p in run.packages),
+             ", ".join(f"`{e}`" for e in run.exclude) or "-", run.files, len(run.findings), f"{run.seconds:.1f}"]
+            for run in runs]
+    total_seconds = sum(run.seconds for run in runs)
+    rows.append(["all", "", "", "", sum(r.files for r in runs), sum(len(r.findings) for r in runs),
+                 f"{total_seconds:.1f}"])
+    lines += [*report.table(["server", "commit", "packages", "excluded", "files", "findings", "seconds"], rows,
+                            right={4, 5, 6}), ""]
+    if rules:
+        by_rule = [[rule, sum(f.rule == rule for run in runs for _, f in run.findings),
+                    ", ".join(f"{run.repo} {n}" for run in runs
+                              for n in [sum(f.rule == rule for _, f in run.findings)] if n)] for rule in rules]
+        lines += [*report.table(["rule", "findings", "by server"], by_rule, right={1}), ""]
+    crashes = [c for run in runs for c in run.crashes()]
+    unread = [f"{run.repo}@{run.commit[:12]} `{path}:{f.line}`: {f.message}" for run in runs
+              for path, f in run.findings if f.rule == "INV000" and CRASH_MARK not in f.message]
+    if crashes or unread:
+        lines += ["INV000 (the checker failed on a file, or could not read it):", "",
+                  *(f"- {c}" for c in crashes + unread), ""]
     for run in runs:
         commit = run.commit[:12]
+        excluded = (f"; excluded: {', '.join(f'`{e}`' for e in run.exclude)}"
+                    + (f" ({run.note})" if run.note else "")) if run.exclude else ""
         lines += [f"### {run.repo} @ {commit}", "",
-                  f"Packages: {', '.join(f'`{p}/`' for p in run.packages)} ({run.files} files); "
-                  f"{len(run.findings)} finding{'s' if len(run.findings) != 1 else ''}.", ""]
-        rows = [[f"`{path}:{f.line}`", f.rule, f.message,
-                 verdicts.get((run.repo, commit, f"{path}:{f.line}", f.rule, f.message), "")]
+                  f"Packages: {', '.join(f'`{p}/`' for p in run.packages)}{excluded}; {run.files} files checked in "
+                  f"{run.seconds:.1f} s; {len(run.findings)} finding{'s' if len(run.findings) != 1 else ''}.", ""]
+        rows = [[run.repo, commit, f"`{path}:{f.line}`", f.rule, short_message(f.message),
+                 verdicts.get(verdict_key(run.repo, commit, f"{path}:{f.line}", f.rule, f.message), "")]
                 for path, f in run.findings]
-        lines += [*(report.table(["location", "rule", "message", "verdict"], rows) if rows else ["No findings."]), ""]
+        lines += [*(report.table(["repo", "commit", "location", "rule", "message", "verdict"], rows) if rows
+                    else ["No findings."]), ""]
     return lines
 
 
@@ -182,8 +258,9 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
         f"--extend-ignore {FLAKE8_IGNORE} --asyncio` (ASYNC9xx are opt-in trio-style checkpoint rules); ruff as "
         f"`ruff check --isolated --select {RUFF_SELECT}`: its flake8-async port plus RUF006 (a dropped "
         "`create_task` result), its one other asyncio rule. Broad-except rules (BLE001, S110) were left out: "
-        "they flag every `except Exception`, not cancellation handling. `--head` lists the HEAD findings of the "
-        "training split's repositories only.", "",
+        "they flag every `except Exception`, not cancellation handling. `--head` adds the HEAD findings of ten "
+        "MLX servers at recorded commits (their own section, below, says how; `--head-servers` runs that alone).",
+        "",
         "`--checker-at COMMIT` scores with the checker of a commit of this project's history instead of this "
         "checkout's (this file uses `HEAD`: the committed rules, without a working tree's uncommitted edits): "
         "`git archive COMMIT` into a temporary folder, its packages laid out as that commit's "
@@ -219,9 +296,9 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
                     else figures(other, versions, "###"))]
     if by_repo:
         lines += by_repository(by_repo, tuple(t for t in results.tools if t != "invariants"))
-    crashes = [c for _, r in runs for c in r.crashes] + [c for run in head or [] for c in run.crashes()]
+    crashes = [c for _, r in runs for c in r.crashes]  # the HEAD servers' are listed in their own section
     if crashes:
         lines += ["## Checker failures", "", *(f"- {c}" for c in crashes), ""]
     if head is not None:
-        lines += head_section(head, verdicts)
+        lines += head_section(head, verdicts, meta)
     return "\n".join(lines).rstrip("\n") + "\n"

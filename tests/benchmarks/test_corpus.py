@@ -26,7 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import corpus  # noqa: E402  (the benchmark script, importable once benchmarks/ is on the path)
-from corpus_bench import doc, loro, mirrors  # noqa: E402
+from corpus_bench import doc, head, loro, mirrors  # noqa: E402
 from corpus_bench.head import HeadRun  # noqa: E402
 from corpus_bench.tools import Finding  # noqa: E402
 
@@ -164,7 +164,7 @@ def test_missing_mirror_or_commit_is_a_usage_error(mirror: tuple[Path, str, str]
 
 
 def test_regenerating_the_doc_keeps_verdicts_of_findings_still_reported(tmp_path: Path) -> None:
-    kept, moved = Finding(12, "INV108", "a | b"), Finding(30, "INV106", "c")
+    kept, moved = Finding(12, "INV108", "a | b: do this"), Finding(30, "INV106", "c")
     before = HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", kept), ("srv/y.py", moved)))
     written = doc.head_section([before], {})
     written = [line.replace(" |  |", " | true bug: on the loop |", 1) if "x.py" in line else
@@ -172,8 +172,10 @@ def test_regenerating_the_doc_keeps_verdicts_of_findings_still_reported(tmp_path
     (tmp_path / "corpus.md").write_text("# t\n\n" + "\n".join(written) + "\n")
     verdicts = doc.read_verdicts(tmp_path / "corpus.md")
     after = HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", kept), ("srv/y.py", Finding(31, "INV106", "c"))))
-    rows = [line for line in doc.head_section([after], verdicts) if line.startswith("| `")]
-    assert rows == ["| `srv/x.py:12` | INV108 | a \\| b | true bug: on the loop |", "| `srv/y.py:31` | INV106 | c |  |"]
+    rows = [line for line in doc.head_section([after], verdicts) if line.startswith("| acme/server |")]
+    # The message is cut at its remedy (the first ": " outside backticks); a pipe in it is escaped.
+    assert rows == ["| acme/server | aaaaaaaaaaaa | `srv/x.py:12` | INV108 | a \\| b | true bug: on the loop |",
+                    "| acme/server | aaaaaaaaaaaa | `srv/y.py:31` | INV106 | c |  |"]
     # The tally counts only verdicts that start "true positive"; the unjudged one is counted as such.
     tally = doc.head_section([HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", kept), ("srv/y.py", moved)))],
                              {**verdicts, ("acme/server", "a" * 12, "srv/y.py:30", "INV106", "c"): "true positive: yes"})
@@ -181,6 +183,70 @@ def test_regenerating_the_doc_keeps_verdicts_of_findings_still_reported(tmp_path
     assert "Verdicts: 0 of 2 findings are true positives (0 %), 2 without a verdict yet." in doc.head_section([before], {})
     assert doc.head_section([HeadRun("acme/server", "b" * 40, ("srv",), 3, ((("srv/x.py", kept),)))], verdicts)[-2] \
         .endswith("|  |")  # another commit: judged anew
+
+
+def test_verdicts_of_the_older_four_column_tables_are_kept(tmp_path: Path) -> None:
+    """Rows of `location | rule | message | verdict` under `### repo @ commit` (whole messages) carry over."""
+    message = "`x` runs MLX on the event loop thread: hand it to the owner thread"
+    (tmp_path / "corpus.md").write_text(
+        "# t\n\n## HEAD findings\n\n### acme/server @ aaaaaaaaaaaa\n\n| location | rule | message | verdict |\n"
+        f"| --- | --- | --- | --- |\n| `srv/x.py:12` | INV108 | {message} | true positive: yes |\n")
+    verdicts = doc.read_verdicts(tmp_path / "corpus.md")
+    run = HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", Finding(12, "INV108", message)),))
+    assert doc.head_section([run], verdicts)[-2] == \
+        "| acme/server | aaaaaaaaaaaa | `srv/x.py:12` | INV108 | `x` runs MLX on the event loop thread | true positive: yes |"
+    long = "word " * 60
+    assert len(doc.short_message(long)) <= 160 and doc.short_message(doc.short_message(long)) == doc.short_message(long)
+    assert doc.short_message("`except E:` drops it: re-raise") == "`except E:` drops it"
+
+
+def test_head_servers_checks_each_package_at_its_recorded_commit(mirror: tuple[Path, str, str], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    root, buggy, fix = mirror
+    server = head.Server("acme/server", buggy, ("srv/pkg",), ("srv/pkg/sub/",), "a subfolder")
+    monkeypatch.setattr(head, "SERVERS", (server,))
+    md, lines = tmp_path / "corpus.md", tmp_path / "head.jsonl"
+    md.write_text("# Top\n\nkept as it is\n\n## HEAD findings\n\n### acme/server @ " + buggy[:12] + "\n\n"
+                  "| location | rule | message | verdict |\n| --- | --- | --- | --- |\n"
+                  "| `srv/pkg/engine.py:6` | INV108 | `mx.eval` runs MLX on the event loop thread | true positive: on the loop |\n")
+    assert corpus.main(["--head-servers", "--mirrors", str(root), "--write", str(md), "--head-jsonl", str(lines)]) == 0
+    text = md.read_text()
+    assert text.startswith("# Top\n\nkept as it is\n\n## HEAD findings\n")
+    assert "| `acme/server` | `" + buggy[:12] + "` | `srv/pkg/` | `srv/pkg/sub/` | " in text
+    assert f"| acme/server | {buggy[:12]} | `srv/pkg/engine.py:6` | INV108 | `mx.eval` runs MLX on the event loop thread " \
+        "| true positive: on the loop |" in text
+    assert "--head-servers --mirrors" in text and "git clone --mirror https://github.com/acme/server" in text
+    (record,) = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert record == {"id": "acme/server:srv/pkg/engine.py:6:INV108", "repo": "acme/server", "commit": buggy,
+                      "path": "srv/pkg/engine.py", "line": 6, "rule": "INV108", "message": record["message"],
+                      "scope": "function", "function": "step", "start": 4, "end": 7, "checker": None}
+    assert record["message"].startswith("`mx.eval` runs MLX on the event loop thread: ")
+    # The fixed commit: line 12 in `warm`; the export never holds the files outside the package or excluded.
+    (run,) = head.run_head(root, [head.Server("acme/server", fix, ("srv/pkg",), ("srv/pkg/sub/",))])
+    assert [(p, f.line) for p, f in run.findings] == [("srv/pkg/engine.py", 12)]
+    # The checker's own count of the files it checked: 4 without the exclude (srv/pkg/sub/deep.py), 3 with it.
+    assert run.scopes == (head.Scope("function", "warm", 10, 13),) and run.files == 3
+    # `--head` in a whole run: the same section after the splits' tables, its verdicts kept.
+    train, _ = write_splits(tmp_path, buggy, fix)
+    assert corpus.main(["--cases", str(train), "--mirrors", str(root), "--no-baselines", "--no-loro", "--head",
+                        "--write", str(md)]) == 0
+    text = md.read_text()
+    assert text.startswith("# Real-bug corpus benchmark") and text.count("## HEAD findings") == 1
+    assert "| true positive: on the loop |" in text.split("## HEAD findings")[1]
+    monkeypatch.setattr(head, "SERVERS", (head.Server("acme/server", buggy, ("nowhere",)),))
+    assert corpus.main(["--head-servers", "--mirrors", str(root)]) == 2
+
+
+def test_scope_of_a_finding() -> None:
+    source = ("import x\n\n@dec\nasync def f():\n    def g():\n        return 1\n    return g\n\n"
+              "class C:\n    y = 1\n    if x:\n        def m(self):\n            try:\n                pass\n"
+              "            except E:\n                pass\nz = [\n    1,\n]\n")
+    assert head.scope_of(source, 6) == head.Scope("function", "f.<locals>.g", 5, 6)
+    assert head.scope_of(source, 3) == head.Scope("function", "f", 3, 7)
+    assert head.scope_of(source, 10) == head.Scope("class", "C", 9, 16)
+    assert head.scope_of(source, 15) == head.Scope("function", "C.m", 12, 16)
+    assert head.scope_of(source, 18) == head.Scope("statement", None, 17, 19)
+    assert head.scope_of("def (", 1) == head.Scope("file", None, None, None)
 
 
 def test_mined_split_is_scored_and_reported_apart(mirror: tuple[Path, str, str], tmp_path: Path,

@@ -15,8 +15,9 @@ tool reads a copy of the tree's .py files in a temporary folder outside any git 
 (Fixit skips files its nearest .gitignore ignores, such as anything under .venv/).
 
 `--floor` instead compares a cold `invariants check` (empty cache) with a bare libcst
-parse of the same files, each in a fresh process, and prints the ratio, the re-run of
-the unchanged tree and the peak RSS of each; on vllm-mlx's HEAD (`--vllm-mlx` takes a git
+parse of the same files, each in a fresh process, and prints the ratio, the cold check
+without its package model (the per-file rules only: what the model costs), the re-run of
+the unchanged tree, the re-run after one file is edited, and the peak RSS of each; on vllm-mlx's HEAD (`--vllm-mlx` takes a git
 mirror and checks the `vllm_mlx` package of its HEAD) and on the generated 1.9 MB module of
 benchmarks/hostile_trees.py (12 200 small async handlers, every one a finding). Repeats
 are interleaved (round k runs every measurement once, the order rotating with k) and the
@@ -169,6 +170,19 @@ for path in Path(sys.argv[1]).read_text().split("\\n"):
 '''
 
 
+# The checker without its package-wide step (checker/model/): the per-file rules only, for the model's cost.
+NO_MODEL_DRIVER = '''
+import sys
+
+from mlx_invariants.checker import runner
+
+runner.phase.package_findings = lambda *args, **kwargs: {}
+from mlx_invariants.cli import main
+
+sys.exit(main(sys.argv[1:]))
+'''
+
+
 @dataclass
 class FloorRow:
     target: str
@@ -180,6 +194,8 @@ class FloorRow:
     warm: list[float] = field(default_factory=list)
     cold_rss: list[float] = field(default_factory=list)
     parse_rss: list[float] = field(default_factory=list)
+    bare: list[float] = field(default_factory=list)  # cold, without the package model
+    edited: list[float] = field(default_factory=list)  # re-run after one file with an async def changed
 
 
 def measured(cmd: list[str], cwd: Path) -> tuple[float, float]:
@@ -230,19 +246,22 @@ def bench_floor(args: argparse.Namespace) -> list[FloorRow]:
             cache = work / f"cache-{len(plans)}"
             config = work / f"pyproject-{len(plans)}.toml"
             config.write_text(f'[tool.invariants]\ncache-dir = "{cache}"\n')
-            check = [sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--config", str(config), str(tree)]
+            args_ = ["check", "-q", "--exit-zero", "--config", str(config), str(tree)]
+            check = [sys.executable, "-m", "mlx_invariants", *args_]
+            bare = [sys.executable, "-c", NO_MODEL_DRIVER, *args_]
             parse = [sys.executable, "-c", PARSE_DRIVER, str(listing)]
             megabytes = sum(p.stat().st_size for p in files) / 1e6
             rows.append(FloorRow(label, len(files), count_lines(files), megabytes))
-            plans.append((rows[-1], check, parse, cache))
+            handler = next((p for p in files if "async def" in p.read_text(encoding="utf-8", errors="replace")), files[0])
+            plans.append((rows[-1], check, parse, cache, bare, handler))
         # Untimed: compile the checker's bytecode and load libcst once, as any installed copy already has.
         warm = work / "warm-up"
         warm.mkdir()
         (warm / "warm.py").write_text("import asyncio\n\n\nasync def f(step):\n    return await asyncio.to_thread(step)\n")
         measured([sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--no-cache", str(warm)], work)
         for k in range(args.repeats):
-            for row, check, parse, cache in plans[k % len(plans):] + plans[: k % len(plans)]:
-                steps = ["cold", "parse"] if k % 2 == 0 else ["parse", "cold"]
+            for row, check, parse, cache, bare, handler in plans[k % len(plans):] + plans[: k % len(plans)]:
+                steps = ["cold", "parse", "bare"] if k % 2 == 0 else ["bare", "parse", "cold"]
                 for step in steps:
                     if step == "parse":
                         seconds, rss = measured(parse, work)
@@ -250,25 +269,37 @@ def bench_floor(args: argparse.Namespace) -> list[FloorRow]:
                         row.parse_rss.append(rss)
                         continue
                     shutil.rmtree(cache, ignore_errors=True)
+                    if step == "bare":
+                        row.bare.append(measured(bare, work)[0])
+                        continue
                     seconds, rss = measured(check, work)
                     row.cold.append(seconds)
                     row.cold_rss.append(rss)
                     row.warm.append(measured(check, work)[0])
-                print(f"  round {k + 1}: {row.target}: check {row.cold[-1]:.2f}s, parse {row.parse[-1]:.2f}s, "
-                      f"re-run {row.warm[-1]:.2f}s", file=sys.stderr)
+                    original = handler.read_bytes()
+                    handler.write_bytes(original + b"\n# edited by bench_check.py\n")
+                    row.edited.append(measured(check, work)[0])
+                    handler.write_bytes(original)
+                print(f"  round {k + 1}: {row.target}: check {row.cold[-1]:.2f}s, without the model "
+                      f"{row.bare[-1]:.2f}s, parse {row.parse[-1]:.2f}s, re-run {row.warm[-1]:.2f}s, "
+                      f"one edit {row.edited[-1]:.2f}s", file=sys.stderr)
     return rows
 
 
 def print_floor(rows: list[FloorRow], repeats: int) -> None:
     med = statistics.median
-    print(f"| target | files | lines | MB | checker cold s | bare libcst parse s | ratio | warm re-run s "
-          f"| checker peak RSS MB | parse peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| target | files | lines | MB | checker cold s | without the model s | the model s | bare libcst parse s "
+          f"| ratio | warm re-run s | one file edited s | checker peak RSS MB | parse peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ratio = med(c / p for c, p in zip(r.cold, r.parse))
-        print(f"| {r.target} | {r.files} | {r.lines:,} | {r.megabytes:.1f} | {med(r.cold):.2f} | {med(r.parse):.2f} | "
-              f"{ratio:.2f}x | {med(r.warm):.2f} | {max(r.cold_rss):.0f} | {max(r.parse_rss):.0f} |")
-    print(f"\nMedians of {repeats} interleaved round(s); ratio: median of each round's checker / parse; "
+        model = med(c - b for c, b in zip(r.cold, r.bare))
+        print(f"| {r.target} | {r.files} | {r.lines:,} | {r.megabytes:.1f} | {med(r.cold):.2f} | {med(r.bare):.2f} | "
+              f"{model:+.2f} | {med(r.parse):.2f} | {ratio:.2f}x | {med(r.warm):.2f} | {med(r.edited):.2f} | "
+              f"{max(r.cold_rss):.0f} | {max(r.parse_rss):.0f} |")
+    print(f"\nMedians of {repeats} interleaved round(s); ratio: median of each round's checker / parse; the model: "
+          "median of each round's checker cold minus the same without the package model (per-file rules only); "
+          "one file edited: the re-run after a comment is appended to one file with an async def; "
           "peak RSS: the largest of the rounds.")
 
 

@@ -79,19 +79,50 @@ def is_owner_executor(executor: cst.BaseExpression | None, ctx: FileContext) -> 
         return False
     if matches_name(dotted(executor), ctx.shared["owner-executors"]):
         return True
-    for assignment in ctx.facts.assigned.get(ctx.key(executor) or "", ()):
-        if assignment.call_qual in THREAD_POOLS and _one_worker(assignment.value, ctx):
-            return True
+    return any(_threads(value, ctx) == 1 for value in _stored(executor, ctx))
+
+
+def shifting_pool(executor: cst.BaseExpression | None, ctx: FileContext) -> str | None:
+    """What `executor` is, when this file shows it to be a thread pool of several workers (built
+    with a constant `max_workers` above 1, or without one: then the default, at least five), so
+    that one call and the next may run on different threads; None when it has one thread or the
+    file does not say what it is. An executor handed in, returned by a getter or kept on another
+    object is unknown here, and unknown is never a pool of several threads."""
+    if executor is None or matches_name(dotted(executor), ctx.shared["owner-executors"]):
+        return None
+    counts = [_threads(value, ctx) for value in _stored(executor, ctx)]
+    if not counts or any(count is None or count == 1 for count in counts):
+        return None
+    sizes = sorted({count for count in counts if count != DEFAULT_WORKERS})
+    if DEFAULT_WORKERS in counts:
+        return "a thread pool of the default size, five threads or more"
+    return f"a pool of {' or '.join(map(str, sizes))} threads"
+
+
+# `ThreadPoolExecutor()` with no `max_workers`: min(32, cpu_count + 4) threads, never fewer than five.
+DEFAULT_WORKERS = -1
+
+
+def _stored(executor: cst.BaseExpression, ctx: FileContext) -> list[cst.BaseExpression]:
+    """Every value this file gives `executor`: what is assigned to its name or attribute, or what is
+    stored under its mapping key."""
+    values = [a.value for a in ctx.facts.assigned.get(ctx.key(executor) or "", ())]
     slot = _slot(executor)
-    return slot is not None and slot in _one_worker_slots(ctx)
+    if slot is not None:
+        values.extend(_slot_values(ctx).get(slot, ()))
+    return values
 
 
-def _one_worker(value: cst.BaseExpression, ctx: FileContext) -> bool:
-    """A `ThreadPoolExecutor(...)` call whose worker count is the constant 1."""
-    if not isinstance(value, cst.Call):
-        return False
+def _threads(value: cst.BaseExpression, ctx: FileContext) -> int | None:
+    """How many threads the `ThreadPoolExecutor(...)` call `value` starts: a constant, DEFAULT_WORKERS
+    when it names none, None when it is not such a call or the count is computed."""
+    if not isinstance(value, cst.Call) or ctx.resolve(value.func) not in THREAD_POOLS:
+        return None
     workers = keyword(value, "max_workers") or positional(value, 0)
-    return workers is not None and number(workers, ctx.facts.constants) == 1
+    if workers is None or (isinstance(workers, cst.Name) and workers.value == "None"):
+        return DEFAULT_WORKERS
+    count = number(workers, ctx.facts.constants)
+    return int(count) if count is not None and count == int(count) and count >= 1 else None
 
 
 def _slot(expr: cst.BaseExpression) -> str | None:
@@ -107,11 +138,11 @@ def _slot(expr: cst.BaseExpression) -> str | None:
     return dotted(index.value)
 
 
-def _one_worker_slots(ctx: FileContext) -> set[str]:
-    """Mapping keys this file stores a one-worker thread pool under; computed once per file."""
-    found = ctx.facts.memo.get("one-worker-slots")
+def _slot_values(ctx: FileContext) -> dict[str, list[cst.BaseExpression]]:
+    """What this file stores under each mapping key (`app[MLX] = ...`); computed once per file."""
+    found = ctx.facts.memo.get("slot-values")
     if found is None:
-        found = set()
+        found = {}
         stack: list[cst.CSTNode] = [ctx.module]
         while stack:
             node = stack.pop()
@@ -122,12 +153,10 @@ def _one_worker_slots(ctx: FileContext) -> set[str]:
                 targets = [node.target]
             else:
                 continue
-            value = node.value
-            if not (isinstance(value, cst.Call) and ctx.resolve(value.func) in THREAD_POOLS
-                    and _one_worker(value, ctx)):
-                continue
-            found.update(slot for slot in map(_slot, targets) if slot is not None)
-        ctx.facts.memo["one-worker-slots"] = found
+            for slot in map(_slot, targets):
+                if slot is not None:
+                    found.setdefault(slot, []).append(node.value)
+        ctx.facts.memo["slot-values"] = found
     return found
 
 

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, ITER, RUN, Package
 from mlx_invariants.checker.model.summary import DEFAULT_POOL, ITERATED, Call, Place
 
-# The rules' own messages (INV108's class uses this one; a test ties INV107's to its class).
+# The rules' own messages: the classes of INV107 and INV108 use them.
 ON_LOOP_MESSAGE = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
 OFF_OWNER_MESSAGE = (
-    "`{target}` reaches MLX ({what}) on {where}: send it to the owner thread or a configured owner executor"
+    "`{target}` reaches MLX ({what}) on {where}: before MLX 0.31.2 those threads share one stream, so two "
+    "calls can be inside Metal at once; from 0.31.2 a lazy array or an `mx.new_stream` stream from another "
+    "thread raises \"There is no Stream(...) in current thread\" there; run it on the owner thread (a "
+    "dedicated thread, or an executor with one worker)"
 )
 
 

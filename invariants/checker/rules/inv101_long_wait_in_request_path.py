@@ -15,6 +15,12 @@ from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 
 _ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "route", "api_route", "websocket"})
+# An `except` naming one of these runs while the task is being cancelled: what it waits for is cleanup.
+_CANCELLATION = frozenset({"asyncio.CancelledError", "asyncio.exceptions.CancelledError", "BaseException",
+                           "builtins.BaseException"})
+_TIMEOUTS = frozenset({"TimeoutError", "builtins.TimeoutError", "asyncio.TimeoutError",
+                       "asyncio.exceptions.TimeoutError"})
+_CLAUSES = (cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.Else)
 
 
 @dataclass
@@ -42,7 +48,13 @@ class LongWaitInRequestPath(Rule):
     file these call, and any def nested in them; or a wait whose awaited call
     is itself named like request work (`wait_for(engine.generate(...), 120)`).
     A lock's `acquire()` under `wait_for` is judged wherever it is. Tests are
-    never request paths: a deadline in a test bounds the test."""
+    never request paths: a deadline in a test bounds the test.
+
+    Two waits in a request path are not admission and are not judged: cleanup
+    (in a `finally`, or an `except` that catches cancellation), which bounds how
+    long a cancelled worker may take to drain; and a tick, a wait in a loop whose
+    `except TimeoutError` neither raises nor returns (a keepalive between
+    server-sent events), whose timeout fails nothing."""
 
     id = "INV101"
     catches = ("a wait_for/timeout longer than max-seconds in a request path, "
@@ -57,7 +69,9 @@ class LongWaitInRequestPath(Rule):
         "request path unless `request-names` names it, and a helper reached only from another file is not "
         "followed; a control RPC named like one (a `request_profile` admin call) is judged as one. Tests are "
         "recognised by name: a `test_*` function, a `Test*` class, and anything nested in them. Waits on "
-        "calls named like network I/O (io-names) are exempt."
+        "calls named like network I/O (io-names) are exempt. Cleanup is known by where the wait is (a "
+        "`finally`, an `except` naming CancelledError or BaseException, a bare `except:`), not by what it "
+        "waits for, so a queue placed there is not judged; a tick only by the innermost `try` around it."
     )
     options = {
         "max-seconds": 5.0,
@@ -117,6 +131,32 @@ class LongWaitInRequestPath(Rule):
             @app.post("/v1/chat/completions")
             async def openai_compatible(payload):
                 return await asyncio.wait_for(pool.run(payload), timeout=300)  # expect: INV101
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def generate(engine, request):
+                future = engine.submit(request)
+                try:
+                    return await asyncio.wait_for(shield_task(future), timeout=10)  # expect: INV101
+                except asyncio.CancelledError:
+                    engine.stop(request)
+                    raise
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def stream_progress(job):
+                sent = 0
+                while not job.done:
+                    try:
+                        await asyncio.wait_for(job.changed.wait(), timeout=30)  # expect: INV101
+                    except asyncio.TimeoutError:
+                        raise Busy(retry_after=30)
+                    job.changed.clear()
+                    for event in job.events[sent:]:
+                        yield f"data: {event}\\n\\n"
+                    sent = len(job.events)
         '''),
     ]
     VALID = [
@@ -186,6 +226,52 @@ class LongWaitInRequestPath(Rule):
 
             async def body(request):
                 return await asyncio.wait_for(request.read_body(), timeout=30)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def generate(engine, request):
+                future = engine.submit(request)
+                try:
+                    return await shield_task(future)
+                except asyncio.CancelledError:
+                    engine.stop(request)
+                    while not future.done():  # the stopped worker drains before the slot is reused
+                        try:
+                            await asyncio.wait_for(shield_task(future), timeout=10)
+                        except asyncio.CancelledError:
+                            continue
+                        except asyncio.TimeoutError:
+                            logger.warning("worker still running 10 s after stop")
+                    raise
+        '''),
+        Valid('''
+            import asyncio
+
+            async def stream_generate(engine, request):
+                future = engine.start(request)
+                try:
+                    async for chunk in engine.chunks(request):
+                        yield chunk
+                finally:
+                    engine.stop(request)
+                    await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+        '''),
+        Valid('''
+            import asyncio
+
+            async def stream_progress(job):
+                sent = 0
+                while not job.done:
+                    try:
+                        await asyncio.wait_for(job.changed.wait(), timeout=30)
+                    except asyncio.TimeoutError:
+                        yield ": keepalive\\n\\n"
+                        continue
+                    job.changed.clear()
+                    for event in job.events[sent:]:
+                        yield f"data: {event}\\n\\n"
+                    sent = len(job.events)
         '''),
     ]
 
@@ -287,9 +373,47 @@ class LongWaitInRequestPath(Rule):
                awaited: list[cst.BaseExpression | None]) -> None:
         limit = float(self.opts["max-seconds"])
         seconds = None if value is None else self._seconds(value)
-        if seconds is None or seconds <= limit:
+        if seconds is None or seconds <= limit or self._in_cleanup() or self._is_tick():
             return
         functions = tuple(id(f.node) for f in self.ctx.scope.frames if f.kind in FUNCTION_KINDS)
         work = any(isinstance(a, cst.Call) and self._request_named(dotted(a.func)) for a in awaited)
         what = f"`{name}` waits up to {seconds:g} s (limit {limit:g} s, max-seconds)"
         self.waits.append(_Wait(node, self.ctx.statement, what, functions, work))
+
+    def _in_cleanup(self) -> bool:
+        """In a `finally` or an `except` that catches cancellation (CancelledError, BaseException, a
+        bare `except:`) of this def: waiting for a cancelled worker to drain, not admitting a request."""
+        for statement in reversed(self.ctx.statements):
+            if isinstance(statement, cst.FunctionDef):
+                return False
+            if isinstance(statement, cst.Finally):
+                return True
+            if isinstance(statement, cst.ExceptHandler) and self._catches(statement.type, _CANCELLATION):
+                return True
+        return False
+
+    def _is_tick(self) -> bool:
+        """In the body of a `try`, inside a loop of this def, whose `except TimeoutError` neither raises
+        nor returns: the timeout only paces the loop (a keepalive, a progress log), it fails nothing, and
+        the wait as a whole is as long as an untimed one."""
+        statements = self.ctx.statements
+        start = max((i for i, s in enumerate(statements) if isinstance(s, cst.FunctionDef)), default=-1) + 1
+        for index in range(len(statements) - 1, start - 1, -1):
+            statement = statements[index]
+            if not isinstance(statement, cst.Try):
+                continue
+            if index + 1 < len(statements) and isinstance(statements[index + 1], _CLAUSES):
+                continue  # in one of its clauses, not its body
+            looped = any(isinstance(s, cst.While | cst.For) for s in statements[start:index])
+            return looped and any(
+                self._catches(handler.type, _TIMEOUTS) and not any(
+                    isinstance(n, cst.Raise | cst.Return) for n in descendants(handler.body, OWN_BODY_STOP))
+                for handler in statement.handlers
+            )
+        return False
+
+    def _catches(self, kind: cst.BaseExpression | None, names: frozenset[str]) -> bool:
+        if kind is None:
+            return names is _CANCELLATION
+        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
+        return any((self.ctx.resolve(k) or dotted(k)) in names for k in kinds)

@@ -6,8 +6,9 @@ import libcst as cst
 
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE
 from mlx_invariants.checker.names import dotted
-from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, unwrap_callable
+from mlx_invariants.checker.offload import Handoff, handoff, shifting_pool, unwrap_callable
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
@@ -19,24 +20,39 @@ class _Candidate:
 
 
 class MlxOffOwnerThread(Rule):
-    """MLX work belongs to one owner thread. mlx-lm's generation stream is
-    thread-local, so on any other thread `mx.eval` fails with "There is no
-    Stream(gpu, 1) in current thread"; and the default pool runs each call on
-    whichever thread is free, so two requests can be inside Metal at once. Hand
-    MLX work to the owner: a dedicated long-lived thread fed by a queue (the
-    recommended pattern, never flagged), or an executor with exactly one thread
-    listed in owner-executors."""
+    """MLX work belongs to one owner thread. A pool whose thread changes from
+    call to call breaks that in two ways, depending on the MLX version. Before
+    MLX 0.31.2 every thread shares one stream and MLX is not thread-safe, so two
+    requests handed to the pool at once are inside Metal together. From 0.31.2
+    each thread has its own streams and command encoders: work whose arrays are
+    all evaluated runs on any thread, but an array left lazy on another thread,
+    or a stream made there with `mx.new_stream` (a module's generation stream),
+    raises "There is no Stream(gpu, N) in current thread". Hand MLX work to the
+    owner: a dedicated long-lived thread fed by a queue (the recommended pattern,
+    never flagged), or an executor with exactly one thread, which runs every
+    call on the same thread however it is reached (a module global behind a
+    getter, an attribute of another object, a class attribute).
+
+    So only pools known to change threads are judged: `asyncio.to_thread`, the
+    loop's default executor (`run_in_executor(None, ...)`), and a thread pool
+    this file builds with more than one worker. An executor the file cannot
+    identify is not judged."""
 
     id = "INV107"
-    catches = "MLX work handed to asyncio.to_thread, the default pool, or a non-owner executor"
-    message = "`{target}` reaches MLX ({what}) on {where}: send it to the owner thread or a configured owner executor"
+    catches = "MLX work handed to asyncio.to_thread, the default pool, or a thread pool of several workers"
+    message = OFF_OWNER_MESSAGE
     known_problems = (
         "Follows the callable into functions and methods of the same file only; a model call is "
-        "recognised by name (model-names) in files that import mlx. An executor created elsewhere is "
-        "unknown and counts as not an owner until listed in owner-executors. A one-worker pool built in "
-        "this file is an owner wherever it is used under the name, attribute or mapping key it was "
-        "assigned to (`app[MLX] = ThreadPoolExecutor(1)` makes `request.app[MLX]` an owner, whichever "
-        "object holds the mapping, so two mappings that reuse one key for different pools are confused)."
+        "recognised by name (model-names) in files that import mlx. Judges the default pool and the thread "
+        "pools this file builds: an executor created elsewhere (handed in, returned by a getter, kept on "
+        "another object) is not judged, whatever it is, and neither is a pool whose worker count is computed "
+        "(`ThreadPoolExecutor(max_workers=n)`). A pool is known by the name, attribute or mapping key it is "
+        "assigned to (`app[POOL] = ThreadPoolExecutor(4)` makes `request.app[POOL]` that pool, whichever "
+        "object holds the mapping, so two mappings that reuse one key for different pools are confused); "
+        "one assignment of a one-worker pool among several makes it an owner. A default executor replaced "
+        "with a one-worker pool (`loop.set_default_executor`) is not seen: `asyncio.to_thread` is still "
+        "judged. The message names both MLX regimes: the checker does not read which MLX a project pins, "
+        "and from 0.31.2 work whose arrays are all evaluated on the worker is safe there."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("mlx",))
 
@@ -81,6 +97,25 @@ class MlxOffOwnerThread(Rule):
                 loop = asyncio.get_running_loop()
                 model, tokenizer = request.app["model"]
                 return await loop.run_in_executor(request.app[POOL], run, model, tokenizer, prompt)  # expect: INV107
+        '''),
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            import mlx.core as mx
+
+            class Embedder:
+                def __init__(self, model):
+                    self.model = model
+                    self._pool = ThreadPoolExecutor(thread_name_prefix="embed")
+
+                def _embed(self, batch):
+                    vectors = self.model(mx.array(batch))
+                    mx.eval(vectors)
+                    return vectors
+
+                async def embed(self, batch):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._pool, self._embed, batch)  # expect: INV107
         '''),
     ]
     VALID = [
@@ -150,6 +185,57 @@ class MlxOffOwnerThread(Rule):
                 model, tokenizer = request.app["model"]
                 return await loop.run_in_executor(request.app[MLX], run, model, tokenizer, prompt)
         '''),
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            import mlx.core as mx
+
+            class Embedder:
+                def __init__(self, model):
+                    self.model = model
+                    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+
+                def _embed(self, batch):
+                    vectors = self.model(mx.array(batch))
+                    mx.eval(vectors)
+                    return vectors
+
+                async def embed(self, batch):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._pool, self._embed, batch)
+        '''),
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            import mlx.core as mx
+
+            _mlx_executor = None
+
+            def get_mlx_executor():
+                global _mlx_executor
+                if _mlx_executor is None:
+                    _mlx_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
+                return _mlx_executor
+
+            async def evaluate(logits):
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(get_mlx_executor(), lambda: mx.eval(logits))
+        '''),
+        Valid('''
+            import asyncio
+            from mlx_lm import stream_generate
+
+            class Engine:
+                def __init__(self, core):
+                    self._core = core  # core._mlx_executor: the one thread its scheduler steps on
+
+                def _run(self, prompt):
+                    return list(stream_generate(self.model, self.tokenizer, prompt))
+
+                async def generate(self, prompt):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._core._mlx_executor, self._run, prompt)
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -169,15 +255,16 @@ class MlxOffOwnerThread(Rule):
     def end(self) -> None:
         for candidate in self.candidates:
             work = candidate.work
-            if is_owner_executor(work.executor, self.ctx):
-                continue
-            what = self._reaches(candidate.target)
-            if what is None:
-                continue
             if work.executor is None:
                 where = f"the default thread pool via {work.how} (a different thread each call)"
             else:
-                where = f"`{dotted(work.executor) or 'an executor'}`, which is not a configured owner executor"
+                pool = shifting_pool(work.executor, self.ctx)
+                if pool is None:  # one thread, or not known here
+                    continue
+                where = f"`{dotted(work.executor) or 'an executor'}`, {pool} (any of them each call)"
+            what = self._reaches(candidate.target)
+            if what is None:
+                continue
             label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
             message = self.message.format(target=label, what=what, where=where)
             self.ctx.report_at(self.id, work.call, candidate.statement, message)

@@ -14,6 +14,16 @@ _MUTATORS = frozenset({
     "pop", "popitem", "clear", "update", "add", "discard", "remove", "append", "extend", "insert", "setdefault",
 })
 _THREADING = ("threading.", "concurrent.futures.")
+# What builds a dict, set or list: the only state this rule judges (an object of another class
+# may lock itself, and the file does not say).
+_CONTAINER_LITERALS = (cst.Dict, cst.List, cst.Set, cst.DictComp, cst.ListComp, cst.SetComp)
+_CONTAINER_BUILTINS = frozenset({"dict", "list", "set"})
+_CONTAINER_CLASSES = frozenset({
+    "collections.OrderedDict", "collections.defaultdict", "collections.deque", "collections.Counter",
+    "typing.OrderedDict", "typing.DefaultDict", "typing.Deque", "typing.Counter",
+})
+# Methods that build the object; what they and their private helpers do happens before it is shared.
+_CONSTRUCTORS = frozenset({"__init__", "__post_init__"})
 
 
 @dataclass
@@ -42,11 +52,17 @@ class StateLockedInconsistently(Rule):
         "lost update, an entry used after it was removed); take `{lock}` here too, or leave `{attr}` to one thread"
     )
     known_problems = (
-        "Judges in-place changes (`x[k] = v`, `del x[k]`, `x.pop()`, `x.add()`, ...) of `self` attributes in "
-        "files that use threads; reads are not judged, and neither is `__init__`. A lock counts when a `with` "
-        "of a lock (by construction or lock-names) encloses the change in the same def, or every call of that "
-        "def in this file holds one (a private helper of locked methods); a lock taken by a caller in another "
-        "file, or a change made only from one thread by design, is not seen."
+        "Judges in-place changes (`x[k] = v`, `del x[k]`, `x.pop()`, `x.add()`, ...) of `self` attributes the "
+        "file assigns a dict, set or list (a literal, a comprehension, `dict()`, `collections.OrderedDict()`, "
+        "...), in files that use threads; an attribute holding another object (which may lock itself) or "
+        "assigned only elsewhere is not judged, and reads are not judged. Construction is not judged: "
+        "`__init__`, and a private method every call of which in this file is made from `__init__` (also "
+        "through other such methods) and which is never handed on as a callable; a call made after `__init__` "
+        "started a thread counts as construction too, and a private method also called from another file is "
+        "not seen. A lock counts when a `with` of a lock (by construction or lock-names) encloses the change "
+        "in the same def, or every call of that def in this file holds one (a private helper of locked "
+        "methods); a lock taken by a caller in another file, or a change made only from one thread by design "
+        "(both writers on the event loop), is not seen."
     )
     triggers = (("threading", "Thread", "Executor"), ("with ",))
 
@@ -70,6 +86,49 @@ class StateLockedInconsistently(Rule):
                     uid = self._request_uid_map.pop(request.request_id, None)  # expect: INV124
                     if uid is not None:
                         self._aborted.put(uid)
+        '''),
+        Invalid('''
+            import threading
+
+            class BlockStore:
+                def __init__(self, folder):
+                    self._lock = threading.Lock()
+                    self._blocks = {}
+                    self._scan(folder)
+                    self._writer = threading.Thread(target=self._write_loop, daemon=True)
+                    self._writer.start()
+
+                def _scan(self, folder):
+                    for path in folder.iterdir():
+                        self._blocks[path.stem] = path  # expect: INV124
+
+                def rescan(self, folder):
+                    self._scan(folder)
+
+                def _write_loop(self):
+                    for name, path in iter(self._queue.get, None):
+                        with self._lock:
+                            self._blocks[name] = path
+        '''),
+        Invalid('''
+            import threading
+
+            class Cache:
+                def __init__(self):
+                    self._lock = threading.RLock()
+                    self._index = {}
+                    self._writer = threading.Thread(target=self._write_loop, daemon=True)
+
+                def _write_loop(self):
+                    for key in iter(self._queue.get, None):
+                        with self._lock:
+                            self._index.pop(key, None)
+
+                def load(self, key, path):
+                    if not path.exists():
+                        self._index.pop(key, None)  # expect: INV124
+                        return None
+                    return path.read_bytes()
         '''),
     ]
     VALID = [
@@ -121,6 +180,55 @@ class StateLockedInconsistently(Rule):
                 def _evict(self, block):
                     self._by_hash.pop(block.hash, None)
         '''),
+        Valid('''
+            import threading
+
+            class BlockStore:
+                def __init__(self, folder):
+                    self._lock = threading.Lock()
+                    self._blocks = {}
+                    self._scan(folder)
+                    self._writer = threading.Thread(target=self._write_loop, daemon=True)
+                    self._writer.start()
+
+                def _scan(self, folder):
+                    for path in folder.iterdir():
+                        self._blocks[path.stem] = path
+
+                def _write_loop(self):
+                    for name, path in iter(self._queue.get, None):
+                        with self._lock:
+                            self._blocks[name] = path
+        '''),
+        Valid('''
+            import threading
+
+            class Index:
+                def __init__(self):
+                    self._lock = threading.Lock()
+                    self._entries = {}
+
+                def remove(self, key):
+                    with self._lock:
+                        return self._entries.pop(key, None)
+
+            class Cache:
+                def __init__(self):
+                    self._lock = threading.RLock()
+                    self._index = Index()
+                    self._writer = threading.Thread(target=self._write_loop, daemon=True)
+
+                def _write_loop(self):
+                    for key in iter(self._queue.get, None):
+                        with self._lock:
+                            self._index.remove(key)
+
+                def load(self, key, path):
+                    if not path.exists():
+                        self._index.remove(key)  # Index takes its own lock
+                        return None
+                    return path.read_bytes()
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -130,6 +238,8 @@ class StateLockedInconsistently(Rule):
         self.threaded = False
         # Calls of this file's methods: callee key -> [(caller key, holds a lock there)].
         self.callers: dict[str, list[tuple[str, bool]]] = {}
+        # Keys of names and attributes passed as arguments (a method handed to a thread or a callback).
+        self.handed: set[str] = set()
 
     def visit_With(self, node: cst.With) -> None:
         self.blocks.enter_with(node)
@@ -148,6 +258,10 @@ class StateLockedInconsistently(Rule):
         here = self._function_key()
         if key and here:
             self.callers.setdefault(key, []).append((here, bool(self._locks())))
+        for arg in node.args:  # `Thread(target=self._scan)`: runs it later, on some thread
+            handed = self.ctx.key(arg.value) if isinstance(arg.value, cst.Name | cst.Attribute) else None
+            if handed:
+                self.handed.add(handed)
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         if isinstance(node.target, cst.Subscript):
@@ -192,11 +306,45 @@ class StateLockedInconsistently(Rule):
                     changed = True
         return found
 
+    def _construction_only(self) -> set[str]:
+        """Private methods (`_load`) whose every call in this file is made by a constructor or by
+        another such method, and which are never handed on: they run while the object is built,
+        before another thread can hold it."""
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for callee, sites in self.callers.items():
+                name = callee.rsplit(".", 1)[-1]
+                if callee in found or callee in self.handed or not name.startswith("_") or name.startswith("__"):
+                    continue
+                if all(caller.rsplit(".", 1)[-1] in _CONSTRUCTORS or caller in found for caller, _ in sites):
+                    found.add(callee)
+                    changed = True
+        return found
+
+    def _is_container(self, key: str) -> bool:
+        """The file assigns this attribute a dict, set or list (a literal, a comprehension, `dict()`,
+        `collections.OrderedDict()`, ...)."""
+        for assignment in self.ctx.facts.assigned.get(key, ()):
+            value = assignment.value
+            if isinstance(value, _CONTAINER_LITERALS):
+                return True
+            if isinstance(value, cst.Call) and (
+                assignment.call_qual in _CONTAINER_CLASSES
+                or (isinstance(value.func, cst.Name) and value.func.value in _CONTAINER_BUILTINS
+                    and assignment.call_qual is None)
+            ):
+                return True
+        return False
+
     def end(self) -> None:
         if not self.threaded:
             return
-        covered = self._always_locked()
+        covered = self._always_locked() | self._construction_only()
         for key, writes in self.writes.items():
+            if not self._is_container(key):
+                continue
             writes = [w for w in writes if w.function not in covered]
             locked = [w for w in self.writes[key] if w.locks]
             if not locked:

@@ -18,6 +18,7 @@ is the real output, and this script still imports nothing but `mlx_invariants.ch
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -58,8 +59,9 @@ def run_check(paths: list[str]) -> str:
     """`invariants check PATHS` in a folder holding every rule's bad example: stdout then the summary."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        # A [tool.invariants] table here stops the search for one above the temporary folder.
-        (folder / "pyproject.toml").write_text("[tool.invariants]\n", encoding="utf-8")
+        # A [tool.invariants] table here stops the search for one above the temporary folder; it selects
+        # the opt-in rules by id, so every rule's example runs.
+        (folder / "pyproject.toml").write_text(f"[tool.invariants]\nselect = {_selection()}\n", encoding="utf-8")
         (folder / EXAMPLES).mkdir()
         for rule in RULES:
             (folder / example_file(rule)).write_text(first_bad_example(rule).source, encoding="utf-8")
@@ -70,6 +72,11 @@ def run_check(paths: list[str]) -> str:
                        f"not 1: {done.stderr.strip()}")
     _check_findings(done.stdout, paths)
     return done.stdout + done.stderr
+
+
+def _selection() -> str:
+    """`select` for the doc's runs: every rule, the opt-in ones by id (as TOML)."""
+    return json.dumps(["INV", *(r.id for r in RULES if not r.default_enabled)])
 
 
 def _check_findings(text: str, paths: list[str]) -> None:
@@ -109,10 +116,11 @@ def example_block() -> str:
 def rules_block() -> str:
     rows = ["| id | name | catches | options (`[tool.invariants.INVxxx]`) |", "|---|---|---|---|"]
     rows += [f"| {rule_id} | {name} | {_cell(summary)} | — |" for rule_id, (name, summary) in BUILTIN.items()]
-    rows += [f"| {r.id} | {r.name()} | {_cell(r.catches)} | {_options(r)} |" for r in RULES]
+    rows += [f"| {r.id} | {r.name()} | {_cell(r.summary())} | {_options(r)} |" for r in RULES]
     return "\n".join([
         *rows, "",
-        f"Each rule's first bad example, written to `{EXAMPLES}/` under the name of the rule's module:", "",
+        f"Each rule's first bad example, written to `{EXAMPLES}/` under the name of the rule's module, "
+        f"checked with `select = {_selection()}` (opt-in rules run only when named):", "",
         "```console", f"$ invariants check {EXAMPLES}", run_check([EXAMPLES]).rstrip("\n"), "```", "",
     ])
 

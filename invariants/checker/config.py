@@ -117,7 +117,7 @@ class Settings:
         return cls(**{**data, "root": Path(data["root"]), "cache_dir": Path(data["cache_dir"])})
 
     def enabled(self, rules: list[type[Rule]]) -> list[type[Rule]]:
-        return [r for r in rules if selected(r.id, self.select, self.ignore)]
+        return [r for r in rules if selected(r.id, self.select, self.ignore, opt_in=not r.default_enabled)]
 
     def options_for(self, rule: type[Rule]) -> dict[str, Any]:
         return {**self.shared, **rule.options, **self.rule_options.get(rule.id, {})}
@@ -133,7 +133,11 @@ class Settings:
         return True
 
 
-def selected(rule_id: str, select: list[str], ignore: list[str]) -> bool:
+def selected(rule_id: str, select: list[str], ignore: list[str], opt_in: bool = False) -> bool:
+    """Whether `rule_id` runs: its longest matching `select` prefix is longer than its longest `ignore`
+    one. An opt-in rule (`Rule.default_enabled = False`) runs only when `select` names its full id."""
+    if opt_in and rule_id not in select:
+        return False
     if not any(rule_id.startswith(s) for s in select):
         return False
     longest_select = max(len(s) for s in select if rule_id.startswith(s))

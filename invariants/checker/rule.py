@@ -81,6 +81,10 @@ class Rule:
     known_problems: ClassVar[str] = ""
     # Rule-specific `[tool.invariants.INV1xx]` keys and their defaults.
     options: ClassVar[dict[str, Any]] = {}
+    # False for an opt-in rule: it runs only when `select` names its full id (`select = ["INV",
+    # "INV113"]`); a prefix such as the default "INV" does not. For a pattern whose findings on
+    # real code were mostly harmless, still worth a look on request.
+    default_enabled: ClassVar[bool] = True
     # The file is parsed for this rule only if, for every group, one of the group's
     # substrings occurs in it. Every qualified name a rule resolves has its last
     # part in the file text (in the import or at the use), so aliasing cannot
@@ -106,7 +110,7 @@ class Rule:
 
     @classmethod
     def summary(cls) -> str:
-        return cls.catches
+        return cls.catches if cls.default_enabled else f"{cls.catches} (opt-in: select it by id)"
 
     @classmethod
     def why(cls) -> str:

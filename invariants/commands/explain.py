@@ -58,6 +58,10 @@ def explain(rule) -> str:
     from mlx_invariants.checker.config import SHARED_DEFAULTS
 
     parts = [f"{rule.id} {rule.name()}", ""]
+    if not rule.default_enabled:
+        parts += ["Opt-in", _indent(textwrap.fill(
+            f'Off unless `select` names it: select = ["INV", "{rule.id}"] in [tool.invariants], or '
+            f"--select INV,{rule.id}.", 88)), ""]
     parts += ["What", _indent(textwrap.fill(_placeholders(rule.message), 88)), ""]
     parts += ["Why", _indent(textwrap.fill(" ".join(rule.why().split()), 88)), ""]
     bad, good = rule.invalid(), rule.valid()

@@ -22,14 +22,16 @@ CASES = [
 ]
 
 
-def _findings(example: Example) -> list[tuple[int, str]]:
+def _findings(example: Example, rule: type[Rule] | None = None) -> list[tuple[int, str]]:
+    """The example's findings, with `rule` selected by id (an opt-in rule runs only so)."""
+    options = {"select": ["INV", rule.id], **example.options} if rule is not None else example.options
     if example.files:
-        return _package_findings(example)
-    settings = config.from_table(example.options, Path("."), "example", RULES)
+        return _package_findings(example, options)
+    settings = config.from_table(options, Path("."), "example", RULES)
     return sorted((f.line, f.rule) for f in check_source(example.source, settings))
 
 
-def _package_findings(example: Example) -> list[tuple[int, str]]:
+def _package_findings(example: Example, options: dict) -> list[tuple[int, str]]:
     """A multi-file example, checked as one run over its package; a finding outside the snippet
     is returned with its path, so it can never match a marker."""
     with tempfile.TemporaryDirectory() as folder:
@@ -38,7 +40,7 @@ def _package_findings(example: Example) -> list[tuple[int, str]]:
         for name, code in files.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(textwrap.dedent(code).strip("\n") + "\n", encoding="utf-8")
-        settings = config.from_table(example.options, root, "example", RULES)
+        settings = config.from_table(options, root, "example", RULES)
         found = check_paths([str(root)], settings, use_cache=False).findings
         main = (root / Example.MAIN).resolve()
         return sorted((f.line, f.rule) if Path(f.path).resolve() == main else (f.line, f"{f.rule} in {f.path}")
@@ -47,7 +49,7 @@ def _package_findings(example: Example) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize(("rule", "example"), CASES)
 def test_example_reports_exactly_its_expect_markers(rule: type[Rule], example: Example) -> None:
-    assert _findings(example) == sorted(example.expected()), example.source
+    assert _findings(example, rule) == sorted(example.expected()), example.source
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
@@ -69,6 +71,18 @@ def test_rules_are_in_id_order_one_module_each() -> None:
     for rule in RULES:
         module = rule.__module__.rsplit(".", 1)[-1]
         assert module.startswith(rule.id.lower() + "_"), module
+
+
+def test_an_opt_in_rule_runs_only_when_selected_by_id() -> None:
+    """INV113 is off under the default `select = ["INV"]` and on when `select` names it."""
+    rule = next(r for r in RULES if r.id == "INV113")
+    assert not rule.default_enabled
+    bad = rule.invalid()[0]
+    assert _findings(bad) == []
+    assert _findings(bad, rule) == sorted(bad.expected())
+    assert "INV113" not in config.from_table({"select": ["INV1"]}, Path("."), "example", RULES).enabled_ids
+    assert "INV113" not in config.from_table({"select": ["INV", "INV113"], "ignore": ["INV113"]}, Path("."),
+                                             "example", RULES).enabled_ids
 
 
 def test_breaking_a_valid_example_makes_its_rule_fire() -> None:

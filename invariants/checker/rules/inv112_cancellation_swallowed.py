@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from mlx_invariants.checker.awaiters import AWAITED, TASK, Awaiters
+from mlx_invariants.checker.continuation import Continuation, Next
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import positional
@@ -32,6 +34,9 @@ class _Swallow:
     statement: cst.CSTNode  # the exit's own line (or the handler), for suppression comments
     function: cst.CSTNode  # the async def whose handler it is
     key: str | None  # that def's key (`_drain`, `Server._drain`), to find its callers
+    attempt: cst.CSTNode  # the try statement the handler belongs to
+    exits: list[cst.CSTNode]  # every break/continue/return that leaves the handler
+    falls_off: bool  # the handler's end is reachable
     reraised: bool = False
 
 
@@ -39,15 +44,21 @@ class CancellationSwallowed(Rule):
     """A coroutine that catches its own cancellation (`except asyncio.CancelledError`,
     `except BaseException`, a bare `except`) and then leaves the handler by `break`,
     `continue`, `return` or by falling off its end finishes as *done*, not *cancelled*.
-    Whoever cancelled it (stop(), a timeout, a client disconnect, TaskGroup or
-    asyncio.timeout) cannot tell that it stopped, waits on, or carries on with a loop
-    it believes gone. vllm-mlx's engine and MLLM scheduler loops both did
+    That matters where someone goes on as if it had not been cancelled: the coroutine
+    itself (it awaits, yields or goes round its loop again after the handler), the
+    caller that awaited it (it carries on past the `await` or the `async for`), a
+    timeout around it (`wait_for` returns its value instead of raising TimeoutError),
+    or whoever awaits its task (the stop() that cancels and then awaits it).
+    vllm-mlx's engine and MLLM scheduler loops both did
     `except asyncio.CancelledError: break` (fixed to `raise` in a76295c, the corpus's
-    a76295c-a and a76295c-b): shutdown propagation was hidden from every caller that
-    awaited the loop task."""
+    a76295c-a and a76295c-b): shutdown propagation was hidden from the stop() that
+    cancelled and awaited the loop task. A background task whose cancellers never
+    await it, ending where it swallows, and a stream that just ends are not reported:
+    nothing reads how they ended."""
 
     id = "INV112"
-    catches = "an `except CancelledError` (or BaseException) in an async def that leaves without re-raising"
+    catches = ("an `except CancelledError` (or BaseException) in an async def that leaves without re-raising, "
+               "where the coroutine, its caller, a timeout or its task's awaiter goes on")
     message = (
         "`{handler}` {how} without re-raising: the task ends as done, not cancelled, so whoever cancelled it "
         "never learns; re-raise it (`raise`), or call `asyncio.current_task().uncancel()` where swallowing "
@@ -65,6 +76,18 @@ class CancellationSwallowed(Rule):
         "helper whose every call in this file is cleanup under a cancellation that goes on (in a handler "
         "that re-raises on every path, or in a finally): a helper called from nowhere in the file, or "
         "from any other place, is judged alone. "
+        "Who runs the coroutine is read from its own file only, by the def's name (`self._loop`, `_loop`): "
+        "a swallow that ends the coroutine (only synchronous statements or `finally` blocks run after it) "
+        "is reported when a call in the file awaits it and goes on to suspend again (or its caller's "
+        "callers do), under a timeout, or when its task is kept under a name that is awaited, gathered or "
+        "asked `result()`/`exception()`/`cancelled()` anywhere in the file, or is a TaskGroup's. A task "
+        "dropped or kept in a container (`self._tasks[id] = create_task(...)`) counts as never awaited. A "
+        "def nothing in the file calls, or only hands on (`StreamingResponse(gen())`, a callback), is judged "
+        "by its kind: a coroutine function is reported (an awaiting caller elsewhere would take it as "
+        "completed) unless its handler records the cancellation as the job's state (`run.status = "
+        "\"cancelled\"`); an async generator is not (its stream just ends), so a consumer in another module "
+        "that goes on after its `async for` is missed. Branches are not told apart: a suspension on any "
+        "path after the handler counts. "
         "Any `raise` counts as re-raising, even of another exception; `except*` is not judged."
     )
     triggers = (("async",), ("except",))
@@ -74,6 +97,17 @@ class CancellationSwallowed(Rule):
             import asyncio
 
             class EngineCore:
+                async def start(self):
+                    self._task = asyncio.create_task(self._engine_loop())
+
+                async def stop(self):
+                    self._running = False
+                    self._task.cancel()
+                    try:
+                        await self._task
+                    except asyncio.CancelledError:
+                        pass
+
                 async def _engine_loop(self):
                     while self._running:
                         try:
@@ -94,6 +128,11 @@ class CancellationSwallowed(Rule):
                         yield await queue.get()
                 except (GeneratorExit, asyncio.CancelledError):  # expect: INV112
                     logger.info("stream closed")
+
+            async def relay(queue, client):
+                async for item in stream_outputs(queue):
+                    await client.send(item)
+                await client.send_done()  # a cancelled relay still tells the client the answer is complete
         '''),
         Invalid('''
             from asyncio import CancelledError as Cancelled
@@ -168,12 +207,54 @@ class CancellationSwallowed(Rule):
                     except asyncio.CancelledError:  # expect: INV112
                         pass
         '''),
+        Invalid('''
+            import asyncio
+
+            async def read_reply(conn):
+                try:
+                    return await conn.readline()
+                except asyncio.CancelledError:
+                    return b""  # expect: INV112
+
+            async def ask(conn, question, seconds):
+                await conn.write(question)
+                return await asyncio.wait_for(read_reply(conn), seconds)  # a timeout returns b"", no TimeoutError
+        '''),
+        Invalid('''
+            import asyncio
+
+            class Poller:
+                def start(self):
+                    self._task = asyncio.create_task(self._poll())
+
+                def stop(self):
+                    self._task.cancel()
+
+                async def _poll(self):
+                    while True:
+                        try:
+                            await self._refresh()
+                        except asyncio.CancelledError:  # expect: INV112
+                            logger.info("refresh cancelled")
+                        await asyncio.sleep(1.0)
+        '''),
     ]
     VALID = [
         Valid('''
             import asyncio
 
             class EngineCore:
+                async def start(self):
+                    self._task = asyncio.create_task(self._engine_loop())
+
+                async def stop(self):
+                    self._running = False
+                    self._task.cancel()
+                    try:
+                        await self._task
+                    except asyncio.CancelledError:
+                        pass
+
                 async def _engine_loop(self):
                     while self._running:
                         try:
@@ -195,6 +276,11 @@ class CancellationSwallowed(Rule):
                 except (GeneratorExit, asyncio.CancelledError):
                     logger.info("stream closed")
                     raise
+
+            async def relay(queue, client):
+                async for item in stream_outputs(queue):
+                    await client.send(item)
+                await client.send_done()
         '''),
         Valid('''
             from asyncio import CancelledError as Cancelled
@@ -355,6 +441,107 @@ class CancellationSwallowed(Rule):
                     except asyncio.CancelledError:
                         pass
         '''),
+        Valid('''
+            import asyncio
+
+            async def read_reply(conn):
+                try:
+                    return await conn.readline()
+                except asyncio.CancelledError:
+                    raise
+
+            async def ask(conn, question, seconds):
+                await conn.write(question)
+                return await asyncio.wait_for(read_reply(conn), seconds)
+        '''),
+        Valid('''
+            import asyncio
+
+            class Poller:
+                def start(self):
+                    self._task = asyncio.create_task(self._poll())
+
+                def stop(self):
+                    self._task.cancel()  # nobody awaits the poller: how it ended is read by no one
+
+                async def _poll(self):
+                    try:
+                        while True:
+                            await self._refresh()
+                            await asyncio.sleep(1.0)
+                    except asyncio.CancelledError:
+                        logger.info("poller stopped")  # ends here: nothing after the loop runs
+        '''),
+        Valid('''
+            import asyncio
+
+            class EngineCore:
+                async def start(self):
+                    self._task = asyncio.create_task(self._engine_loop())
+
+                def stop(self):
+                    self._running = False
+                    self._task.cancel()
+
+                async def _engine_loop(self):
+                    while self._running:
+                        try:
+                            await self._step_once()
+                            await asyncio.sleep(0.001)
+                        except asyncio.CancelledError:
+                            break  # the loop is the coroutine's end, and stop() never awaits the task
+                        except Exception:
+                            logger.exception("engine loop error")
+                            await asyncio.sleep(0.1)
+        '''),
+        Valid('''
+            import asyncio
+
+            from starlette.responses import StreamingResponse
+
+            async def events(request):
+                async def event_stream():
+                    try:
+                        while True:
+                            yield await request.app.state.events.get()
+                    except asyncio.CancelledError:
+                        logger.info("client went away")  # the stream ends; its response is being torn down
+
+                return StreamingResponse(event_stream())
+        '''),
+        Valid('''
+            import asyncio
+
+            async def run_benchmark(run, engine):
+                try:
+                    for case in run.cases:
+                        await engine.generate(case)
+                    run.status = "completed"
+                except asyncio.CancelledError:
+                    run.status = "cancelled"  # the job's outcome, where whoever started it looks
+                    await run.events.put({"type": "cancelled"})
+        '''),
+        Valid('''
+            import asyncio
+
+            async def chunks(stream, stop_requested):
+                try:
+                    async for chunk in stream:
+                        yield chunk
+                except asyncio.CancelledError:
+                    if not stop_requested():
+                        raise
+
+            async def forward(stream, stop_requested, outbox):
+                async for chunk in chunks(stream, stop_requested):
+                    outbox.put(chunk)
+                outbox.put(None)
+
+            def accept(request, outbox, pending):
+                task = asyncio.get_running_loop().create_task(forward(request.stream, request.stop_requested, outbox))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -372,6 +559,8 @@ class CancellationSwallowed(Rule):
         # Calls by callee key: for each, whether it was made where the caller re-raises the cancellation.
         self.calls: dict[str, list[bool]] = {}
         self.current_task: set[int] = set()  # functions that call asyncio.current_task()
+        self.awaiters = Awaiters(ctx)  # who awaits the file's coroutines, and who reads their tasks' outcome
+        self.continuations: dict[int, Continuation] = {}
 
     def _count(self, counts: dict[int, int], step: int) -> None:
         function = self._function()
@@ -385,12 +574,24 @@ class CancellationSwallowed(Rule):
         self._count(self.finally_depth, -1)
 
     def visit_With(self, node: cst.With) -> None:
+        self.awaiters.on_with(node)
         if self._shields(node):
             self._count(self.shielded, 1)
 
     def leave_With(self, node: cst.With) -> None:
+        self.awaiters.on_with_exit(node)
         if self._shields(node):
             self._count(self.shielded, -1)
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.awaiters.on_await(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1:
+            self.awaiters.on_assign(node.targets[0].target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.awaiters.on_assign(node.target, node.value)
 
     def _shields(self, node: cst.With) -> bool:
         helpers = self.ctx.shared["shield-helpers"]
@@ -402,6 +603,7 @@ class CancellationSwallowed(Rule):
         return id(frame.node) if frame.kind is Kind.ASYNC else None
 
     def visit_For(self, node: cst.For) -> None:
+        self.awaiters.on_for(node)
         function = self._function()
         iterated = self.ctx.key(node.iter)
         if function is not None and isinstance(node.target, cst.Name) and iterated:
@@ -419,6 +621,7 @@ class CancellationSwallowed(Rule):
             self.handlers[function].pop()
 
     def visit_Call(self, node: cst.Call) -> None:
+        self.awaiters.on_call(node)
         func = node.func
         function = self._function()
         if function is None:
@@ -461,7 +664,8 @@ class CancellationSwallowed(Rule):
         flags = {k for k in map(self.ctx.key, _assigned(handler)) if k}
         owner = self.ctx.scope.top.node
         facts = self.ctx.function_facts(owner)
-        swallow = _Swallow(handler, exit_node, how, flags, line or handler, owner, facts.key if facts else None)
+        swallow = _Swallow(handler, exit_node, how, flags, line or handler, owner, facts.key if facts else None,
+                           node, [e for e, _ in exits], falls_off)
         self.found.append(swallow)
         if flags:
             self.pending.setdefault(function, []).append(swallow)
@@ -483,9 +687,68 @@ class CancellationSwallowed(Rule):
         for swallow in self.found:
             if swallow.reraised or self._cancels_itself(swallow.function) or self._callers_reraise(swallow.key):
                 continue
+            if not self._goes_on(swallow) and not self._lost_upward(swallow.function, swallow.key, swallow.handler):
+                continue
             handler = "except:" if swallow.handler.type is None else f"except {_text(swallow.handler.type)}"
             message = self.message.format(handler=handler, how=swallow.how)
             self.ctx.report_at(self.id, swallow.exit, swallow.statement, message)
+
+    def _continuation(self, function: cst.FunctionDef) -> Continuation:
+        found = self.continuations.get(id(function))
+        if found is None:
+            found = self.continuations[id(function)] = Continuation(function)
+        return found
+
+    def _goes_on(self, swallow: _Swallow) -> bool:
+        """After the handler the coroutine suspends again (awaits, yields, goes round its loop): the
+        cancellation did not stop it, whoever started it."""
+        flow = self._continuation(swallow.function)  # type: ignore[arg-type]
+        for exit in swallow.exits:
+            if isinstance(exit, cst.Continue):
+                return True
+            if isinstance(exit, cst.Break):
+                loop = flow.loop_around(swallow.attempt)
+                if loop is None or flow.after(loop) is Next.RESUMES:
+                    return True
+        return swallow.falls_off and flow.after(swallow.attempt) is Next.RESUMES
+
+    def _lost_upward(self, function: cst.CSTNode, key: str | None, handler: cst.ExceptHandler | None,
+                     seen: set[str] | None = None) -> bool:
+        """Someone reads the outcome the swallow changed: a caller in this file that awaits the def and
+        then goes on (or whose own callers do), a timeout around it that now returns instead of raising,
+        or a task of it that is awaited or asked how it ended (the stop() idiom: cancel, then await).
+        A def nothing in this file runs is judged by its kind: a coroutine function returns to a caller
+        as if it completed (unless its handler records the cancellation as the job's state); an async
+        generator just ends its stream, which its consumer (a framework's response) sees as the end."""
+        seen = set() if seen is None else seen
+        if key is not None and key in seen:
+            return False
+        seen.add(key or "")
+        uses = self.awaiters.uses(key)
+        unknown = not uses
+        for use in uses:
+            if use.kind == AWAITED:
+                if use.timed:
+                    return True
+                caller = use.frame
+                if not isinstance(caller, cst.FunctionDef) or use.statement is None:
+                    unknown = True
+                    continue
+                if not _returns_at(use.statement) and self._continuation(caller).after(use.statement) is Next.RESUMES:
+                    return True
+                facts = self.ctx.function_facts(caller)
+                if self._lost_upward(caller, facts.key if facts else None, None, seen):
+                    return True
+            elif use.kind == TASK:
+                if use.grouped or self.awaiters.observed(use.handle):
+                    return True
+            else:
+                unknown = True
+        if not unknown:
+            return False
+        if _is_generator(function):
+            return False
+        return handler is None or not _records_cancellation(handler)
 
     def _catches_cancellation(self, kind: cst.BaseExpression | None) -> bool:
         if kind is None:
@@ -646,6 +909,35 @@ def _always_raises(handler: cst.ExceptHandler) -> bool:
     """Every way out of the handler is a `raise`."""
     exits, falls_off = _flow(_statements(handler.body), 0)
     return not exits and not falls_off
+
+
+def _returns_at(statement: cst.CSTNode) -> bool:
+    """`return await f()`: the caller ends where it awaits."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Return | cst.Raise) for s in statement.body)
+
+
+def _is_generator(function: cst.CSTNode) -> bool:
+    return any(isinstance(n, cst.Yield) for n in descendants(function, OWN_BODY_STOP))
+
+
+def _records_cancellation(handler: cst.ExceptHandler) -> bool:
+    """The handler stores the cancellation as the job's outcome: `run.status = "cancelled"`,
+    `task.status = Status.CANCELLED` (an attribute or item set to a value that names it)."""
+    for node in descendants(handler.body, OWN_BODY_STOP):
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, cst.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        if node.value is None or not any(isinstance(t, cst.Attribute | cst.Subscript) for t in targets):
+            continue
+        value = node.value
+        text = value.evaluated_value if isinstance(value, cst.SimpleString) else dotted(value)
+        if isinstance(text, str) and "cancel" in text.lower():
+            return True
+    return False
 
 
 def _consults_cancellation_state(handler: cst.ExceptHandler) -> bool:

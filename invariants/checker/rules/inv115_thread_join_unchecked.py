@@ -14,6 +14,20 @@ from mlx_invariants.checker.walker import descendants
 _THREADS = frozenset({"threading.Thread"})
 _THREAD_NAMES = ["thread", "*_thread"]  # a receiver of `.join(timeout)` known by name as a thread
 _TEST_FRAMEWORKS = frozenset({"pytest", "_pytest", "unittest"})
+# Methods that release what they are called on (or, on `os`/`shutil`, what they are handed).
+_RELEASES = frozenset({"close", "aclose", "shutdown", "terminate", "kill", "release", "cleanup", "dispose",
+                       "destroy", "unload", "free", "stop", "disconnect", "unlink", "rmtree"})
+_REMOVERS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
+
+
+@dataclass
+class _Release:
+    """A statement that releases something: closes, stops or deletes it, or sets it to None."""
+
+    order: int
+    names: set[str]  # the names and attributes of what it releases
+    keys: set[str]  # the keys of what it releases (a thread's own handle `self._thread = None` is not a release)
+    statement: cst.CSTNode
 
 
 @dataclass
@@ -34,8 +48,7 @@ class _Function:
     # Names read by an `assert` or an `if` test, with the order they were read at: a test of
     # what the thread's target wrote (`assert answers[0].ok`) tells whether it finished.
     tested: list[tuple[int, set[str]]] = field(default_factory=list)
-    # Statements that do more than log or return: their order and the names they use.
-    acting: list[tuple[int, set[str]]] = field(default_factory=list)
+    releases: list[_Release] = field(default_factory=list)  # statements that release something, in order
     polling: list[set[str]] = field(default_factory=list)  # keys whose is_alive() the enclosing while loops test
     members: dict[str, str] = field(default_factory=dict)  # loop variable -> the collection it runs over
 
@@ -43,25 +56,30 @@ class _Function:
 class ThreadJoinUnchecked(Rule):
     """`thread.join(timeout)` returns None whether or not the thread stopped: only
     `thread.is_alive()` afterwards tells. A shutdown that joins with a timeout and
-    carries on leaves a thread that did not stop running beside whatever comes
-    next: a generation thread still stepping the model while the server tears the
-    model down, a cache writer still spilling into an index already closed.
-    vllm-mlx's SSD cache tier did exactly that in `close()`
+    then releases what the thread works on leaves a thread that did not stop
+    running into what is gone: a generation thread still stepping a model the
+    server has just closed or dropped, a cache writer still spilling into an index
+    already closed. vllm-mlx's SSD cache tier did exactly that in `close()`
     (ssd_cache.py@61fab4b:1230: join(timeout=5.0), then close the index), fixed in
-    2cd2230 to check `is_alive()` and raise. What counts as checking: `is_alive()`
-    after the join, or an `assert`/`if` on what the thread's target writes (a test
-    that joins a client thread, then asserts on the answer it appended). A join
-    that nothing after it relies on is a bounded wait and is not judged: only
-    logging follows, or (when the thread's code is in the file) what follows
-    touches nothing the thread's target or its `args` use. Tests are not
-    judged: there the timeout is the test's own deadline, and what the test
-    asserts afterwards, or the test run ending, settles a thread left behind."""
+    2cd2230 to check `is_alive()` and raise. Only that is judged: a join followed by
+    a release (`x.close()`, `shutdown()`, `terminate()`, `unlink()`, `os.remove`,
+    `shutil.rmtree`, `del x`, `x = None`) of something the thread's target or its
+    `args` use, or, when the thread's code is not in the file, of anything but the
+    thread's own handle. A join that is just a bounded wait (a daemon told to stop,
+    a server whose `shutdown()` already waited for `serve_forever`, followed by
+    logging, `self._thread = None`, or more use of a thread-safe queue) is not.
+    What counts as checking: `is_alive()` after the join, or an `assert`/`if` on
+    what the thread's target writes. Tests are not judged: there the timeout is
+    the test's own deadline, and what the test asserts afterwards, or the test run
+    ending, settles a thread left behind."""
 
     id = "INV115"
-    catches = "`thread.join(timeout)` outside tests with no `is_alive()` check after it in the same function"
+    catches = ("`thread.join(timeout)` outside tests, unchecked by `is_alive()`, then a release (close, "
+               "shutdown, `= None`, ...) of what the thread uses")
     message = (
-        "`{call}` may return with `{thread}` still running, and nothing here checks: test "
-        "`{thread}.is_alive()` after it and report (or escalate) a thread that did not stop"
+        "`{call}` may return with `{thread}` still running, and `{release}` then releases what it uses: "
+        "test `{thread}.is_alive()` after the join and report (or escalate) a thread that did not stop "
+        "before releasing anything"
     )
     known_problems = (
         "A thread is known by `threading.Thread(...)` assigned to it in this file or by a name ending in "
@@ -70,10 +88,12 @@ class ThreadJoinUnchecked(Rule):
         "of an enclosing `while` loop; for a loop variable, an `is_alive()` of any member of the same "
         "collection (`[t for t in threads if t.is_alive()]`) counts. So does an `assert` or `if` after the join "
         "that reads a name the thread's target (a lambda, or a def of this file) uses, whether or not that "
-        "test really tells the thread finished. A join followed only by logging, or by statements sharing no "
-        "name or attribute with the thread's code (when that code is in this file), is not judged, even when "
-        "the caller goes on to tear down what the thread uses; a shared name that means something else "
-        "counts as relying on the thread. Test code is not judged (a join's timeout there is the test's own "
+        "test really tells the thread finished. Only a release in the same function counts as relying on the "
+        "thread: one in a caller (`stop()` then `close()`), a release through a method of another name "
+        "(`reset()`, `clear()`), reusing what the thread uses (putting to its queue, restarting it) and "
+        "returning a result the thread was to produce are not judged. A released name or attribute is "
+        "matched to the thread's code by its last part, so a shared name that means something else counts "
+        "as the thread's. Test code is not judged (a join's timeout there is the test's own "
         "deadline): a `test*` function, a `Test*` class, a pytest fixture, anything nested in them, and a "
         "whole file that imports pytest or unittest (test modules, conftest.py); a test helper module that "
         "imports neither is judged like any other code."
@@ -96,13 +116,14 @@ class ThreadJoinUnchecked(Rule):
                     self.batch_generator.close()
         '''),
         Invalid('''
+            import shutil
             from threading import Thread
 
-            def run_with_deadline(work, seconds):
-                runner = Thread(target=work)
+            def run_in_scratch(work, scratch, seconds):
+                runner = Thread(target=work, args=(scratch,))
                 runner.start()
                 runner.join(seconds)  # expect: INV115
-                return "done"
+                shutil.rmtree(scratch)
         '''),
         Invalid('''
             def close(self):
@@ -111,13 +132,10 @@ class ThreadJoinUnchecked(Rule):
                 self._index.close()
         '''),
         Invalid('''
-            import threading
-
-            def check_threads(before, trace):
-                new = [t for t in threading.enumerate() if t not in before]
-                for thread in new:
+            def stop_workers(workers, pool):
+                for thread in workers:
                     thread.join(timeout=2.0)  # expect: INV115
-                trace.record("threads-joined", len(new))
+                pool.shutdown()
         '''),
         Invalid('''
             import threading
@@ -127,6 +145,23 @@ class ThreadJoinUnchecked(Rule):
                 client.start()
                 client.join(30)  # expect: INV115
                 transcript.close()
+        '''),
+        Invalid('''
+            import threading
+
+            class Generator:
+                def start(self):
+                    self._worker = threading.Thread(target=self._decode_loop, daemon=True)
+                    self._worker.start()
+
+                def _decode_loop(self):
+                    while not self._stop.is_set():
+                        self.model.step()
+
+                def unload(self):
+                    self._stop.set()
+                    self._worker.join(timeout=5.0)  # expect: INV115
+                    self.model = None
         '''),
     ]
     VALID = [
@@ -147,13 +182,16 @@ class ThreadJoinUnchecked(Rule):
                     self.batch_generator.close()
         '''),
         Valid('''
+            import shutil
             from threading import Thread
 
-            def run_with_deadline(work, seconds):
-                runner = Thread(target=work)
+            def run_in_scratch(work, scratch, seconds):
+                runner = Thread(target=work, args=(scratch,))
                 runner.start()
                 runner.join(seconds)
-                return "timed out" if runner.is_alive() else "done"
+                if runner.is_alive():
+                    raise TimeoutError(f"work still running after {seconds} s; {scratch} kept")
+                shutil.rmtree(scratch)
         '''),
         Valid('''
             def close(self):
@@ -164,14 +202,13 @@ class ThreadJoinUnchecked(Rule):
                 self._index.close()
         '''),
         Valid('''
-            import threading
-
-            def check_threads(before, trace):
-                new = [t for t in threading.enumerate() if t not in before]
-                for thread in new:
+            def stop_workers(workers, pool):
+                for thread in workers:
                     thread.join(timeout=2.0)
-                alive = [t.name for t in new if t.is_alive()]
-                trace.record("threads-joined", len(new), alive)
+                alive = [t.name for t in workers if t.is_alive()]
+                if alive:
+                    raise RuntimeError(f"workers still running: {alive}")
+                pool.shutdown()
         '''),
         Valid('''
             import threading
@@ -258,6 +295,52 @@ class ThreadJoinUnchecked(Rule):
                 thread.join()
                 return os.path.join(root, ", ".join(parts))
         '''),
+        Valid('''
+            import threading
+
+            class Generator:
+                def start(self):
+                    self._worker = threading.Thread(target=self._decode_loop, daemon=True)
+                    self._worker.start()
+
+                def _decode_loop(self):
+                    while not self._stop.is_set():
+                        self.model.step()
+
+                def unload(self):
+                    self._stop.set()
+                    self._worker.join(timeout=5.0)
+                    if self._worker.is_alive():
+                        raise RuntimeError("decode thread still running after 5 s; model kept")
+                    self.model = None
+        '''),
+        Valid('''
+            import socketserver
+            import threading
+
+            class HandoffServer(socketserver.ThreadingTCPServer):
+                def start(self):
+                    self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+                    self._thread.start()
+
+                def stop(self):
+                    self.shutdown()  # returns once serve_forever has returned
+                    self.server_close()
+                    self._thread.join(timeout=5)
+                    self._thread = None
+        '''),
+        Valid('''
+            import threading
+
+            def download(repo, progress):
+                done = threading.Event()
+                beat = threading.Thread(target=lambda: send_heartbeats(done, progress), daemon=True)
+                beat.start()
+                fetch(repo)
+                done.set()
+                beat.join(timeout=1.0)
+                progress.put({"kind": "end", "repo": repo})  # a queue: a late heartbeat just lands after this
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -305,9 +388,31 @@ class ThreadJoinUnchecked(Rule):
         self._tests(node.test)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if not all(_only_reports(small) for small in node.body):
+        released: list[cst.BaseExpression] = []
+        for small in node.body:
+            released += self._released(small)
+        if released:
             self.order += 1
-            self._here().acting.append((self.order, _names(node)))
+            names = set().union(*(_names(r) for r in released))
+            keys = {k for k in map(self.ctx.key, released) if k}
+            self._here().releases.append(_Release(self.order, names, keys, node))
+
+    def _released(self, small: cst.BaseSmallStatement) -> list[cst.BaseExpression]:
+        """What `small` releases: `x.close()` (and the other `_RELEASES`), `os.remove(path)`,
+        `shutil.rmtree(path)`, `del x`, `x = None`."""
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            call = small.value
+            if self.ctx.resolve(call.func) in _REMOVERS:
+                return [a.value for a in call.args]
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in _RELEASES:
+                return [call.func.value]
+            return []
+        if isinstance(small, cst.Del):
+            target = small.target
+            return list(e.value for e in target.elements) if isinstance(target, cst.Tuple) else [target]
+        if isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "None":
+            return [t.target for t in small.targets if isinstance(t.target, cst.Name | cst.Attribute)]
+        return []
 
     def _tests(self, test: cst.BaseExpression) -> None:
         self.order += 1
@@ -318,6 +423,8 @@ class ThreadJoinUnchecked(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if self.ctx.resolve(func) in _THREADS:
+            self.ctx.pin(keyword(node, "target"))  # `self._run` is keyed by class: remembered for end()
         if not isinstance(func, cst.Attribute):
             return
         self.order += 1
@@ -344,15 +451,17 @@ class ThreadJoinUnchecked(Rule):
                 if join.polled or checked or join.in_test or not self._is_thread(join.receiver):
                     continue
                 used = self._target_names(join.receiver)
-                after = [names for order, names in function.acting if order > join.order]
-                # Nothing after the join relies on the thread having stopped: only logging, or (when the
-                # thread's code is known) statements that touch nothing the thread uses.
-                if not after or (used is not None and not any(names & used for names in after)):
+                # What comes after the join releases something the thread uses (anything but its own
+                # handle, when the thread's code is not in this file): it relies on the thread having stopped.
+                release = next((r for r in function.releases if r.order > join.order and not r.keys & join.keys
+                                and (used is None or r.names & used)), None)
+                if release is None:
                     continue
                 if used and any(order > join.order and names & used for order, names in function.tested):
                     continue
                 thread = dotted(join.receiver) or "the thread"
-                message = self.message.format(call=f"{thread}.join(...)", thread=thread)
+                message = self.message.format(call=f"{thread}.join(...)", thread=thread,
+                                              release=_short(self.ctx.module.code_for_node(release.statement)))
                 self.ctx.report_at(self.id, join.call, join.statement, message)
 
     def _in_test(self) -> bool:
@@ -385,17 +494,27 @@ class ThreadJoinUnchecked(Rule):
         return keys
 
     def _target_names(self, receiver: cst.BaseExpression) -> set[str] | None:
-        """The names and attributes the thread's target (a lambda, or a def of this file) and its
-        `args` use; None when the target's code is not in this file."""
+        """The names and attributes the thread's target (a lambda, or a def of this file), the defs of
+        this file it calls (`self._spill()`, and theirs), and its `args` use; None when the target's
+        code is not in this file."""
         names: set[str] = set()
         known = False
-        for assignment in self.ctx.facts.assigned.get(self.ctx.key(receiver) or "", ()):
+        facts = self.ctx.facts
+        for assignment in facts.assigned.get(self.ctx.key(receiver) or "", ()):
             if assignment.call_qual not in _THREADS or not isinstance(assignment.value, cst.Call):
                 continue
             target = keyword(assignment.value, "target")
             bodies = [target] if isinstance(target, cst.Lambda) else [
-                f.node for f in self.ctx.facts.by_key.get(dotted(target) or "", ())
+                f.node for f in facts.by_key.get(self.ctx.key(target) or "", ())
             ] if target is not None else []
+            reached = [f for f in (facts.functions.get(id(b)) for b in bodies) if f is not None]
+            seen = {id(f.node) for f in reached}
+            while reached:
+                for callee in facts.callees(reached.pop()):
+                    if id(callee.node) not in seen:
+                        seen.add(id(callee.node))
+                        reached.append(callee)
+                        bodies.append(callee.node)
             for body in bodies:
                 known = True
                 names |= _names(body)
@@ -425,16 +544,9 @@ def _names(node: cst.CSTNode) -> set[str]:
     return found - _COMMON
 
 
-def _only_reports(small: cst.BaseSmallStatement) -> bool:
-    """`logger.info(...)`, `print(...)`, `return`, `pass`: a statement nothing else depends on."""
-    if isinstance(small, cst.Pass):
-        return True
-    if isinstance(small, cst.Return):
-        return small.value is None
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        name = dotted(small.value.func) or ""
-        return name == "print" or name.split(".", 1)[0] in ("logger", "log", "logging", "_logger", "LOGGER")
-    return False
+def _short(code: str) -> str:
+    line = " ".join(code.split())
+    return line if len(line) <= 60 else line[:57] + "..."
 
 
 def _has_timeout(call: cst.Call) -> bool:

@@ -97,8 +97,10 @@ class ScenarioRun:
         # Engine-side request ids carry a per-run suffix, so a point reached by an earlier run's
         # leftover coroutine (finalized during this run) is never mistaken for one of ours.
         self.suffix = f"~{next(_RUNS)}"
+        # A launched server's records reader (its MLX is seen afterwards, from a file); None in-process.
+        self.collect = getattr(self.adapter, "collect", None)
         self.injector = Injector(trace, self.loop, triggers, self._deliver, cap_s=self.settings.cap_s,
-                                 suffix=self.suffix, live_mlx=getattr(self.adapter, "collect", None) is None)
+                                 suffix=self.suffix, live_mlx=self.collect is None)
         self.shutdown_task: Optional[asyncio.Task] = None
         self.restart_task: Optional[asyncio.Task] = None  # the latest "restart": True once it serves again
         self.shutdown_stalled = False  # a shutdown never returned: nothing after it is waited for
@@ -129,7 +131,7 @@ class ScenarioRun:
         live = await self._wait_clients()
         gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
-            await watch_gone(self.trace, gone, self.settings, getattr(self.adapter, "collect", None))
+            await watch_gone(self.trace, gone, self.settings, self.collect)
         if live and self.shutdown_task is None and self.scenario.followup:
             live = await self._followup()
         if live and self.shutdown_task is None:
@@ -137,7 +139,7 @@ class ScenarioRun:
         lag.cancel()
         self.trace.record("check", "loop-lag", info={
             "max_s": round(self.max_lag, 4), "window": [round(t, 4) for t in self.lag_window],
-            "loop_thread": thread_token(), "in_process": getattr(self.adapter, "collect", None) is None})
+            "loop_thread": thread_token(), "in_process": self.collect is None})
         if self.keep and live and self.shutdown_task is None and await self._fit_for_next():
             self.kept = True
             return
@@ -171,9 +173,8 @@ class ScenarioRun:
         await wait_loop_idle()
         gc.collect()  # as after a shutdown: what this scenario left unretrieved is judged against it
         await wait_loop_idle()
-        collect = getattr(self.adapter, "collect", None)
-        if collect is not None:
-            collect(self.trace)  # a server's spans count before deciding
+        if self.collect is not None:
+            self.collect(self.trace)  # a server's spans count before deciding
         if judge(self.trace) or not getattr(self.adapter, "healthy", True) or self.executor.busy:
             return False
         if self.restart_task is not None and not self.restart_task.done():
@@ -445,9 +446,8 @@ class ScenarioRun:
         if self.executor.busy:
             self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
         check_threads(self.trace, self.engine.threads_before)
-        collect = getattr(self.adapter, "collect", None)
-        if collect is not None:
-            collect(self.trace)  # events recorded outside this process (a server's injected sentinel)
+        if self.collect is not None:
+            self.collect(self.trace)  # events recorded outside this process (a server's injected sentinel)
         await wait_loop_idle()
         check_stray_tasks(self.trace, self.loop)
         return not waiting

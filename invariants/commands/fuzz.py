@@ -231,8 +231,9 @@ def print_summary(summary: "RunSummary") -> int:
 
     counts = summary.counts
     noted = ", ".join(f"{counts[s]} {s}" for s in ("accepted", "unconfirmed") if counts[s])
-    where = f"in {summary.examples} example(s), {summary.elapsed_s:.1f}s" + (f" ({summary.limits()})"
-                                                                           if summary.budget_s else "")
+    startup = f" after a {summary.startup_s:.1f}s start-up" if summary.startup_s else ""  # outside the budget
+    where = (f"in {summary.examples} example(s), {summary.elapsed_s:.1f}s{startup}"
+             + (f" ({summary.limits()})" if summary.budget_s else ""))
     found = f"{len(summary.new_findings) + len(summary.crashes)} new finding(s)" if summary.failed else "no new finding"
     print(f"{summary.label}: {found} {where}" + (f"; {noted}" if noted else ""))
     for finding in summary.new_findings:

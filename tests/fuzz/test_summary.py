@@ -99,3 +99,13 @@ def test_a_run_ended_by_its_count_alone_has_no_budget_and_writes_strict_json() -
     text = json.dumps(counted.to_json(), allow_nan=False)  # summary.json stays plain JSON: no Infinity
     assert RunSummary.from_json(json.loads(text)) == counted
     assert counted.limits().startswith("no budget")
+
+
+def test_the_verdict_line_reports_the_start_up_apart_from_the_budget(capsys) -> None:
+    from mlx_invariants.commands.fuzz import print_summary
+
+    print_summary(replace(RUN, findings=()))
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("simple: no new finding in 40 example(s), 12.3s after a 1.5s start-up (budget 120s")
+    print_summary(replace(RUN, findings=(), pace=None))
+    assert "start-up" not in capsys.readouterr().out.splitlines()[0]

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mlx_invariants.fuzz.profiles import PROFILES
-from zoo.recipes import find
+from zoo import install
+from zoo.recipes import Report, find
 from zoo.run import fuzz_argv, shown
 
 REPRODUCER_LINK = "../zoo/reproducers/"  # from docs/
 REPRODUCER_RUN = "zoo/reproducers/"      # from the repository root
+PYTHON = ".venv/bin/python"              # the project's venv (ci/setup.sh): it has httpx
 
 
 def write(result: dict[str, Any]) -> str:
@@ -47,20 +49,30 @@ def write(result: dict[str, Any]) -> str:
         "`bash ci/zoo.sh install` (never into the project's venv), started on 127.0.0.1 by "
         "`invariants fuzz --server-cmd` with the MLX sentinel injected, and fuzzed over HTTP; an "
         "`-inproc` entry is one of vllm-mlx's engines fuzzed in-process through its public API "
-        "(`invariants fuzz --engine`, run by that venv's python). VENV below is the server's venv "
-        "(`bash ci/zoo.sh list` prints it): a reproducer run by its python drives the engine in-process. "
+        "(`invariants fuzz --engine`, run by that venv's python). "
         "A finding is a **bug** only where a standalone reproducer (plain httpx/asyncio, or the engine's "
         "own API; no fuzzer, no mlx-invariants) shows it on the named version; otherwise it is "
-        "**unconfirmed**. SERVER-COMMAND is the command shown with each server, `{port}` included. "
-        "Every command below is typed from the repository root of a checkout (the zoo is not in the "
-        "installed package); each server's fuzz command names its own `--model` (the model name the server "
-        "accepts), `--routes` (the OpenAI routes it serves) and, where it holds few requests at once, "
-        "`--capacity`.",
+        "**unconfirmed**, with the reason it has no reproducer. Each bug comes with its upstream report: "
+        "a headline that names the cause in the server's terms, the affected versions, the reproducer "
+        "command, what happens and what should, the server code it comes from (file:line in the installed "
+        "package at the pinned version) and what upstream has done about it. "
+        "Every command below runs as pasted from the repository root of a checkout after "
+        "`bash ci/zoo.sh install` (which also makes the project's `.venv`): the zoo is not in the installed "
+        "package. Each server's fuzz command names its own `--model` (the model name the server accepts), "
+        "`--routes` (the OpenAI routes it serves) and, where it holds few requests at once, `--capacity`; a "
+        "reproducer of an HTTP server takes the server command after `--` (`{port}` is filled in by the "
+        "script), one of an engine runs on that server's own venv python.",
         "",
         "## Summary",
         "",
-        "| server | version | scenarios | bugs the fuzzer found | bugs only a reproducer found | unconfirmed | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "Scenarios: distinct scenarios the fuzzer ran in its budget. Confirmed: fuzzer findings a reproducer "
+        "shows. Reproducer only: bugs a reproducer shows that the fuzzer did not find within its budget. "
+        "Unconfirmed: findings no reproducer shows (the server's section says why for each). False alarms: "
+        "findings that reading the server's code showed to be wrong.",
+        "",
+        "| server | version | scenarios | bugs confirmed | bugs only a reproducer shows | unconfirmed | "
+        "false alarms | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for server in result["servers"]:
         out.append(_summary_row(server))
@@ -89,6 +101,8 @@ def _bugs(server: dict) -> tuple[list[dict], list[dict], list[dict]]:
 
 def _summary_row(server: dict) -> str:
     confirmed, unconfirmed, known = _bugs(server)
+    false = [f for f in unconfirmed if f["oracle"] in _false_alarms(server["name"])]
+    unconfirmed = [f for f in unconfirmed if f not in false]
     if server.get("error"):
         verdict = "not fuzzed (error)"
     elif confirmed or known:
@@ -97,8 +111,17 @@ def _summary_row(server: dict) -> str:
         verdict = "unconfirmed findings only"
     else:
         verdict = "clean"
+    oracles = sorted({"`" + f["oracle"] + "`" for f in unconfirmed})
+    why = f" ({', '.join(oracles)})" if oracles else ""
     return (f"| [{server['name']}](#{_anchor(server)}) | {server['version']} | {server.get('examples', 0)} | "
-            f"{len(confirmed)} | {len(known)} | {len(unconfirmed)} | {verdict} |")
+            f"{len(confirmed)} | {len(known)} | {len(unconfirmed)}{why} | {len(false)} | {verdict} |")
+
+
+def _false_alarms(name: str) -> dict[str, str]:
+    try:
+        return dict(find(name).false_alarms)
+    except KeyError:
+        return {}
 
 
 def _anchor(server: dict) -> str:
@@ -138,24 +161,49 @@ def _server(server: dict) -> list[str]:
     elif not server["findings"]:
         out.append(f"The fuzzer found nothing in {server.get('examples', 0)} scenarios; "
                    "the bugs below come from reproducers.")
-    in_process = _in_process(server)
+    ctx = _context(server)
     for title, findings in (("Bugs found by the fuzzer", confirmed), ("Unconfirmed findings", unconfirmed)):
         if findings:
             out += ["", f"### {title}", ""]
             if title.startswith("Unconfirmed"):
                 out += ["No reproducer shows these without the harness; they are not reported as bugs.", ""]
             for finding in findings:
-                out += _finding(finding, in_process, _why_unconfirmed(server["name"]).get(finding["oracle"], ""))
+                out += _finding(finding, ctx, _why_unconfirmed(server["name"]).get(finding["oracle"], ""))
     if known:
         out += ["", "### Bugs shown by a reproducer that the fuzzer did not find within its budget", ""]
         for bug in known:
-            out += _reproducer_block(bug, in_process, title=bug["title"])
+            out += _reproducer_block(bug, ctx, title=_title(bug, ctx))
     return out
+
+
+def _context(server: dict) -> dict[str, Any]:
+    """What a reproducer command to paste needs: the server command, the server's venv, the model folder, the
+    path that answers once the server is ready, and the recipe's reports (by the reproducer's slug)."""
+    try:
+        recipe = find(server["name"])
+    except KeyError:  # a server of an older result that is no longer a recipe
+        recipe = None
+    model = server.get("model")
+    if not model:
+        from mlx_invariants.engine import tiny_model_path
+
+        model = str(tiny_model_path())
+    return {"command": server.get("command", ""), "in_process": _in_process(server),
+            "venv": str(install.venv_dir(recipe)) if recipe else "VENV",
+            "ready": recipe.ready_path if recipe and not recipe.in_process else "",
+            "model": model, "reports": {k.slug: k.report for k in recipe.known if k.report} if recipe else {}}
+
+
+def _title(bug: dict, ctx: dict) -> str:
+    """A bug's heading: its report's headline (the cause in the server's terms), else the recorded title."""
+    report = ctx["reports"].get(bug.get("slug", ""))
+    return report.headline if report else bug.get("title", "")
 
 
 def _fuzz_command(server: dict) -> str:
     """The run's own `invariants fuzz` argv (run.fuzz_argv) as a user types it from the repository root:
-    `invariants` for our python, VENV/bin/python and the checkout on PYTHONPATH for an in-process recipe,
+    the project venv's `invariants` for our python, the recipe venv's python and the checkout on PYTHONPATH for
+    an in-process recipe,
     a word with spaces (the server command) in double quotes so `$HOME` in it expands; no --report."""
     try:
         recipe = find(server["name"])
@@ -163,9 +211,9 @@ def _fuzz_command(server: dict) -> str:
         return ""
     if "seed" not in server or "budget_s" not in server:
         return ""
-    argv = fuzz_argv(recipe, Path("VENV"), server.get("command", ""), server["budget_s"], server["seed"],
-                     Path("REPORT"))[:-2]
-    words = ["PYTHONPATH=.", *argv] if recipe.in_process else ["invariants", *argv[3:]]  # [python, -m, package]
+    argv = fuzz_argv(recipe, install.venv_dir(recipe), server.get("command", ""), server["budget_s"],
+                     server["seed"], Path("REPORT"), server.get("model", ""))[:-2]
+    words = ["PYTHONPATH=.", *argv] if recipe.in_process else [".venv/bin/invariants", *argv[3:]]  # [python, -m, package]
     return " ".join(f'"{word}"' if " " in word else word for word in words)
 
 
@@ -194,7 +242,7 @@ def _in_process(server: dict) -> bool:
     return server.get("command", "").startswith("invariants fuzz --engine")
 
 
-def _finding(finding: dict, in_process: bool, why_unconfirmed: str = "") -> list[str]:
+def _finding(finding: dict, ctx: dict, why_unconfirmed: str = "") -> list[str]:
     replayed = finding.get("replayed")
     rate = f"{replayed[0]}/{replayed[1]}" if replayed else "not replayed"
     first = finding.get("first_find_s")
@@ -212,8 +260,8 @@ def _finding(finding: dict, in_process: bool, why_unconfirmed: str = "") -> list
     out.append("")
     reproducer: Optional[dict] = finding.get("reproducer")
     if reproducer:
-        out += [f"- the bug, as its reproducer shows it: {reproducer.get('title', '')}"]
-        out += _reproducer_block(reproducer, in_process)
+        out += [f"- the bug, as its reproducer shows it: {_title(reproducer, ctx)}"]
+        out += _reproducer_block(reproducer, ctx)
     else:
         out += [f"- reproducer: none. {why_unconfirmed}" if why_unconfirmed else "- reproducer: none yet", ""]
     return out
@@ -235,20 +283,46 @@ def _compact(scenario: dict) -> str:
     return "\n".join(lines + ["}"])
 
 
-def _reproducer_block(reproducer: dict, in_process: bool, title: str = "") -> list[str]:
+def reproducer_command(reproducer: dict, ctx: dict) -> str:
+    """The reproducer as a user pastes it from the repository root: the project's python for an HTTP server
+    (httpx is all it needs) with the server command after `--`; the server's own venv python for one that
+    drives the engine in-process; the model folder in place of `{model}`."""
+    in_process = reproducer.get("in_process", ctx["in_process"])  # an HTTP server's bug can lie in its engine
+    args = [arg.replace("{model}", ctx["model"]) for arg in reproducer["args"]]
+    if in_process:
+        return " ".join([f"{ctx['venv']}/bin/python {REPRODUCER_RUN}{reproducer['script']}", *args])
+    ready = ["--ready-path", ctx["ready"]] if ctx["ready"] else []
+    return " ".join([f"{PYTHON} {REPRODUCER_RUN}{reproducer['script']}", *args, *ready, "--", ctx["command"]])
+
+
+def _reproducer_block(reproducer: dict, ctx: dict, title: str = "") -> list[str]:
     codes = reproducer["codes"]
-    in_process = reproducer.get("in_process", in_process)  # an HTTP server's bug can lie in its engine
     out = [f"#### {title}", ""] if title else []
-    python = "VENV/bin/python" if in_process else "python"
-    tail = [] if in_process else ["-- SERVER-COMMAND"]
-    args = [arg.replace("{model}", "MODEL-DIR") for arg in reproducer["args"]]
-    command = " ".join([f"{python} {REPRODUCER_RUN}{reproducer['script']}", *args, *tail])
     out += [f"- reproducer: [{reproducer['script']}]({REPRODUCER_LINK}{reproducer['script']}) "
             f"shows it in {codes.count(1)}/{len(codes)} run(s) (exit codes {codes})",
-            f"- run: `{command}`", ""]
+            f"- run: `{reproducer_command(reproducer, ctx)}`", ""]
     if reproducer.get("output"):
         out += ["```", reproducer["output"].strip(), "```", ""]
+    report = ctx["reports"].get(reproducer.get("slug", ""))
+    if report is not None and shown(reproducer):
+        out += _report(report, reproducer, ctx)
     return out
+
+
+def _report(report: Report, reproducer: dict, ctx: dict) -> list[str]:
+    """The upstream report of a bug its reproducer showed, ready to paste into the server's issue tracker."""
+    return ["<details><summary>upstream report</summary>", "",
+            f"**{report.headline}**", "",
+            f"- affected: {report.affected}",
+            f"- reproducer: [{reproducer['script']}]({REPRODUCER_LINK}{reproducer['script']}), standalone "
+            "(the standard library and httpx, or the server's own engine API; no mlx-invariants): "
+            f"`{reproducer_command(reproducer, ctx)}` (exit 1: the bug shows)",
+            f"- what happens: {report.happens}",
+            f"- what should happen: {report.should}",
+            "- where it comes from (installed package at the pinned version):",
+            *[f"  - `{line.split(': ', 1)[0]}`: {line.split(': ', 1)[1]}" if ": " in line else f"  - {line}"
+              for line in report.source],
+            f"- upstream: {report.upstream}", "", "</details>", ""]
 
 
 def _blocked(blocked: list[dict]) -> list[str]:

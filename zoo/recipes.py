@@ -28,6 +28,22 @@ FUZZ_DEPS = ("hypothesis==6.170.17", "httpx==0.28.1", "pytest==9.2.0", "pytest-t
 
 
 @dataclass(frozen=True)
+class Report:
+    """A bug as its upstream report says it: facts a maintainer can check, in the server's own terms.
+
+    `source` entries are "path:line: what that code does", paths inside the installed package at the
+    pinned version. `upstream` says whether upstream has fixed it and where that was looked up.
+    """
+
+    headline: str                 # the cause, in the server's terms
+    affected: str                 # the versions shown affected (and what else is known)
+    happens: str                  # what a client sees
+    should: str                   # what it should see instead
+    source: tuple[str, ...]
+    upstream: str
+
+
+@dataclass(frozen=True)
 class Known:
     """A bug a standalone reproducer shows on this recipe, whether or not the fuzzer finds it.
 
@@ -48,6 +64,7 @@ class Known:
     oracles: tuple[str, ...]
     engine_api: bool = False
     gone: str = ""
+    report: Optional[Report] = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +74,7 @@ class Recipe:
     version: str
     requirements: tuple[str, ...]        # every one pinned with ==; installed together
     command: str                         # template with {venv}, {model}, {port}; "" for an in-process recipe
-    model_name: str                      # the "model" field the server accepts
+    model_name: str                      # the "model" field the server accepts ("{model}": the model folder)
     ready_path: str                      # answers (< 500) once the model is loaded
     endpoints: tuple[str, ...]           # the OpenAI routes it serves
     engine: str = ""                     # MODULE:FACTORY: fuzzed in-process by the venv's python
@@ -70,6 +87,8 @@ class Recipe:
     known: tuple[Known, ...] = field(default=())
     # (oracle, why): a finding this server's fuzzing gives that no reproducer can show, and why not
     why_unconfirmed: tuple[tuple[str, str], ...] = ()
+    # (oracle, why): a finding of this server that reading its code showed to be wrong (a false alarm)
+    false_alarms: tuple[tuple[str, str], ...] = ()
 
     @property
     def in_process(self) -> bool:
@@ -83,6 +102,10 @@ class Recipe:
     @property
     def venv_name(self) -> str:
         return self.venv or f"{self.package}-{self.version}"
+
+    def model_field(self, model: str) -> str:
+        """The "model" field of a request (`invariants fuzz --model`), for the model folder `model`."""
+        return self.model_name.replace("{model}", model)
 
     def server_command(self, venv: str, model: str) -> str:
         """The command for `invariants fuzz --server-cmd`: {port} is left for the fuzzer."""
@@ -117,6 +140,221 @@ STREAM_SWALLOWS_CANCEL = ("a stream swallows the CancelledError of the task read
                           "catches it and ends): a cancelled reader returns normally, and a read cut by "
                           "`asyncio.timeout` ends as if the answer were complete, with no TimeoutError")
 
+
+NEWEST = "the newest release on the package index when this zoo ran"
+MLX_LM_SNAPSHOT = ("the stored upstream snapshot (ml-explore/mlx-lm d78bf58e, 2026-08-22) predates 0.32.2, so "
+                   "nothing newer than the release could be read")
+VLLM_SNAPSHOT = ("the stored upstream snapshot (waybarrios/vllm-mlx 4b654c09, 2026-08-22) predates 0.6.0, so "
+                 "nothing newer than the release could be read")
+
+MLX_LM_GONE = Report(
+    headline="mlx_lm.server: a non-streaming completion decodes to max_tokens after its client has gone "
+             "(nothing is written to the socket until the last token, so the disconnect is never seen)",
+    affected="mlx-lm 0.32.2 (" + NEWEST + "); streaming requests are not affected (their next write fails)",
+    happens="the client closes its connection a tenth of the way into a 1500-token non-streaming completion; the "
+            "server keeps decoding to the end, spending about the full request's CPU again for nobody, and holds "
+            "its batch slot meanwhile",
+    should="stop the request within a decode step or two of the disconnect, as it does for a streaming request",
+    source=("mlx_lm/server.py:1611: `for gen in response:` consumes every token of the request",
+            "mlx_lm/server.py:1589: a non-streaming request sets its headers and writes nothing while it decodes",
+            "mlx_lm/server.py:1715: the answer is written once, after the last token: the first point at which a "
+            "closed socket could be noticed"),
+    upstream="not fixed in 0.32.2; PR ml-explore/mlx-lm#677 (closed unmerged) stopped only streaming requests on "
+             "disconnect; no issue for the non-streaming case found in the tracker search; " + MLX_LM_SNAPSHOT,
+)
+
+MLX_LM_CACHED = Report(
+    headline="mlx_lm.server: a prompt the prompt cache holds whole leaves no token to prefill; "
+             "`BatchGenerator` raises \"Sequence N has an empty prompt\" on the generation thread, which dies, "
+             "and every later request gets HTTP 404 \"generation thread died\"",
+    affected="mlx-lm 0.32.2 (" + NEWEST + "); the same exact-hit class was reported against 0.31.3",
+    happens="after a streamed request is cancelled, a request whose prompt the cache holds in full (here the "
+            "cancelled prompt less its last word) is cut off with no response, the generation thread exits, and "
+            "every later request, whatever its prompt, answers 404 until the server is restarted",
+    should="an exact cache hit should re-process at least the last prompt token (or recompute the prompt); a "
+           "failure in one request should fail that request only, not the generation thread",
+    source=("mlx_lm/server.py:843: `fetch_nearest_cache` returns an exact hit with an empty remainder",
+            "mlx_lm/server.py:847: the cached tokens are cut from the segments, leaving none",
+            "mlx_lm/generate.py:1698: `ValueError(f\"Sequence {uid} has an empty prompt.\")` raised on the "
+            "generation thread",
+            "mlx_lm/server.py:542: `_run_generate` logs the exception and marks generation failed: the thread is gone",
+            "mlx_lm/server.py:1577: each later request's `generate` raises \"generation thread died\", answered 404"),
+    upstream="open: issue ml-explore/mlx-lm#1215 (the exact-hit class on 0.31.3, closed) and open fixes PR #1596 and "
+             "PR #1887 (2026-09, trim one cached token on an exact hit); none is in 0.32.2; " + MLX_LM_SNAPSHOT,
+)
+
+VLLM_GONE = Report(
+    headline="vllm-mlx SimpleEngine: a non-streaming chat request keeps decoding to max_tokens after its client "
+             "disconnects: the server notices and cancels the task, but `_run_blocking_serialized` runs "
+             "`model.chat` as one blocking call with no abort hook and waits for it",
+    affected="vllm-mlx 0.6.0 (" + NEWEST + "), default SimpleEngine",
+    happens="the client closes its connection a tenth of the way into a 1500-token non-streaming chat; the "
+            "server logs the disconnect, yet decodes every remaining token, about the full request's CPU, while "
+            "holding the generation slot (a new request meanwhile is refused as busy)",
+    should="the disconnect should stop the decode within a step or two and free the slot",
+    source=("vllm_mlx/server.py:5566: `_wait_with_disconnect` sees the disconnect and cancels the engine task",
+            "vllm_mlx/engine/simple.py:1680: a text model's non-streaming chat runs "
+            "`_run_blocking_serialized(self._model.chat, ...)` without `on_cancel`",
+            "vllm_mlx/models/llm.py:205: mlx-lm's `generate()` produces the whole answer in one call, with no way "
+            "to stop it",
+            "vllm_mlx/engine/simple.py:1153: on cancel the runner awaits the worker to the end before it lets go"),
+    upstream="not fixed in 0.6.0; the missing abort path (\"on_cancel=None\" for the non-streaming chat route) was "
+             "pointed out in a review of waybarrios/vllm-mlx PR #679 (2026-08); no issue or fix found; "
+             + VLLM_SNAPSHOT,
+)
+
+VLLM_BUSY_STREAM = Report(
+    headline="vllm-mlx SimpleEngine: a streaming request refused as busy (EngineBusy, fail_fast admission) is "
+             "answered HTTP 200 with a generic \"Internal server error\" frame; a non-streaming one gets 503",
+    affected="vllm-mlx 0.6.0 (" + NEWEST + "), default SimpleEngine with the default "
+             "VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION=fail_fast",
+    happens="a client closes a streaming completion as soon as its headers arrive; a streaming request sent right "
+            "after it reaches the engine while the cancelled request still holds the generation slot (a window of "
+            "tens of milliseconds: the same request resent 10 ms later gets its answer) and is refused as busy; "
+            "the refusal comes after the 200 headers, so the client gets HTTP 200, an error frame "
+            "{\"message\": \"Internal server error\", \"code\": 500} and no text; nothing stays blocked",
+    should="the busy refusal should reach a streaming client as it reaches a non-streaming one: HTTP 503 with the "
+           "retryable busy message (admission checked before the stream's headers are sent), or at least an error "
+           "frame that says busy / retry rather than an internal error",
+    source=("vllm_mlx/engine/simple.py:739: fail_fast admission raises `EngineBusy` whenever the generation lock "
+            "is held",
+            "vllm_mlx/engine/simple.py:1554: a cancelled stream keeps the slot until its generator's close has run "
+            "on the generation worker",
+            "vllm_mlx/server.py:5184: `_ensure_sse_terminal` turns an exception raised inside the stream (after the "
+            "200 headers) into an error frame",
+            "vllm_mlx/server.py:1198: `_stream_error_payload` reports anything but an HTTPException as code 500 "
+            "\"Internal server error\"",
+            "vllm_mlx/server.py:6003: the non-streaming chat route maps `EngineBusy` to 503 (`_raise_engine_busy`, "
+            "server.py:1231)"),
+    upstream="not fixed in 0.6.0; no issue about busy streams answered as internal errors found in the tracker "
+             "search; " + VLLM_SNAPSHOT,
+)
+
+VLLM_USAGE = Report(
+    headline="vllm-mlx SimpleEngine: non-streaming chat `usage.completion_tokens` counts the decoded text "
+             "re-encoded, not the tokens generated, and can exceed max_tokens",
+    affected="vllm-mlx 0.6.0 (" + NEWEST + "), default SimpleEngine; BatchedEngine counts the generated tokens",
+    happens="a non-streaming chat with max_tokens N reports completion_tokens > N (and its finish_reason is decided "
+            "from the same count)",
+    should="count the tokens the model generated (at most max_tokens)",
+    source=("vllm_mlx/models/llm.py:216: `tokens = self.tokenizer.encode(output_text)` after generation",
+            "vllm_mlx/models/llm.py:219: finish_reason from that re-encoded count",
+            "vllm_mlx/engine/simple.py:1706: `completion_tokens=len(output.tokens)` reported as usage"),
+    upstream="not fixed in 0.6.0; no issue found in the tracker search; " + VLLM_SNAPSHOT,
+)
+
+VLLM_SWALLOW = Report(
+    headline="vllm-mlx EngineCore.stream_outputs catches CancelledError and ends the stream normally: a cancelled "
+             "reader returns as if done, and `asyncio.timeout` around a read never raises TimeoutError",
+    affected="vllm-mlx 0.6.0 (" + NEWEST + "), BatchedEngine (`--continuous-batching`)",
+    happens="a caller reads `BatchedEngine.stream_generate` under `asyncio.timeout(0.5)`; when the time is up the "
+            "stream just ends, its last output unfinished, and no TimeoutError reaches the caller",
+    should="let the CancelledError propagate after the cleanup (abort the request in a finally), so cancellation "
+           "and timeouts work for the caller",
+    source=("vllm_mlx/engine_core.py:601: `except (GeneratorExit, asyncio.CancelledError)` logs and does not "
+            "re-raise",),
+    upstream="not fixed in 0.6.0; no issue found in the tracker search; " + VLLM_SNAPSHOT,
+)
+
+VLLM_DOUBLE_CANCEL = Report(
+    headline="vllm-mlx SimpleEngine.stream_generate: a second cancel, landing in the `finally` that awaits the "
+             "generator's close on the worker, releases the generation slot while the cancelled step still runs",
+    affected="vllm-mlx 0.6.0 (" + NEWEST + ")",
+    happens="a stream cancelled twice during its prefill ends; `get_stats()` reports nothing running and a new "
+            "request is admitted, while the generation thread is still inside mlx-lm's generation for the "
+            "cancelled request",
+    should="the slot should stay held until the worker has finished the cancelled step and the close (shield the "
+           "cleanup, as `_run_blocking_serialized` does for its own worker task)",
+    source=("vllm_mlx/engine/simple.py:1434: `async with self._acquire_generation_slot(request_id)` holds the slot",
+            "vllm_mlx/engine/simple.py:1487: each step is awaited on the generation worker",
+            "vllm_mlx/engine/simple.py:1561: the `finally` awaits `iterator.close` on the worker unshielded; a "
+            "second cancel there unwinds the slot"),
+    upstream="not fixed in 0.6.0; no issue found in the tracker search; " + VLLM_SNAPSHOT,
+)
+
+VLLM_STOP = Report(
+    headline="vllm-mlx EngineCore.stop() cancels the engine loop without finishing the requests it holds: a "
+             "`generate()` handed in just before waits on its finished event forever",
+    affected="vllm-mlx 0.6.0 (" + NEWEST + "), BatchedEngine",
+    happens="`generate()` is called on a started engine and `stop()` right after it; `stop()` returns and the "
+            "request is still waiting 10 s later (indefinitely)",
+    should="after stop() every request ends, with its answer or an error that says the engine stopped",
+    source=("vllm_mlx/engine_core.py:171: `stop()` cancels the loop task and closes the batch generator; no "
+            "request's finished event or output collector is completed",
+            "vllm_mlx/engine_core.py:657: `generate()` awaits `event.wait()` with no timeout"),
+    upstream="not fixed in 0.6.0; no issue found in the tracker search; " + VLLM_SNAPSHOT,
+)
+
+MOS_SNAPSHOT = ("the stored upstream snapshot (cubist38/mlx-openai-server 4b7d4b61, v1.8.1 + 4 commits, 2026-05-14) "
+                "has the same code")
+
+MOS_GONE_NONSTREAM = Report(
+    headline="mlx-openai-server: a non-streaming request keeps decoding in the model worker process after its "
+             "client has gone: `HandlerProcessProxy._call` sends no cancel to the worker, which awaits the whole "
+             "generation",
+    affected="mlx-openai-server 1.8.1 (" + NEWEST + "), `--model-type lm` with its default batch scheduler",
+    happens="the client closes its connection a tenth of the way into a 1500-token non-streaming chat; the model "
+            "worker process decodes every remaining token (about the full request's CPU again, measured over the "
+            "server's whole process tree) and keeps its batch slot",
+    should="the disconnect should reach the worker (a cancel message, as `_call_stream` sends) and remove the "
+           "request from the batch within a step or two",
+    source=("app/core/handler_process.py:869: `_call` (non-streaming RPC) drops its pending entry when cancelled "
+            "and sends nothing to the worker process",
+            "app/core/handler_process.py:975: only `_call_stream` sends a cancel message on early exit",
+            "app/core/handler_process.py:356: the worker process's non-streaming branch awaits the whole handler "
+            "method, with no cancel check"),
+    upstream="open: issue cubist38/mlx-openai-server#321 (2026-08-29) reports the same missing cancel for the "
+             "non-batched `InferenceWorker.submit`; this is the batched (default) path through the handler "
+             "process; not fixed in 1.8.1; " + MOS_SNAPSHOT,
+)
+
+MOS_GONE_STREAM = Report(
+    headline="mlx-openai-server: a streaming request keeps decoding after its client has gone: the worker "
+             "process's `_stream_until_cancelled` checks the cancel flag only when no chunk arrived within 0.1 s, "
+             "so a model that yields a token faster than that is never stopped",
+    affected="mlx-openai-server 1.8.1 (" + NEWEST + "), `--model-type lm` with its default batch scheduler",
+    happens="the client closes a 1500-token streaming chat a tenth of the way in; the parent sends the cancel, "
+            "but the worker process keeps taking chunks (each arrives within the 0.1 s poll) and decodes to the "
+            "end, about the full request's CPU again",
+    should="check the cancel flag after every chunk as well, and close the stream (which sets the batch "
+           "scheduler's cancel_event) as soon as it is set",
+    source=("app/core/handler_process.py:85: each chunk is awaited with a 0.1 s timeout; one that arrives in time "
+            "is yielded (89) and the loop goes on without looking at the cancel flag",
+            "app/core/handler_process.py:91: `should_cancel()` is consulted only on that timeout",
+            "app/core/batch_scheduler.py:431: the request's cancel_event is set only when its stream is closed"),
+    upstream="not fixed in 1.8.1: issue #269 / PR #270 (merged 2026-04) added a cancel to the non-batched "
+             "`InferenceWorker.submit_stream` and PR #255 (2026-03) the parent's cancel message; the worker "
+             "process's chunk loop was not changed; no issue found for it; " + MOS_SNAPSHOT,
+)
+
+MLX_VLM = Recipe(
+    name="mlx-vlm",
+    package="mlx-vlm",
+    version="0.7.10",
+    requirements=("mlx-vlm==0.7.10", "mlx[cpu]==0.32.4"),
+    command="{venv}/bin/mlx_vlm.server --model {model} --host 127.0.0.1 --port {port}",
+    model_name="{model}",
+    ready_path="/health",
+    endpoints=(CHAT,),
+    notes="`mlx_vlm.server` (FastAPI) with text-only chat requests on the tiny llama (mlx-vlm's own `llama` "
+          "model class loads it). Chat only (`/v1/completions` answers 404); the \"model\" field a request "
+          "names is the model folder it was started with (another name makes it load that model).",
+)
+
+RAPID_MLX = Recipe(
+    name="rapid-mlx",
+    package="rapid-mlx",
+    version="0.16.10",
+    requirements=("rapid-mlx==0.16.10", "mlx[cpu]==0.32.4"),
+    # Its usage reporting is on by default; off here (the machine has no network anyway).
+    command="env RAPID_MLX_TELEMETRY=0 {venv}/bin/rapid-mlx serve {model} --served-model-name tiny "
+            "--host 127.0.0.1 --port {port}",
+    model_name="tiny",
+    ready_path="/health",
+    endpoints=(COMPLETIONS, CHAT),
+    notes="Rapid-MLX, a fork of vllm-mlx (its package also installs a `vllm-mlx` command), in its default mode.",
+)
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         name="mlx-lm",
@@ -131,12 +369,12 @@ RECIPES: tuple[Recipe, ...] = (
         known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
                      "gone_client_keeps_decoding.py",
                      ("--model", "default_model", "--tokens", "1500", "--mode", "nonstream"),
-                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream"),
+                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream", report=MLX_LM_GONE),
                Known("cached-prompt-kills-generation", "a prompt that the prompt cache holds whole (a cancelled "
                      "stream's prompt less its last word) kills the generation thread (\"Sequence N has an empty "
                      "prompt\"); every later request fails with HTTP 404 \"generation thread died\"",
                      "cached_prompt_kills_generation.py", ("--model", "default_model"),
-                     ("followup-differs", "request-crashed"))),
+                     ("followup-differs", "request-crashed"), report=MLX_LM_CACHED)),
         why_unconfirmed=(("compute-after-disconnect",
                           "Without the harness mlx-lm stops a streaming request whose client has gone at its next "
                           "write: `gone_client_keeps_decoding.py --mode stream` with `--leave-s 0.02` or the default "
@@ -159,14 +397,15 @@ RECIPES: tuple[Recipe, ...] = (
         known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
                      "gone_client_keeps_decoding.py",
                      ("--model", "tiny", "--tokens", "1500", "--mode", "nonstream"),
-                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream"),
-               Known("cancelled-stream-blocks-next", "after a client cancels a streaming request, the next "
-                     "request gets HTTP 200 with an \"Internal server error\" frame and no text (the engine still "
-                     "counts the cancelled request as running: \"SimpleEngine serialized route is busy\")",
-                     "cancelled_stream_then_followup.py", ("--model", "tiny"), ("followup-differs",)),
+                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream", report=VLLM_GONE),
+               Known("busy-stream-internal-error", "a streaming request that arrives while SimpleEngine still "
+                     "finishes a cancelled one is refused as busy after its 200 headers: HTTP 200, an \"Internal "
+                     "server error\" frame, no text (a non-streaming one gets 503)",
+                     "cancelled_stream_then_followup.py", ("--model", "tiny"), ("followup-differs",),
+                     report=VLLM_BUSY_STREAM),
                Known("usage-over-max", "non-streaming chat reports more completion tokens than max_tokens "
                      "(it re-encodes the decoded text to count them)",
-                     "usage_over_max_tokens.py", ("--model", "tiny", "--routes", "chat"), ())),
+                     "usage_over_max_tokens.py", ("--model", "tiny", "--routes", "chat"), (), report=VLLM_USAGE)),
         why_unconfirmed=(("cancel-swallowed", SSE_SWALLOW), ("mlx-finalized-off-thread", FINALIZED_ONCE)),
     ),
     Recipe(
@@ -181,7 +420,8 @@ RECIPES: tuple[Recipe, ...] = (
         endpoints=(COMPLETIONS, CHAT),
         notes="`--continuous-batching`: `BatchedEngine` on mlx-lm's BatchGenerator.",
         known=(Known("stream-swallows-cancel", STREAM_SWALLOWS_CANCEL, "vllm_stream_swallows_cancel.py",
-                     ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True),),
+                     ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True,
+                     report=VLLM_SWALLOW),),
     ),
     Recipe(
         name="mlx-openai-server",
@@ -198,6 +438,14 @@ RECIPES: tuple[Recipe, ...] = (
         endpoints=(CHAT,),
         notes="Chat only: `/v1/completions` answers 404, so it is fuzzed with `--routes chat` (its requests and "
               "the follow-up take the chat route).",
+        known=(Known("gone-nonstream", "keeps decoding in its model worker process for a non-streaming client "
+                     "that has gone", "gone_client_keeps_decoding.py",
+                     ("--model", "tiny", "--tokens", "1500", "--mode", "nonstream"),
+                     ("abort-ignored", "compute-after-disconnect"), gone="nonstream", report=MOS_GONE_NONSTREAM),
+               Known("gone-stream", "keeps decoding in its model worker process for a streaming client that has "
+                     "gone", "gone_client_keeps_decoding.py",
+                     ("--model", "tiny", "--tokens", "1500", "--mode", "stream"),
+                     ("abort-ignored", "compute-after-disconnect"), gone="stream", report=MOS_GONE_STREAM)),
         why_unconfirmed=(("mlx-off-owner",
                           "The sentinel saw MLX entered on the model worker process's `mlx-batch-scheduler` thread "
                           "after another thread of that process had entered it first (the owner is the first thread "
@@ -205,6 +453,8 @@ RECIPES: tuple[Recipe, ...] = (
                           "loaded). On Linux CPU MLX no failure follows from that which a script could show without "
                           "the harness: it could only show which thread runs MLX, the fact itself."),),
     ),
+    MLX_VLM,
+    RAPID_MLX,
 )
 
 IN_PROCESS: tuple[Recipe, ...] = tuple(
@@ -233,13 +483,14 @@ IN_PROCESS: tuple[Recipe, ...] = tuple(
         ("simple", "SimpleEngine",
          (Known("double-cancel-slot", "a stream cancelled twice frees the generation slot while its step still "
                 "runs on the generation thread", "vllm_simple_double_cancel.py", ("--model", "{model}"),
-                ("lock-released-early",)),)),
+                ("lock-released-early",), report=VLLM_DOUBLE_CANCEL),)),
         ("batched", "BatchedEngine",
          (Known("stop-strands-request", "stop() leaves a request that was just handed to the engine waiting forever",
                 "vllm_batched_stop_strands_request.py", ("--model", "{model}"),
-                ("shutdown-left-waiter", "stray-task")),
+                ("shutdown-left-waiter", "stray-task"), report=VLLM_STOP),
           Known("stream-swallows-cancel", STREAM_SWALLOWS_CANCEL, "vllm_stream_swallows_cancel.py",
-                ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True))),
+                ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True,
+                report=VLLM_SWALLOW))),
     )
 )
 

@@ -62,7 +62,7 @@ def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repr
             continue
         command = recipe.server_command(str(venv), model)
         entry = _entry(recipe, command or f"invariants fuzz --engine {recipe.engine}")
-        entry.update(run_at=_now(), budget_s=budget_s, profile=PROFILE, seed=seed, load=[_load()])
+        entry.update(run_at=_now(), budget_s=budget_s, profile=PROFILE, seed=seed, load=[_load()], model=model)
         entry.update(fuzz_recipe(recipe, venv, command, model, budget_s, seed, work / recipe.name, say))
         entry["load"].append(_load())
         shown_by: dict[str, dict] = {}  # a reproducer runs once however many findings share its oracle
@@ -120,13 +120,15 @@ def _gone_kinds(scenario: Optional[dict]) -> set[str]:
     return {"stream" if streams[rid] else "nonstream" for rid in gone if rid in streams}
 
 
-def fuzz_argv(recipe: Recipe, venv: Path, command: str, budget_s: float, seed: int, report: Path) -> list[str]:
-    """The `invariants fuzz` command line for one recipe: the whole budget, every distinct finding."""
+def fuzz_argv(recipe: Recipe, venv: Path, command: str, budget_s: float, seed: int, report: Path,
+              model: str = "") -> list[str]:
+    """The `invariants fuzz` command line for one recipe: the whole budget, every distinct finding.
+    `model` is the model folder, for a server whose "model" field is that folder."""
     if recipe.in_process:
         argv = [str(venv / "bin" / "python"), "-m", "mlx_invariants", "fuzz", "--engine", recipe.engine]
     else:
-        argv = [sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command, "--model", recipe.model_name,
-                "--routes", recipe.routes]
+        argv = [sys.executable, "-m", "mlx_invariants", "fuzz", "--server-cmd", command,
+                "--model", recipe.model_field(model), "--routes", recipe.routes]
     if recipe.capacity is not None:
         argv += ["--capacity", str(recipe.capacity)]
     return argv + ["--profile", PROFILE, "--seed", str(seed), "--keep-going", "--budget", f"{budget_s:g}",
@@ -150,7 +152,7 @@ def fuzz_recipe(recipe: Recipe, venv: Path, command: str, model: str, budget_s: 
     if report.exists():
         shutil.rmtree(report)
     report.mkdir(parents=True)
-    argv = fuzz_argv(recipe, venv, command, budget_s, seed, report)
+    argv = fuzz_argv(recipe, venv, command, budget_s, seed, report, model)
     say("$ " + shlex.join(argv))
     started = time.monotonic()
     found_at: list[float] = []

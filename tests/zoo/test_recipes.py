@@ -6,6 +6,7 @@ import ast
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,7 +133,7 @@ def _server(name, findings=(), known=(), error=""):
             "command": f"{name} --port {{port}}", "endpoints": [CHAT], "notes": "", "error": error,
             "examples": 250, "scenario_runs": 260, "elapsed_s": 90.0, "pace": {"startup_s": 2.0, "step_s": 0.01},
             "findings": list(findings), "known": list(known), "profile": "runner", "seed": 42, "load": [3.5, 6.25],
-            "requests": {"most": 10, "capacity": None, "source": "unknown"}}
+            "requests": {"most": 10, "capacity": None, "source": "unknown"}, "model": "/M"}
 
 
 def _fuzz_finding(oracle, codes):
@@ -162,9 +163,9 @@ CANNED = {
 def test_doc_has_the_expected_sections():
     page = doc.write(CANNED)
     rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| [")}
-    assert rows["[clean-server](#clean-server-10)"].endswith("| 250 | 0 | 0 | 0 | clean |")
-    assert rows["[buggy-server](#buggy-server-10)"].endswith("| 1 | 0 | 2 | bug |")
-    assert rows["[quiet-bug](#quiet-bug-10)"].endswith("| 0 | 1 | 0 | bug |")
+    assert rows["[clean-server](#clean-server-10)"].endswith("| 250 | 0 | 0 | 0 | 0 | clean |")
+    assert rows["[buggy-server](#buggy-server-10)"].endswith("| 1 | 0 | 2 (`cancel-swallowed`, `loop-lag`) | 0 | bug |")
+    assert rows["[quiet-bug](#quiet-bug-10)"].endswith("| 0 | 1 | 0 | 0 | bug |")
     assert rows["[broken](#broken-10)"].endswith("not fuzzed (error) |")
     assert "**Clean**: the fuzzer found nothing in 250 scenarios, and no reproducer shows a bug." in page
     assert "The fuzzer found nothing in 250 scenarios; the bugs below come from reproducers." in page
@@ -208,14 +209,14 @@ def test_a_reproducer_on_the_engine_api_is_run_by_the_servers_python():
                   "in_process": True}
     finding = {**_fuzz_finding("cancel-swallowed", [1]), "reproducer": engine_api}
     page = doc.write({**CANNED, "servers": [_server("http-server", findings=[finding])]})
-    assert "- run: `VENV/bin/python zoo/reproducers/e.py --model MODEL-DIR`" in page
-    assert "-- SERVER-COMMAND" not in page
+    assert "- run: `VENV/bin/python zoo/reproducers/e.py --model /M`" in page
+    assert " -- " not in page.split("- run: ")[1].splitlines()[0]
 
 
 def test_a_finding_without_a_showing_reproducer_is_never_a_bug():
     page = doc.write({**CANNED, "servers": [_server("s", findings=[_fuzz_finding("mlx-gc", [0, 2])])]})
     assert "### Bugs found by the fuzzer" not in page
-    assert "| 0 | 0 | 1 | unconfirmed findings only |" in page
+    assert "| 0 | 0 | 1 (`mlx-gc`) | 0 | unconfirmed findings only |" in page
 
 
 def test_run_zoo_records_seed_and_load_and_runs_each_reproducer_once(monkeypatch, tmp_path: Path):
@@ -265,13 +266,14 @@ def test_each_servers_fuzz_command_names_its_flags_and_home_as_a_variable_the_sh
                {**_server("vllm-mlx-simple-inproc"), **fuzzed,
                 "command": "invariants fuzz --engine zoo.vllm_engines:simple"}]
     page = doc.write({**CANNED, "servers": servers})
+    inproc_python = str(install.venv_dir(find("vllm-mlx-simple-inproc")) / "bin" / "python").replace(home, "$HOME")
     commands = [line for line in page.splitlines() if line.startswith("- fuzz command: ")]
     assert commands == [
-        '- fuzz command: `invariants fuzz --server-cmd "$HOME/z/bin/mlx_lm.server --port {port}" --model default_model '
-        '--routes completions,chat --profile runner --seed 42 --keep-going --budget 90`',
-        '- fuzz command: `invariants fuzz --server-cmd "$HOME/z/bin/vllm-mlx serve --port {port}" --model tiny '
-        '--routes completions,chat --capacity 1 --profile runner --seed 42 --keep-going --budget 90`',
-        "- fuzz command: `PYTHONPATH=. VENV/bin/python -m mlx_invariants fuzz --engine zoo.vllm_engines:simple "
+        '- fuzz command: `.venv/bin/invariants fuzz --server-cmd "$HOME/z/bin/mlx_lm.server --port {port}" '
+        '--model default_model --routes completions,chat --profile runner --seed 42 --keep-going --budget 90`',
+        '- fuzz command: `.venv/bin/invariants fuzz --server-cmd "$HOME/z/bin/vllm-mlx serve --port {port}" '
+        '--model tiny --routes completions,chat --capacity 1 --profile runner --seed 42 --keep-going --budget 90`',
+        f"- fuzz command: `PYTHONPATH=. {inproc_python} -m mlx_invariants fuzz --engine zoo.vllm_engines:simple "
         "--profile runner --seed 42 --keep-going --budget 90`"]
     assert home not in page and '"~' not in page
 
@@ -298,3 +300,32 @@ def test_the_zoo_reads_and_writes_beside_itself_and_runs_from_any_folder(tmp_pat
     done = subprocess.run([sys.executable, str(checkout / "zoo"), "list"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("mlx-lm "), done.stderr
+
+
+@pytest.mark.parametrize("recipe, known", [(r, k) for r in ALL for k in r.known],
+                         ids=lambda v: v.name if hasattr(v, "engine") else v.slug)
+def test_every_known_bug_has_an_upstream_report(recipe, known):
+    """Title, affected version, what happens and should, file:line of the server's code, upstream status."""
+    report = known.report
+    assert report is not None, f"{recipe.name}/{known.slug} has no report"
+    assert report.headline and report.happens and report.should and report.upstream
+    assert recipe.version in report.affected
+    assert report.source and all(re.match(r"^[\w/.]+\.py:\d+: \S", line) for line in report.source), report.source
+
+
+def test_a_shown_bug_carries_its_report_and_a_command_that_runs_as_pasted():
+    """The reproducer command names the real server command, its ready path and the project's python; the report
+    follows the reproducer's output only when the reproducer showed the bug."""
+    home = str(Path.home())
+    recipe = find("vllm-mlx")
+    known = next(k for k in recipe.known if k.slug == "busy-stream-internal-error")
+    ran = {"slug": known.slug, "title": known.title, "script": known.script, "args": list(known.args),
+           "codes": [1], "output": "BUG: shown"}
+    server = {**_server("vllm-mlx"), "command": f"{home}/z/bin/vllm-mlx serve /M --port {{port}}", "known": [ran]}
+    page = doc.write({**CANNED, "servers": [server]})
+    assert ("- run: `.venv/bin/python zoo/reproducers/cancelled_stream_then_followup.py --model tiny "
+            "--ready-path /health -- $HOME/z/bin/vllm-mlx serve /M --port {port}`") in page
+    assert f"#### {known.report.headline}" in page and "<summary>upstream report</summary>" in page
+    assert "`vllm_mlx/engine/simple.py:739`: fail_fast admission" in page
+    not_shown = doc.write({**CANNED, "servers": [{**server, "findings": [], "known": [{**ran, "codes": [0]}]}]})
+    assert "<summary>upstream report</summary>" not in not_shown

@@ -1,14 +1,16 @@
-"""Standalone reproducer: after a client cancels a streaming request, does the next request get
-its normal answer?
+"""Standalone reproducer: is a request that arrives while the server still finishes a cancelled
+stream answered properly (its text, or a clear refusal with an error status)?
 
 No fuzzer and no mlx-invariants: the standard library and httpx only. It starts the
-server command (with `{port}`) on 127.0.0.1, records a greedy streamed answer on the idle
-server, then, several times: opens a streaming request, closes it as soon as the response
-headers arrive (the client cancelled), and at once sends the recorded request again. A
-server that cleans up a cancelled stream gives the same greedy answer (or, at worst, a
-clear refusal with an error status); one that still counts the cancelled request as
-running answers HTTP 200 with an error or an empty stream instead. Exit status: 1 the
-bug shows in at least one try, 0 it does not, 2 inconclusive (the server failed).
+server command (with `{port}`) on 127.0.0.1, records a greedy answer on the idle server,
+then, several times: opens a streaming request, closes it as soon as the response headers
+arrive (the client cancelled), and at once sends the recorded request again (streaming, or
+with `--followup nonstream` a plain one). A server still busy with the cancelled request
+for a moment may refuse the follow-up, but with an error status (a 503 the client can
+retry); the bug is an HTTP 200 whose body is an error or an empty answer. After such a
+try it resends the follow-up every 10 ms and says how long the refusals lasted (the window
+in which the server was still finishing the cancelled request). Exit status: 1 the bug
+shows in at least one try, 0 it does not, 2 inconclusive (the server failed).
 
     python cancelled_stream_then_followup.py --model NAME -- vllm-mlx serve DIR --port {port}
 """
@@ -65,6 +67,16 @@ async def streamed(client: httpx.AsyncClient, body: dict) -> tuple[int, list[str
         return response.status_code, pieces, errors
 
 
+async def plain(client: httpx.AsyncClient, body: dict) -> tuple[int, list[str], list[str]]:
+    """HTTP status, the text, and the error (if any) of one non-streaming completion."""
+    response = await client.post("/v1/completions", json={**body, "stream": False})
+    if response.status_code != 200:
+        return response.status_code, [], [response.text[:300]]
+    answer = response.json()
+    return 200, [c.get("text") or "" for c in answer.get("choices") or []], (
+        [json.dumps(answer["error"])[:300]] if "error" in answer else [])
+
+
 async def cancel_at_headers(client: httpx.AsyncClient, body: dict) -> None:
     async with client.stream("POST", "/v1/completions", json=body):
         pass  # headers arrived; leaving the block closes the connection before any chunk is read
@@ -73,27 +85,43 @@ async def cancel_at_headers(client: httpx.AsyncClient, body: dict) -> None:
 async def probe(args: argparse.Namespace, server: subprocess.Popen, url: str) -> int:
     followup = {"model": args.model, "prompt": "the owner thread", "max_tokens": 6, "temperature": 0.0, "stream": True}
     cancelled = {"model": args.model, "prompt": "the", "max_tokens": 1, "temperature": 0.0, "stream": True}
+    send = streamed if args.followup == "stream" else plain
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(120.0, connect=10.0)) as client:
         await wait_ready(client, server, args.ready_path, args.startup_s)
-        await streamed(client, followup)  # warm-up
-        status, expected, errors = await streamed(client, followup)
-        print(f"on the idle server: HTTP {status}, {''.join(expected)!r}")
+        await send(client, followup)  # warm-up
+        status, expected, errors = await send(client, followup)
+        print(f"on the idle server ({args.followup} follow-up): HTTP {status}, {''.join(expected)!r}")
         if status != 200 or errors:
             print(f"INCONCLUSIVE: the idle server did not answer cleanly ({errors})")
             return 2
-        shown = 0
+        shown, refused = 0, 0
         for attempt in range(args.tries):
             await cancel_at_headers(client, cancelled)
-            status, got, errors = await streamed(client, followup)
+            sent = time.monotonic()
+            status, got, errors = await send(client, followup)
             if status == 200 and (got != expected or errors):
                 shown += 1
-                print(f"try {attempt}: HTTP 200 but {''.join(got)!r}; error frames: {errors}")
+                retries = 0
+                while True:  # how long until the same request gets its answer
+                    await asyncio.sleep(0.01)
+                    retries += 1
+                    again, text, again_errors = await send(client, followup)
+                    if (again == 200 and text == expected and not again_errors) or retries >= 500:
+                        break
+                print(f"try {attempt}: HTTP 200 but {''.join(got)!r}; error frames: {errors}; the same request "
+                      f"got its answer {time.monotonic() - sent:.3f}s after the first one was sent "
+                      f"({retries} resend(s) 10 ms apart)")
+            elif status != 200:
+                refused += 1
+                print(f"try {attempt}: refused with HTTP {status} {errors}")
             await asyncio.sleep(args.pause_s)  # let the server settle before the next try
-    print(f"{shown}/{args.tries} tries: the request after a cancelled stream lost its answer")
+    print(f"{shown}/{args.tries} tries: HTTP 200 without the answer; {refused}/{args.tries} refused with an "
+          "error status")
     if shown:
-        print("BUG: a cancelled streaming request still blocks the next one, which gets HTTP 200 without its answer")
+        print("BUG: a request that arrived while the server still finished a cancelled stream got HTTP 200 "
+              "with an error frame or no text instead of its answer or an error status")
         return 1
-    print("ok: the request after a cancelled stream got its normal answer every time")
+    print("ok: every follow-up got its normal answer or an error status")
     return 0
 
 
@@ -101,6 +129,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="the model field the server accepts")
     parser.add_argument("--tries", type=int, default=5)
+    parser.add_argument("--followup", choices=("stream", "nonstream"), default="stream",
+                        help="the request sent right after the cancelled stream")
     parser.add_argument("--pause-s", type=float, default=1.0)
     parser.add_argument("--ready-path", default="/v1/models")
     parser.add_argument("--startup-s", type=float, default=180.0)

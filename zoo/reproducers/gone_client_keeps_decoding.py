@@ -7,7 +7,12 @@ server command (with `{port}`) on 127.0.0.1, and then:
    wall time, and the CPU time the server spent on it;
 2. sends the same request again and lets its client go (closes the connection) after
    a tenth of that wall time (or `--leave-s`);
-3. adds up the server's CPU time from then until it is idle (all its threads, from /proc).
+3. adds up the server's CPU time from then until it is idle.
+
+The server's CPU time is that of its whole process tree, every thread of every process
+(from /proc): the command it was started as, each process descended from it, and each
+process of its session (it is started in a session of its own), so a server that decodes
+in a worker process (mlx-openai-server's model process) is measured where it decodes.
 
 A server that stops a request whose client has gone is idle within a decode step or two
 after the client left, a few thousandths of the full request's CPU time; one that does
@@ -45,16 +50,45 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of every thread of `pid`, in seconds."""
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name: state, ppid, pgrp, session, ..."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()
+
+
+def server_pids(root: int) -> set[int]:
+    """`root` and every live process descended from it or in its session (the server's whole tree)."""
+    parents, sessions = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = _stat(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the process ended while we looked
+            parents[int(entry)], sessions[int(entry)] = int(fields[1]), int(fields[3])
+    tree, grown = {root} | {pid for pid, sid in sessions.items() if sid == root}, True
+    while grown:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grown = bool(more)
+    return tree
+
+
+def cpu_seconds(root: int) -> float:
+    """User + system CPU time of every thread of every process of the server's tree, in seconds."""
     total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for pid in server_pids(root):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            tids = os.listdir(f"/proc/{pid}/task")
         except FileNotFoundError:
-            continue  # the thread ended while we looked
-        total += int(fields[11]) + int(fields[12])
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the thread ended while we looked
+            total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -123,6 +157,7 @@ async def cpu_until_idle(pid: int, limit_s: float) -> tuple[float, float]:
 async def probe(args: argparse.Namespace, server: subprocess.Popen, url: str) -> int:
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         await wait_ready(client, server, args.ready_path, args.startup_s)
+        print(f"measuring the CPU of the server's {len(server_pids(server.pid))} process(es)")
         path, body = request(args, 8, stream=False)
         (await client.post(path, json=body)).raise_for_status()  # warm-up
         full_s, full_cpu, produced = await full_request(client, args, server.pid)

@@ -327,6 +327,25 @@ MOS_GONE_STREAM = Report(
              "process's chunk loop was not changed; no issue found for it; " + MOS_SNAPSHOT,
 )
 
+MLX_VLM_GONE = Report(
+    headline="mlx_vlm.server: a non-streaming chat completion decodes to the end after its client has gone: "
+             "`_blocking_generate` iterates the request's token iterator in a worker thread and closes it (which "
+             "cancels the request) only after the last token",
+    affected="mlx-vlm 0.7.10 (" + NEWEST + "), text-only chat with its default continuous batching; streaming "
+             "requests close their iterator when the stream ends",
+    happens="the client closes its connection a tenth of the way into a 900-token non-streaming chat; the server "
+            "keeps decoding, spending most of the full request's CPU again, and the request keeps its batch slot",
+    should="watch the connection (`http_request.is_disconnected()`) while the thread runs and close the token "
+           "iterator on disconnect, as the streaming path's `finally` does",
+    source=("mlx_vlm/server/openai.py:2561: `for token in token_iter:` reads every token, with no disconnect check",
+            "mlx_vlm/server/openai.py:2573: `token_iter.close()`, the only cancel, runs after the loop",
+            "mlx_vlm/server/openai.py:2585: the loop runs in `asyncio.to_thread`, which a cancelled handler "
+            "cannot stop",
+            "mlx_vlm/server/generation.py:986: `_TokenIterator.close()` cancels an unfinished request"),
+    upstream="not fixed in 0.7.10; no issue found in the tracker search; the stored upstream snapshot "
+             "(Blaizzy/mlx-vlm 9b13f522, 2026-08-22) predates 0.7.10 and has the same loop",
+)
+
 MLX_VLM = Recipe(
     name="mlx-vlm",
     package="mlx-vlm",
@@ -338,7 +357,11 @@ MLX_VLM = Recipe(
     endpoints=(CHAT,),
     notes="`mlx_vlm.server` (FastAPI) with text-only chat requests on the tiny llama (mlx-vlm's own `llama` "
           "model class loads it). Chat only (`/v1/completions` answers 404); the \"model\" field a request "
-          "names is the model folder it was started with (another name makes it load that model).",
+          "names is the model folder it was started with (another name makes it load that model). The tiny "
+          "llama's 1024-token context caps an answer at about 1000 tokens, so its reproducer asks for 900.",
+    known=(Known("gone-nonstream", "keeps decoding every token for a non-streaming client that has gone",
+                 "gone_client_keeps_decoding.py", ("--model", "{model}", "--tokens", "900", "--mode", "nonstream"),
+                 ("abort-ignored", "compute-after-disconnect"), gone="nonstream", report=MLX_VLM_GONE),),
 )
 
 RAPID_MLX = Recipe(

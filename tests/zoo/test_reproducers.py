@@ -3,7 +3,8 @@
 Each needs its recipe installed (`bash ci/zoo.sh install`); one that is not is skipped with
 that command in the reason. A control run of each script checks it can also say "not shown": the same script where
 the server behaves (a streaming client, the batched engine, a single cancel, a settled stop, SimpleEngine's stream,
-a repeated prompt).
+a repeated prompt, a non-streaming request refused as busy with 503). gone_client_keeps_decoding.py measures the
+server's whole process tree; its control (mlx-lm, a streaming client) passes with that measure too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def test_reproducer_shows_its_bug(recipe, known):
                      ("--model", "default_model", "--via", "repeat"), ())),
     ("mlx-lm", Known("stream-at-once", "a streaming client leaves at once", "gone_client_keeps_decoding.py",
                      ("--model", "default_model", "--tokens", "1500", "--mode", "stream", "--leave-s", "0.02"), ())),
+    ("mlx-vlm", Known("stream", "a streaming client leaves (its iterator is closed)", "gone_client_keeps_decoding.py",
+                      ("--model", "{model}", "--tokens", "900", "--mode", "stream"), ())),
+    ("rapid-mlx", Known("nonstream", "a non-streaming client leaves (rapid-mlx stops it)",
+                        "gone_client_keeps_decoding.py", ("--model", "tiny", "--tokens", "900", "--mode", "nonstream"),
+                        ())),
+    ("vllm-mlx", Known("nonstream-followup", "a non-streaming request refused as busy gets 503, not a 200",
+                       "cancelled_stream_then_followup.py", ("--model", "tiny", "--followup", "nonstream"), ())),
     ("vllm-mlx-batched", Known("usage", "usage on the batched engine", "usage_over_max_tokens.py",
                                ("--model", "tiny", "--routes", "chat"), ())),
     ("vllm-mlx-batched", Known("followup", "the batched engine after a cancelled stream",

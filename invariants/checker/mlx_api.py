@@ -45,10 +45,12 @@ GENERATOR_MLX_METHODS = frozenset({
     "insert", "insert_segments", "extract_cache", "remove", "next", "next_generated", "close", "step", "prefill",
 })
 BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
-# mlx.core calls that read counters or settings and never encode GPU work.
+# mlx.core calls that read counters or settings and never encode GPU work. `random.seed` only
+# replaces the process-wide PRNG key with a constant array (no primitive, no stream): nothing a
+# worker thread's stream waits on or shares.
 HARMLESS_CORE = (
     "is_available", "memory", "cache_limit", "memory_limit", "device_info", "default_device",
-    "default_stream", "set_default_device", "wired_limit",
+    "default_stream", "set_default_device", "wired_limit", "random.seed",
 )
 
 

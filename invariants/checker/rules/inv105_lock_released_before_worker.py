@@ -24,6 +24,7 @@ class _Candidate:
     statement: cst.CSTNode | None
     locks: list[WithItem]
     work: Handoff
+    function: cst.CSTNode | None = None  # the def whose body awaits
 
 
 def catches_cancellation(handler: cst.ExceptHandler, ctx) -> bool:
@@ -58,7 +59,12 @@ class LockReleasedBeforeWorker(Rule):
     known_problems = (
         "Sees the worker only when it is awaited in the lock's block itself (directly, through "
         "`asyncio.shield`, or as a task created in the same function); a helper coroutine that does the "
-        "offload is not followed. Work sent to an owner executor is exempt: its queue keeps MLX serialized."
+        "offload is not followed. Work sent to an owner executor is exempt: its queue keeps MLX serialized. "
+        "An HTTP route handler itself (`@app.post(...)`, `@router.get(...)`; not a generator, no deadline such "
+        "as `asyncio.timeout` or `wait_for` in it) is not judged: ASGI servers and Starlette/FastAPI do not "
+        "cancel it when its client disconnects, so only the server's shutdown does; a middleware or framework "
+        "that does cancel handlers on disconnect is not seen. The streaming generator such a route returns is "
+        "judged."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("async",))
 
@@ -88,6 +94,35 @@ class LockReleasedBeforeWorker(Rule):
                     async with self._mlx_lock:
                         task = asyncio.create_task(asyncio.to_thread(step))
                         return await asyncio.shield(task)  # expect: INV105
+        '''),
+        Invalid('''
+            import asyncio
+            from fastapi import FastAPI
+            from fastapi.responses import StreamingResponse
+
+            app = FastAPI()
+            decode_lock = asyncio.Lock()
+
+            @app.post("/v1/completions")
+            async def completions(request):
+                async def tokens():
+                    async with decode_lock:
+                        while (token := await asyncio.to_thread(next_token, request)) is not None:  # expect: INV105
+                            yield token
+                return StreamingResponse(tokens())
+        '''),
+        Invalid('''
+            import asyncio
+            from fastapi import FastAPI
+
+            app = FastAPI()
+            scorer_lock = asyncio.Lock()
+
+            @app.post("/v1/score")
+            async def score(request):
+                async with scorer_lock:
+                    async with asyncio.timeout(request.deadline_s):  # the deadline cancels the await
+                        return await asyncio.to_thread(score_pairs, request.pairs)  # expect: INV105
         '''),
     ]
     VALID = [
@@ -140,6 +175,19 @@ class LockReleasedBeforeWorker(Rule):
                     async with self._mlx_lock:
                         with anyio.CancelScope(shield=True):
                             return await anyio.to_thread.run_sync(step)
+        '''),
+        Valid('''
+            import asyncio
+            from fastapi import FastAPI
+
+            app = FastAPI()
+            scorer_slots = asyncio.Semaphore(2)
+
+            @app.post("/v1/score")
+            async def score(request):
+                async with scorer_slots:  # a plain handler: a disconnect does not cancel it
+                    scores = await asyncio.to_thread(score_pairs, request.pairs)
+                return {"scores": scores}
         '''),
     ]
 
@@ -212,7 +260,8 @@ class LockReleasedBeforeWorker(Rule):
         if any(self._shields(w) for w in withs):
             return
         self.ctx.pin(work.executor, work.target)
-        self.candidates.append(_Candidate(node, self.ctx.statement, locks, work))
+        frame = self.ctx.scope.function()
+        self.candidates.append(_Candidate(node, self.ctx.statement, locks, work, frame.node if frame else None))
 
     def _shields(self, item: WithItem) -> bool:
         expr = item.expr
@@ -245,5 +294,30 @@ class LockReleasedBeforeWorker(Rule):
             locks = [w for w in candidate.locks if is_lock(w.expr, self.ctx)]
             if not locks or is_owner_executor(candidate.work.executor, self.ctx):
                 continue
+            if _plain_route(candidate.function, self.ctx):
+                continue  # nothing but the server's shutdown cancels it
             lock = dotted(locks[-1].expr) or "lock"
             self.ctx.report_at(self.id, candidate.node, candidate.statement, self.message.format(lock=lock))
+
+
+# `@app.post(...)`, `@router.get(...)`: a handler the web framework calls once per HTTP request.
+_ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "head", "options", "api_route", "route"})
+# Calls that put a deadline on what they surround (a deadline cancels the await like a disconnect would).
+_DEADLINES = ("timeout", "timeout_at", "wait_for", "move_on_after", "fail_after", "move_on_at", "fail_at")
+
+
+def _plain_route(function: cst.CSTNode | None, ctx) -> bool:
+    """An HTTP route handler that answers with one response: decorated as a route, not a generator, and with
+    no deadline of its own. ASGI servers (uvicorn, hypercorn) and Starlette/FastAPI do not cancel such a
+    handler when its client disconnects; it runs to its end, so only the server's shutdown cancels it."""
+    if not isinstance(function, cst.FunctionDef) or function.asynchronous is None:
+        return False
+    if not any(isinstance(d.decorator, cst.Call) and isinstance(d.decorator.func, cst.Attribute)
+               and d.decorator.func.attr.value in _ROUTE_DECORATORS for d in function.decorators):
+        return False
+    for node in descendants(function.body, (cst.FunctionDef, cst.Lambda)):
+        if isinstance(node, cst.Yield):
+            return False
+        if isinstance(node, cst.Call) and (terminal(node.func) or "") in _DEADLINES:
+            return False
+    return True

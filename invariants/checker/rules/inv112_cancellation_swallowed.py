@@ -86,7 +86,10 @@ class CancellationSwallowed(Rule):
         "by its kind: a coroutine function is reported (an awaiting caller elsewhere would take it as "
         "completed) unless its handler records the cancellation as the job's state (`run.status = "
         "\"cancelled\"`); an async generator is not (its stream just ends), so a consumer in another module "
-        "that goes on after its `async for` is missed. Branches are not told apart: a suspension on any "
+        "that goes on after its `async for` is missed. A handler that records the cancellation as the job's "
+        "state is not reported for a caller in the file that awaits it and goes on either (a job runner moving "
+        "to the next job: the state says how each job ended), only under a timeout or for a task whose end is "
+        "observed; a runner that goes on as if the cancelled job had succeeded is missed. Branches are not told apart: a suspension on any "
         "path after the handler counts. "
         "Any `raise` counts as re-raising, even of another exception; `except*` is not judged."
     )
@@ -237,6 +240,21 @@ class CancellationSwallowed(Rule):
                         except asyncio.CancelledError:  # expect: INV112
                             logger.info("refresh cancelled")
                         await asyncio.sleep(1.0)
+        '''),
+        Invalid('''
+            import asyncio
+
+            async def run_job(job):
+                try:
+                    await job.execute()
+                    job.state = "done"
+                except asyncio.CancelledError:
+                    job.state = "cancelled"
+                    return  # expect: INV112
+
+            async def run_with_deadline(job):
+                await asyncio.wait_for(run_job(job), timeout=30)  # a timeout now returns instead of raising
+                await job.report()
         '''),
     ]
     VALID = [
@@ -524,6 +542,22 @@ class CancellationSwallowed(Rule):
         Valid('''
             import asyncio
 
+            async def run_job(job):
+                try:
+                    await job.execute()
+                    job.state = "done"
+                except asyncio.CancelledError:
+                    job.state = "cancelled"  # the job's outcome, where its observers look
+                    return
+
+            async def drain_queue(queue):
+                while queue:
+                    job = queue.pop(0)
+                    await run_job(job)  # the runner moves on; each job's state says how it ended
+        '''),
+        Valid('''
+            import asyncio
+
             async def chunks(stream, stop_requested):
                 try:
                     async for chunk in stream:
@@ -730,6 +764,8 @@ class CancellationSwallowed(Rule):
             if use.kind == AWAITED:
                 if use.timed:
                     return True
+                if handler is not None and _records_cancellation(handler):
+                    continue  # a job that reports how it ended in its state: its runner going on loses nothing
                 caller = use.frame
                 if not isinstance(caller, cst.FunctionDef) or use.statement is None:
                     unknown = True

@@ -117,6 +117,25 @@ class MlxOnLoopBesideWorker(Rule):
                         token_iter.close()
                     mx.clear_cache()  # expect: INV120
         """),
+        Invalid('''
+            import threading
+            import mlx.core as mx
+
+            class Servicer:
+                def start(self):
+                    self._worker = threading.Thread(target=self._generation_loop, daemon=True)
+                    self._worker.start()
+
+                def _generation_loop(self):
+                    while True:
+                        self.batch_generator.next()
+
+                async def Generate(self, request, context):
+                    if request.seed is not None:
+                        mx.random.seed(request.seed)
+                    noise = mx.random.normal((4,))  # expect: INV120
+                    return await self._submit(request, noise)
+        '''),
     ]
     VALID = [
         Valid("""
@@ -139,6 +158,24 @@ class MlxOnLoopBesideWorker(Rule):
                 finally:
                     mx.clear_cache()
         """),
+        Valid('''
+            import threading
+            import mlx.core as mx
+
+            class Servicer:
+                def start(self):
+                    self._worker = threading.Thread(target=self._generation_loop, daemon=True)
+                    self._worker.start()
+
+                def _generation_loop(self):
+                    while True:
+                        self.batch_generator.next()
+
+                async def Generate(self, request, context):
+                    if request.seed is not None:
+                        mx.random.seed(request.seed)  # sets the global PRNG key: encodes no GPU work
+                    return await self._submit(request)
+        '''),
         Valid('''
             import asyncio
             import mlx.core as mx

@@ -103,21 +103,32 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Optional[bool] = None,
-                        shrink: bool = True) -> Any:
-    """Hypothesis settings for one round of `profile`."""
-    from hypothesis import HealthCheck, Phase, settings
-    from hypothesis.database import DirectoryBasedExampleDatabase
+PROFILE_DATABASE: Any = object()   # `hypothesis_settings(database=...)`: the profile's own (a directory or none)
+SEARCH = ("explicit", "reuse", "generate")   # the Hypothesis phases of a round, before shrinking
 
-    path = profile.database_path()
+
+def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Optional[bool] = None,
+                        shrink: bool = True, *, database: Any = PROFILE_DATABASE,
+                        phases: tuple[str, ...] = SEARCH) -> Any:
+    """Hypothesis settings for one round of `profile`: `database` an example database (None: none; by
+    default the profile's, opened lazily), `phases` the names of the Hypothesis phases before shrinking.
+    A derandomized round has no database (Hypothesis's rule), whatever is given."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    derandomize = profile.derandomize if derandomize is None else derandomize
+    if database is PROFILE_DATABASE:
+        from mlx_invariants.fuzz.database import open_database
+
+        path = profile.database_path()
+        database = open_database(path, check=False) if path else None
     return settings(
         max_examples=max_examples,
-        derandomize=profile.derandomize if derandomize is None else derandomize,
-        database=DirectoryBasedExampleDatabase(path) if path else None,
+        derandomize=derandomize,
+        database=None if derandomize else database,
         deadline=None,
         print_blob=True,
         report_multiple_bugs=False,
-        phases=(Phase.explicit, Phase.reuse, Phase.generate) + ((Phase.shrink,) if shrink else ()),
+        phases=tuple(Phase[name] for name in phases) + ((Phase.shrink,) if shrink else ()),
         suppress_health_check=list(HealthCheck),
     )
 

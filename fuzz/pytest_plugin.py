@@ -26,9 +26,13 @@ def pytest_configure(config: pytest.Config) -> None:
         import hypothesis  # noqa: F401
     except ImportError:
         return
+    from mlx_invariants.errors import UsageError
     from mlx_invariants.fuzz.profiles import register_hypothesis_profiles
 
-    register_hypothesis_profiles()
+    try:
+        register_hypothesis_profiles()
+    except UsageError as exc:  # MLX_INVARIANTS_FUZZ_DB names a Redis server, and the redis client is missing
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture

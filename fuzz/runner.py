@@ -17,6 +17,11 @@ applies only when neither a budget nor a count was given. Generated
 scenarios draw past the target's capacity: `settings.capacity`, else what
 its adapter reported during the baseline (`fuzz.profiles.requests_for`).
 
+With an example database (`settings.database`, or the profile's; a directory
+or a Redis server shared by a fleet, `fuzz.database`), the failures it holds
+for the target are replayed before the seed corpus and the search, and what
+the search finds is written to it (unless it is read-only).
+
 Scenarios share one started engine while they leave it clean (see
 `fuzz.session`); confirmation, shrinking, replays and the debug run use a
 fresh engine for every scenario, as `reuse=False` (`--fresh-engine`) does
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import random
 import time
+from unittest import SkipTest
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -42,7 +48,7 @@ from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
 from mlx_invariants.fuzz.findings import Finding, FindingsBook, confirmed, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
-from mlx_invariants.fuzz.profiles import PROFILES, Profile, Requests, hypothesis_settings, requests_for
+from mlx_invariants.fuzz.profiles import SEARCH, PROFILES, Profile, Requests, hypothesis_settings, requests_for
 from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultKind,
                                            FaultSpec, RequestSpec, Scenario)
@@ -62,6 +68,9 @@ DEBUG_SCENARIO = Scenario((RequestSpec("r0", 4, 6, True), RequestSpec("r1", 3, 4
 _BASELINE_EXEMPT = {"loop-lag"}
 # While shrinking, a smaller candidate counts only if it repeats this many times on a fresh engine.
 CONFIRM_RUNS = 1
+# The database's replay round: the failures it holds for the target, smallest first, up to the first that still
+# fails, then (if none does) this many at most of those that once failed on the way to one (its secondary corpus).
+REPLAY_EXAMPLES = 2
 
 
 class Phase(Enum):
@@ -146,9 +155,11 @@ def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), 
             cap = examples
         explicit = list(SEED_SCENARIOS.values()) if settings.explicit is None else list(settings.explicit)
         debug_run = profile.debug_run if settings.debug_run is None else settings.debug_run
+        database = example_database(settings, engines.target)  # a Redis server that is not there fails before a start
         startup_s = engines.prepare()
         sentinel = Sentinel(strict=settings.strict).install()
         fuzz = _Fuzz(engines, settings, profile, budget_s, cap, progress, sentinel, startup_s)
+        fuzz.database = database
 
         def search() -> None:
             fuzz.baseline()
@@ -164,6 +175,16 @@ def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), 
     finally:
         if engines is not target:
             engines.close()
+
+
+def example_database(settings: FuzzSettings, target: Target) -> Any:
+    """The run's example database (`fuzz.database`), its entries kept apart per target; None: none."""
+    from mlx_invariants.fuzz.database import open_database, scope_of
+
+    path = settings.database_path()
+    if path is None:
+        return None
+    return open_database(path, readonly=settings.database_readonly, scope=scope_of(target))
 
 
 def _conclude(fuzz: "_Fuzz", sentinel: Sentinel, search: Callable[[], None], settings: FuzzSettings) -> FuzzResult:
@@ -218,6 +239,7 @@ class _Fuzz:
         self.shrink_s, self.shrink = settings.shrink_s, settings.shrink
         self.book = FindingsBook(settings.baseline)
         self.shrinking: Optional[Shrinking] = None   # the confirmed failure being shrunk, if any
+        self.database: Any = None                    # the Hypothesis example database, if any (`fuzz.database`)
         self._explicit_done: set[str] = set()
         self._deferred: list[tuple[Scenario, Trace, list[Violation]]] = []
         self._stop = False
@@ -381,11 +403,13 @@ class _Fuzz:
     def hypothesis(self, strategy: Any, seed: Optional[int], explicit: list[Scenario]) -> None:
         """Rounds of Hypothesis until the budget, the example cap or a new finding (without keep-going)
         ends the search. Each round that finds something shrinks it and records it; the next round starts
-        on a new seed, with the explicit scenarios not yet run, and skips the signatures already settled."""
-        from hypothesis import example, given
-        from hypothesis import seed as fixed_seed
-        from hypothesis.errors import Flaky
+        on a new seed, with the explicit scenarios not yet run, and skips the signatures already settled.
 
+        With an example database, a first round replays its failures for this target (Hypothesis's reuse
+        phase alone) before the explicit scenarios and the search: a failure another runner wrote there is
+        the run's first example. The search's rounds then only write to it (a failure replayed again in a
+        later round, its signature settled, would pass there and be deleted). Hypothesis keeps no database
+        in a derandomized round, so the `ci` profile's first round runs on the fixed seed 0 instead."""
         from mlx_invariants.fuzz.strategies import scenarios
 
         if strategy is None:
@@ -395,33 +419,51 @@ class _Fuzz:
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
-
-        def property_(scenario: Scenario) -> None:
-            self._example(scenario)
-
+        search = SEARCH
+        if self.database is not None:
+            derandomize, search = False, tuple(phase for phase in SEARCH if phase != "reuse")
+            if self._searching():
+                self._round(strategy, [], REPLAY_EXAMPLES, base_seed, False, ("reuse",))
         round_number = 0
         while self._searching():
             remaining = None if self.examples is None else self.examples - self.state.examples
             count = self.profile.round_examples if remaining is None else min(remaining, self.profile.round_examples)
-            test = given(strategy)(property_)
-            for scenario in reversed([s for s in explicit if s.dumps() not in self._explicit_done]):
-                test = example(scenario)(test)
             first_round = derandomize and round_number == 0
-            if not first_round:
-                test = fixed_seed(base_seed + round_number)(test)
-            test = hypothesis_settings(self.profile, count, derandomize=first_round, shrink=self.shrink)(test)
-            try:
-                test()
-            except ViolationFound as found:
-                self._found(found)
-            except Flaky as flaky:
-                inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ViolationFound)]
-                if not inner:
-                    raise
-                self._found(inner[0], note="Hypothesis reported the failure as flaky")
-            finally:
-                self.shrinking = None
+            self._round(strategy, explicit, count, None if first_round else base_seed + round_number, first_round,
+                        search)
             round_number += 1
+
+    def _round(self, strategy: Any, explicit: list[Scenario], count: int, seed: Optional[int], derandomize: bool,
+               phases: tuple[str, ...]) -> None:
+        """One Hypothesis run of `count` examples on `seed` (or derandomized), the explicit scenarios not
+        run yet first, through `phases`; a confirmed failure it raises is recorded."""
+        from hypothesis import example, given
+        from hypothesis import seed as fixed_seed
+        from hypothesis.errors import Flaky
+
+        def property_(scenario: Scenario) -> None:
+            self._example(scenario)
+
+        test = given(strategy)(property_)
+        for scenario in reversed([s for s in explicit if s.dumps() not in self._explicit_done]):
+            test = example(scenario)(test)
+        if seed is not None:
+            test = fixed_seed(seed)(test)
+        test = hypothesis_settings(self.profile, count, derandomize=derandomize, shrink=self.shrink,
+                                   database=self.database, phases=phases)(test)
+        try:
+            test()
+        except SkipTest:
+            pass  # a replay round found nothing in the database to replay: Hypothesis ran no example
+        except ViolationFound as found:
+            self._found(found)
+        except Flaky as flaky:
+            inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ViolationFound)]
+            if not inner:
+                raise
+            self._found(inner[0], note="Hypothesis reported the failure as flaky")
+        finally:
+            self.shrinking = None
 
     def _example(self, scenario: Scenario) -> None:
         """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding."""

@@ -38,6 +38,9 @@ class FuzzSettings:
     `capacity` is how many requests the target holds at once (slots and queue),
     overriding what its adapter says: scenarios draw past it
     (`fuzz.profiles.requests_for`); a server's is unknown unless given.
+    `database` is the Hypothesis example database, a directory or a Redis URL
+    (`fuzz.database`; None: the profile's), whose failures for this target are
+    replayed before anything else; `database_readonly` reads it and writes nothing.
     """
 
     profile: str = "ci"
@@ -54,6 +57,8 @@ class FuzzSettings:
     debug_run: Optional[bool] = None
     strict: bool = False              # the sentinel refuses bad MLX entries (raises) instead of recording only
     capacity: Optional[int] = None    # requests the target holds at once; None: as its adapter says, if it does
+    database: Optional[str | Path] = None  # a directory or a Redis URL; None: the profile's (runner's directory, ci's none)
+    database_readonly: bool = False   # read the database, write nothing (pull-request runs of a shared one)
     explicit: Optional[tuple[Scenario, ...]] = None
     report_dir: Optional[str | Path] = None
     workdir: Optional[str | Path] = None
@@ -73,13 +78,23 @@ class FuzzSettings:
         if self.capacity is not None and (isinstance(self.capacity, bool) or not isinstance(self.capacity, int)
                                           or self.capacity < 1):
             raise SettingsError(f"the capacity must be a positive number of requests, got {self.capacity!r}")
+        if self.database is not None and (not isinstance(self.database, (str, Path)) or not str(self.database)):
+            raise SettingsError(f"the database must be a directory or a Redis URL, got {self.database!r}")
+        if self.database_readonly and self.database_path() is None:
+            raise SettingsError(f"a read-only database needs a database: give one (--database), or use a profile that has "
+                                f"one (the {self.profile} profile has none)")
         # Normalized in place (the dataclass is frozen): folders may be given as Paths, scenarios as any iterable.
         object.__setattr__(self, "baseline", tuple(self.baseline))
-        for name in ("report_dir", "workdir", "run_dir"):
+        for name in ("report_dir", "workdir", "run_dir", "database"):
             if isinstance(getattr(self, name), Path):
                 object.__setattr__(self, name, str(getattr(self, name)))
         if self.explicit is not None:
             object.__setattr__(self, "explicit", tuple(self.explicit))
+
+    def database_path(self) -> Optional[str]:
+        """The example database this run uses (a directory or a Redis URL): the one given, else the
+        profile's; None: none."""
+        return self.database or PROFILES[self.profile].database_path()
 
     # -- JSON -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

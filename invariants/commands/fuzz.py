@@ -83,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="accepted findings (from --write-baseline): listed, not failing the run")
     out.add_argument("--write-baseline", metavar="FILE",
                      help="write every finding of this run (and --baseline's) to FILE as accepted; exits 0")
+    out.add_argument("--database", metavar="DIR|redis://HOST:PORT/DB",
+                     help="the Hypothesis example database: a directory, or a Redis server shared by a fleet of "
+                          "runners (needs the 'redis' extra); its failures for this target are replayed first, "
+                          "and what the run finds is written to it (default: the profile's, see --profile)")
+    out.add_argument("--database-readonly", action="store_true",
+                     help="read the example database, write nothing to it (pull-request runs of a shared one)")
     out.add_argument("--strict", action="store_true", help="the sentinel refuses bad MLX entries (raises)")
 
 
@@ -102,12 +108,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--baseline, --write-baseline and --keep-going apply to a search, not to --replay")
     if args.capacity is not None and (args.replay or args.exhaustive):
         raise UsageError("--capacity applies to a search, not to --replay or --exhaustive")
+    if (args.database or args.database_readonly) and (args.replay or args.exhaustive):
+        raise UsageError("--database and --database-readonly apply to a search, not to --replay or --exhaustive")
     target = target_of(args)
     if args.replay:
         return _replay(args, target)
     if target is None:
         target = Target.reference(ROUTE)
     settings = settings_of(args)
+    if not args.exhaustive:
+        _check_database(settings)
     if args.exhaustive:
         return _exhaustive(target, settings, args)
     if args.jobs == 0:
@@ -164,7 +174,18 @@ def settings_of(args: argparse.Namespace) -> FuzzSettings:
     return FuzzSettings(profile=args.profile, budget_s=args.budget, examples=args.examples, seed=args.seed,
                         replays=args.replays, confirm=args.confirm, keep_going=args.keep_going, baseline=baseline,
                         reuse=False if args.fresh_engine else None, strict=args.strict, capacity=args.capacity,
+                        database=args.database, database_readonly=args.database_readonly,
                         report_dir=str(report), workdir=str(report / "work"))
+
+
+def _check_database(settings: FuzzSettings) -> None:
+    """A Redis database without its client, or whose server does not answer, is a usage error now, once,
+    not a traceback in every job later."""
+    from mlx_invariants.fuzz.database import open_database
+
+    path = settings.database_path()
+    if path is not None:
+        open_database(path, readonly=settings.database_readonly)
 
 
 def _in_process(target: Target, settings: FuzzSettings, args: argparse.Namespace) -> int:

@@ -1,6 +1,8 @@
 """The simple reference engine with a "fast path" that runs MLX on the event-loop thread for one-token
 requests: an `mlx-off-owner` finding on the first scenario with such a request (the seed corpus's first
-has one), in every process that fuzzes it; `make_clean` beside it builds the engine without the fast path.
+has one), in every process that fuzzes it; `make_clean` beside it builds the engine without the fast path, and
+`make_rare` one whose fast path takes only three-token requests, which no seed scenario sends: generation has to
+find that one (the shared-database test, tests/fuzz/test_database.py).
 The `--jobs` tests fuzz it in place (`--engine tests.fuzz.fastpath_engine:make`); the replay, pytest-API and
 workflow tests copy this file (`SOURCE`) into a scratch project as a user's own engine module."""
 
@@ -14,14 +16,24 @@ from mlx_invariants.engine import EngineConfig, SimpleEngine
 
 
 class FastPathEngine(SimpleEngine):
+    fast = 1   # the budget of the requests that take the fast path
+
     async def submit(self, pending):
-        if pending.params.max_tokens == 1:
+        if pending.params.max_tokens == self.fast:
             mx.eval(mx.array(list(pending.prompt)))
         return await super().submit(pending)
 
 
+class RarePathEngine(FastPathEngine):
+    fast = 3
+
+
 def make():
     return FastPathEngine(EngineConfig())
+
+
+def make_rare():
+    return RarePathEngine(EngineConfig())
 
 
 def make_clean():

@@ -329,7 +329,7 @@ def _blocked(blocked: list[dict]) -> list[str]:
     if not blocked:
         return []
     out = ["", "## Tried here, not in the zoo", "",
-           "These install from the package index but do not serve the tiny model on Linux CPU MLX:", ""]
+           "These MLX servers from the package index were tried here and do not serve the tiny model on Linux CPU MLX (some do not even install); each with the line that stops it:", ""]
     for server in blocked:
         out += [f"### {server['name']} {server['version']}", "", server["reason"], "", "```", server["error"], "```", ""]
     return out

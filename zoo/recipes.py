@@ -537,6 +537,32 @@ BLOCKED: tuple[Blocked, ...] = (
                "streamed answer needs Metal (mlx-lm 0.20's wired_limit); it has no /v1/completions.",
         error="RuntimeError: [metal::device_info] Cannot get device info without metal backend",
     ),
+    Blocked(
+        name="locals",
+        package="locals",
+        version="0.2.1",
+        reason="Installs (mlx 0.32, mlx-lm 0.32), but its engine is written in Metal kernels "
+               "(`mx.fast.metal_kernel`) and `locals serve` refuses to start anywhere but on an Apple-silicon Mac.",
+        error="locals runs on Apple-silicon Macs (MLX on Metal); this is linux on x86_64",
+    ),
+    Blocked(
+        name="kamiwaza-mlx",
+        package="kamiwaza-mlx",
+        version="0.2.7",
+        reason="Does not install: it requires mlx-metal, which has macOS wheels only.",
+        error="Because kamiwaza-mlx>=0.2.7 depends on mlx-metal>=0.31.2,<0.32.0 [...] your requirements are "
+              "unsatisfiable. (uv: wheels for mlx-metal 0.31.2 exist for macosx_14_0_arm64, macosx_15_0_arm64, "
+              "macosx_26_0_arm64 only)",
+    ),
+    Blocked(
+        name="mlx-llm-server",
+        package="mlx-llm-server",
+        version="0.1.10",
+        reason="Does not install: it pins mlx 0.7.0 (2024), which has macOS wheels only.",
+        error="Because mlx-llm-server>=0.1.10 depends on mlx==0.7.0 and mlx==0.7.0 has no wheels with a matching "
+              "platform tag (e.g., `manylinux_2_36_x86_64`), we can conclude that mlx-llm-server>=0.1.10 cannot "
+              "be used.",
+    ),
 )
 
 

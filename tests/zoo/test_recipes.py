@@ -52,7 +52,7 @@ def test_names_are_unique_and_found():
 def test_blocked_servers_say_why():
     for blocked in BLOCKED:
         assert PIN.match(f"{blocked.package}=={blocked.version}")
-        assert blocked.reason and "Error" in blocked.error
+        assert blocked.reason and blocked.error.strip()  # the line that stops it, as the server or installer says it
 
 
 def test_pin_rejects_ranges():

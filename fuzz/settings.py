@@ -40,7 +40,8 @@ class FuzzSettings:
     (`fuzz.profiles.requests_for`); a server's is unknown unless given.
     `database` is the Hypothesis example database, a directory or a Redis URL
     (`fuzz.database`; None: the profile's), whose failures for this target are
-    replayed before anything else; `database_readonly` reads it and writes nothing.
+    replayed before anything else; `database_readonly` reads it and writes nothing
+    (with no database at all, as a fork's pull request without the fleet's secret, it has nothing to do).
     """
 
     profile: str = "ci"
@@ -80,9 +81,6 @@ class FuzzSettings:
             raise SettingsError(f"the capacity must be a positive number of requests, got {self.capacity!r}")
         if self.database is not None and (not isinstance(self.database, (str, Path)) or not str(self.database)):
             raise SettingsError(f"the database must be a directory or a Redis URL, got {self.database!r}")
-        if self.database_readonly and self.database_path() is None:
-            raise SettingsError(f"a read-only database needs a database: give one (--database), or use a profile that has "
-                                f"one (the {self.profile} profile has none)")
         # Normalized in place (the dataclass is frozen): folders may be given as Paths, scenarios as any iterable.
         object.__setattr__(self, "baseline", tuple(self.baseline))
         for name in ("report_dir", "workdir", "run_dir", "database"):

@@ -186,6 +186,9 @@ def _check_database(settings: FuzzSettings) -> None:
     path = settings.database_path()
     if path is not None:
         open_database(path, readonly=settings.database_readonly)
+    elif settings.database_readonly:
+        print(f"invariants fuzz: no example database to read (no --database, and the {settings.profile} profile "
+              "has none): --database-readonly has nothing to do", file=sys.stderr)
 
 
 def _in_process(target: Target, settings: FuzzSettings, args: argparse.Namespace) -> int:

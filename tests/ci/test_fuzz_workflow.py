@@ -122,3 +122,29 @@ def test_exactly_one_target_must_be_named(scratch: dict[str, Any], server: str, 
     done = subprocess.run(["bash", "-e", "-c", check["run"]], env={**scratch["env"], "TARGETS": targets},
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == code, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("database, readonly, passed", [
+    ("", "", []),
+    ("redis://fleet:6379/0", "", ["--database", "redis://fleet:6379/0"]),
+    ("redis://:p w@fleet:6379/0", "true", ["--database", "redis://:p w@fleet:6379/0", "--database-readonly"]),
+    ("", "true", ["--database-readonly"]),  # the runner profile's own, or none (a fork's pull request: no secret)
+])
+def test_the_example_database_reaches_the_command_line(scratch: dict[str, Any], database: str, readonly: str,
+                                                       passed: list[str]) -> None:
+    """Nightly calls write to the fleet's database, pull-request calls read it (docs/ci.md's recipe)."""
+    inputs = _load(REUSABLE)["on"]["workflow_call"]
+    assert {"database", "database-readonly"} <= set(inputs["inputs"]) and "database-url" in inputs["secrets"]
+    env = _step("fuzz (exit")["env"]
+    assert env["DATABASE"] == "${{ secrets.database-url || inputs.database }}"
+    assert env["READONLY"] == "${{ inputs.database-readonly && 'true' || '' }}", "false must reach bash as empty"
+    fake = scratch["dir"] / "bin"
+    fake.mkdir()
+    (fake / "invariants").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (fake / "invariants").chmod(0o755)
+    done = _run_step("fuzz (exit", scratch, DATABASE=database, READONLY=readonly,
+                     PATH=f"{fake}{os.pathsep}{scratch['env']['PATH']}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    argv = json.loads(done.stdout.splitlines()[-1])
+    got = [arg for i, arg in enumerate(argv) if arg.startswith("--database") or (i and argv[i - 1] == "--database")]
+    assert got == passed, argv

@@ -5,6 +5,7 @@ wheel carries it); elsewhere these tests skip unless $ACTIONLINT names one."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,3 +52,20 @@ def test_actionlint_catches_a_caller_passing_an_input_the_reusable_workflow_lack
     done = _lint(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "budgte" in done.stdout, done.stdout
+
+
+def test_the_fleet_recipe_in_docs_ci_md_passes_actionlint_against_the_reusable_workflow(tmp_path: Path) -> None:
+    """docs/ci.md's "A fleet of runners sharing its failures": nightly runners write, pull requests read."""
+    text = (ROOT / "docs" / "ci.md").read_text()
+    section = text[text.index("### A fleet of runners sharing its failures"):]
+    recipe = section[section.index("```yaml\n") + len("```yaml\n"):]
+    recipe = re.sub(r"OWNER/mlx-invariants/\.github/workflows/fuzz-reusable\.yml@<[^>]*>",
+                    "./.github/workflows/fuzz-reusable.yml", recipe[:recipe.index("```")])
+    assert recipe.count("./.github/workflows/fuzz-reusable.yml") == 2 and "database-readonly: true" in recipe
+    workflows = tmp_path / ".github" / "workflows"
+    workflows.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=30)
+    shutil.copy(REUSABLE, workflows / REUSABLE.name)
+    (workflows / "fuzz.yml").write_text(recipe)
+    done = _lint(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -161,6 +161,15 @@ def test_entries_are_kept_per_target_and_a_read_only_database_writes_nothing(tmp
     assert list(reader.fetch(b"key")) == [b"failure"]
 
 
+def test_a_redis_server_gone_during_a_run_is_said_once_and_the_run_goes_on(capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("redis", reason="the redis client is the 'redis' extra's")
+    gone = open_database(f"redis://127.0.0.1:{_free_port()}/0", scope=b"t:", check=False)
+    gone.save(b"key", b"failure")
+    assert list(gone.fetch(b"key")) == []
+    gone.delete(b"key", b"failure")
+    assert capsys.readouterr().err.count("the example database redis://127.0.0.1:") == 1
+
+
 def test_a_redis_password_is_never_shown() -> None:
     assert shown("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
     assert shown("rediss://me:pw@host/1") == "rediss://me:***@host/1"

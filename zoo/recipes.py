@@ -209,8 +209,9 @@ VLLM_BUSY_STREAM = Report(
     affected="vllm-mlx 0.6.0 (" + NEWEST + "), default SimpleEngine with the default "
              "VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION=fail_fast",
     happens="a client closes a streaming completion as soon as its headers arrive; a streaming request sent right "
-            "after it reaches the engine while the cancelled request still holds the generation slot (a window of "
-            "tens of milliseconds: the same request resent 10 ms later gets its answer) and is refused as busy; "
+            "after it reaches the engine while the cancelled request still holds the generation slot and is refused "
+            "as busy; the window is short (resent every 10 ms, the same request was answered 0.06 to 0.5 s after "
+            "it was first sent, the longer times on a machine with a load average of 9); "
             "the refusal comes after the 200 headers, so the client gets HTTP 200, an error frame "
             "{\"message\": \"Internal server error\", \"code\": 500} and no text; nothing stays blocked",
     should="the busy refusal should reach a streaming client as it reaches a non-streaming one: HTTP 503 with the "
@@ -378,6 +379,21 @@ RAPID_MLX = Recipe(
     notes="Rapid-MLX, a fork of vllm-mlx (its package also installs a `vllm-mlx` command), in its default mode.",
 )
 
+VMLX = Recipe(
+    name="vmlx",
+    package="vmlx",
+    version="1.6.81",
+    # With the newest mlx-lm (0.32.2, which its `mlx-lm>=0.31.3` lets in) it dies at import:
+    # "cannot import name 'SequenceStateMachine' from 'mlx_lm.generate'"; 0.31.3 has it.
+    requirements=("vmlx==1.6.81", "mlx[cpu]==0.32.4", "mlx-lm==0.31.3"),
+    command="{venv}/bin/vmlx serve {model} --served-model-name tiny --host 127.0.0.1 --port {port}",
+    model_name="tiny",
+    ready_path="/health",
+    endpoints=(COMPLETIONS, CHAT),
+    notes="vMLX's engine (`vmlx_engine`, another descendant of vllm-mlx) in its default mode (a batched engine). "
+          "mlx-lm is pinned to 0.31.3: with 0.32.2 it fails at import (`SequenceStateMachine` is gone).",
+)
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         name="mlx-lm",
@@ -478,6 +494,7 @@ RECIPES: tuple[Recipe, ...] = (
     ),
     MLX_VLM,
     RAPID_MLX,
+    VMLX,
 )
 
 IN_PROCESS: tuple[Recipe, ...] = tuple(
@@ -544,6 +561,15 @@ BLOCKED: tuple[Blocked, ...] = (
         reason="Installs (mlx 0.32, mlx-lm 0.32), but its engine is written in Metal kernels "
                "(`mx.fast.metal_kernel`) and `locals serve` refuses to start anywhere but on an Apple-silicon Mac.",
         error="locals runs on Apple-silicon Macs (MLX on Metal); this is linux on x86_64",
+    ),
+    Blocked(
+        name="mlx-textgen",
+        package="mlx-textgen",
+        version="0.2.1",
+        reason="Installs (with mlx-lm 0.32.2) and starts, but every completion and chat answers HTTP 500: it sizes "
+               "its memory from `mx.metal.device_info()` (model_utils.py:53), which has no Metal key on CPU MLX.",
+        error="[ERROR] MLX Textgen - 'max_recommended_working_set_size' (POST /v1/chat/completions: HTTP 500 "
+              "{\"detail\":\"'max_recommended_working_set_size'\"})",
     ),
     Blocked(
         name="kamiwaza-mlx",

@@ -148,11 +148,11 @@ VLLM_SNAPSHOT = ("the stored upstream snapshot (waybarrios/vllm-mlx 4b654c09, 20
                  "nothing newer than the release could be read")
 
 MLX_LM_GONE = Report(
-    headline="mlx_lm.server: a non-streaming completion decodes to max_tokens after its client has gone "
+    headline="mlx_lm.server: a non-streaming request decodes to max_tokens after its client has gone "
              "(nothing is written to the socket until the last token, so the disconnect is never seen)",
     affected="mlx-lm 0.32.2 (" + NEWEST + "); streaming requests are not affected (their next write fails)",
-    happens="the client closes its connection a tenth of the way into a 1500-token non-streaming completion; the "
-            "server keeps decoding to the end, spending about the full request's CPU again for nobody, and holds "
+    happens="the client closes its connection a tenth of the way into a 1500-token non-streaming chat "
+            "completion; the server keeps decoding to the end, spending about the full request's CPU again for nobody, and holds "
             "its batch slot meanwhile",
     should="stop the request within a decode step or two of the disconnect, as it does for a streaming request",
     source=("mlx_lm/server.py:1611: `for gen in response:` consumes every token of the request",

@@ -47,6 +47,8 @@ def test_reproducer_shows_its_bug(recipe, known):
     ("rapid-mlx", Known("nonstream", "a non-streaming client leaves (rapid-mlx stops it)",
                         "gone_client_keeps_decoding.py", ("--model", "tiny", "--tokens", "900", "--mode", "nonstream"),
                         ())),
+    ("vmlx", Known("nonstream", "a non-streaming client leaves (vmlx stops it)", "gone_client_keeps_decoding.py",
+                   ("--model", "tiny", "--tokens", "900", "--mode", "nonstream"), ())),
     ("vllm-mlx", Known("nonstream-followup", "a non-streaming request refused as busy gets 503, not a 200",
                        "cancelled_stream_then_followup.py", ("--model", "tiny", "--followup", "nonstream"), ())),
     ("vllm-mlx-batched", Known("usage", "usage on the batched engine", "usage_over_max_tokens.py",

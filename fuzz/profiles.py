@@ -46,8 +46,10 @@ class Profile:
         """What the profile does, in one line (`invariants fuzz --help` lists these)."""
         seeds = ("derandomized, later rounds on fixed seeds" if self.derandomize
                  else "random seeds (recorded)")
-        database = (f"example database {self.database_path()} (MLX_INVARIANTS_FUZZ_DB), earlier failures first"
-                    if self.database else "no example database")
+        from mlx_invariants.fuzz.database import shown  # a Redis URL's password is never printed
+
+        database = (f"example database {shown(self.database_path() or '')} (MLX_INVARIANTS_FUZZ_DB or --database), "
+                    "earlier failures first" if self.database else "no example database")
         long = (f"; now and then prompts of up to {self.long_prompt} words and {self.long_tokens} tokens"
                 if self.long_prompt or self.long_tokens else "")
         cap = f"{self.examples} examples or " if self.examples < UNBOUNDED else ""

@@ -5,7 +5,8 @@ install  put each recipe's pinned server into its venv under the zoo cache
 run      install, fuzz each recipe for --budget seconds (runner profile, one --seed, --keep-going), run its
          reproducers, save zoo.json, write docs/zoo.md; --note says what else loaded the machine
          (naming recipes re-runs only those and keeps the other servers' entries of the saved zoo.json)
-doc      rewrite docs/zoo.md from a saved zoo.json
+doc      rewrite docs/zoo.md from a saved zoo.json (with the recipes' current reports, reasons and the servers
+         that do not run here)
 list     the recipes and the servers that do not run here
 """
 
@@ -60,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install":
         return _install(recipes)
     if args.command == "doc":
-        args.doc.write_text(doc.write(json.loads(args.result.read_text())))
+        result = json.loads(args.result.read_text())
+        result["blocked"] = _blocked()  # recipe data, like each finding's why: the list as it stands now
+        args.doc.write_text(doc.write(result))
         print(f"wrote {args.doc}")
         return 0
     return _run(recipes, args)
@@ -94,6 +97,11 @@ def _run(recipes: list, args: argparse.Namespace) -> int:
     args.doc.write_text(doc.write(result))
     print(f"wrote {args.result} and {args.doc}; fuzz reports under {work}")
     return 0
+
+
+def _blocked() -> list[dict]:
+    return [{"name": b.name, "package": b.package, "version": b.version, "reason": b.reason, "error": b.error}
+            for b in BLOCKED]
 
 
 def _merged(kept: list[dict], fresh: list[dict]) -> list[dict]:

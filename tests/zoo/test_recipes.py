@@ -329,3 +329,13 @@ def test_a_shown_bug_carries_its_report_and_a_command_that_runs_as_pasted():
     assert "`vllm_mlx/engine/simple.py:739`: fail_fast admission" in page
     not_shown = doc.write({**CANNED, "servers": [{**server, "findings": [], "known": [{**ran, "codes": [0]}]}]})
     assert "<summary>upstream report</summary>" not in not_shown
+
+
+def test_doc_command_lists_the_servers_that_do_not_run_here_as_the_recipes_say_now(tmp_path: Path):
+    from zoo import __main__ as entry
+
+    result, page = tmp_path / "zoo.json", tmp_path / "zoo.md"
+    result.write_text(json.dumps(CANNED))  # its blocked list is an old run's
+    assert entry.main(["doc", "--result", str(result), "--doc", str(page)]) == 0
+    text = page.read_text()
+    assert all(f"### {b.name} {b.version}" in text for b in BLOCKED) and "nometal" not in text

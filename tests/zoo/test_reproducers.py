@@ -31,7 +31,11 @@ def _reproduce(recipe, known) -> dict:
 
 @pytest.mark.parametrize("recipe, known", CASES, ids=[f"{r.name}-{k.slug}" for r, k in CASES])
 def test_reproducer_shows_its_bug(recipe, known):
+    """As docs/zoo.md counts it: shown in at least one run. A second run only where the first did not show it
+    (mlx-openai-server's streaming client: how long it decodes on depends on how fast tokens come)."""
     result = _reproduce(recipe, known)
+    if result["codes"] != [BUG]:
+        result = _reproduce(recipe, known)
     assert result["codes"] == [BUG], result["output"]
 
 

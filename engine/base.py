@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mlx_invariants.engine.errors import Unavailable
 from mlx_invariants.engine.messages import Pending
 from mlx_invariants.engine.stream import RequestStream
 
@@ -21,6 +22,7 @@ class EngineConfig:
     max_batch_queue: int = 16           # batched: admitted requests waiting for a seat
     retry_after_s: float = 1.0          # Retry-After sent with every busy answer
     startup_timeout_s: float = 600.0    # load + construct + warmup on the owner thread
+    stall_timeout_s: float = 120.0      # no owner progress this long with work pending: unhealthy, in-flight fail
     warmup: bool = True
     pad_prefill: bool | None = None     # batched: prefill at power-of-two lengths; None = where MLX runs on CUDA
 
@@ -40,7 +42,9 @@ class Engine(Protocol):
     async def submit(self, pending: Pending) -> RequestStream: ...
     async def shutdown(self, grace_s: float = 5.0) -> None: ...
     @property
-    def healthy(self) -> bool: ...                  # owner thread alive and ready, not shutting down
+    def healthy(self) -> bool: ...                  # owner thread alive, ready, making progress, not shutting down
+    @property
+    def unavailable(self) -> Unavailable | None: ...  # why the owner can no longer generate (dead, stalled)
     @property
     def tokenizer(self) -> Any: ...                 # mlx-lm TokenizerWrapper; pure Python, safe on the loop
     @property

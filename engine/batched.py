@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 
 from mlx_invariants.engine.admission import Admission
 from mlx_invariants.engine.drain import wait_through_cancellation
+from mlx_invariants.engine.errors import Unavailable
 from mlx_invariants.engine.frontend import EngineFrontend
 from mlx_invariants.engine.messages import Event, Failed, Finished, Pending, Token
 from mlx_invariants.engine.owner import OwnerThread
@@ -57,6 +58,7 @@ class BatchOwner(OwnerThread):
         self._pending: list[Pending] = []   # guarded by self.lock
         self._aborts: set[str] = set()      # guarded by self.lock
         self._waiting: deque[Pending] = deque()
+        self._starting: dict[str, Pending] = {}  # taken from `_waiting`, not yet in the batch nor ended
         self._active: dict[int, Active] = {}
         self._uid_of: dict[str, int] = {}
         self._generator: Any = None
@@ -144,6 +146,9 @@ class BatchOwner(OwnerThread):
             self._step(events)
         except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
             self._fail_batch(exc, events)
+        except BaseException:  # the loop itself dies (`_serve`): what was decided still goes out
+            self.emit(events)
+            raise
         self.emit(events)
 
     def _wait_if_idle(self) -> None:
@@ -182,7 +187,9 @@ class BatchOwner(OwnerThread):
         started: list[tuple[Active, FirstToken, Any]] = []
         while self._waiting and len(self._active) + len(started) < self.max_batch:
             own: list[Event] = []
-            begun = self._begin(self._waiting.popleft(), own)
+            pending = self._waiting.popleft()
+            self._starting[pending.rid] = pending
+            begun = self._begin(pending, own)
             self.emit(own)  # each first token as soon as it exists, not after the whole burst's prefills
             if begun is not None:
                 started.append(begun)
@@ -203,6 +210,7 @@ class BatchOwner(OwnerThread):
             return
         for (active, _, _), uid in zip(started, uids):
             active.uid = uid
+            self._starting.pop(active.pending.rid, None)
             self._active[uid] = active
             self._uid_of[active.pending.rid] = uid
 
@@ -262,11 +270,18 @@ class BatchOwner(OwnerThread):
         pending = active.pending
         self._end(pending, Finished(pending.rid, reason, len(pending.prompt), active.produced), events)
 
-    @staticmethod
-    def _end(pending: Pending, terminal: Finished | Failed, events: list[Event]) -> None:
+    def _end(self, pending: Pending, terminal: Finished | Failed, events: list[Event]) -> None:
         """The request's last MLX work is over: mark it, then queue its terminal event."""
+        self._starting.pop(pending.rid, None)
         reach(Point.FINISHED, pending.rid)
         events.append(terminal)
+
+    def _ended_by_stop(self, rid: str, prompt_tokens: int, produced: int) -> Finished | Failed:
+        """How a request the owner still holds ends when its loop ends: aborted, or failed if it crashed."""
+        if self.crashed is None:
+            return Finished(rid, "abort", prompt_tokens, produced)
+        return Failed(rid, f"the engine's owner thread died: {type(self.crashed).__name__}: {self.crashed}",
+                      kind=Unavailable.DEAD)
 
     def _fail_batch(self, exc: Exception, events: list[Event]) -> None:
         """A step raised: every request in the batch fails with the cause, and the generator is rebuilt."""
@@ -287,12 +302,11 @@ class BatchOwner(OwnerThread):
         for pending in [*self._waiting, *queued]:
             self._end(pending, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
         self._waiting.clear()
+        for pending in list(self._starting.values()):  # the loop died while starting them
+            self._end(pending, self._ended_by_stop(pending.rid, len(pending.prompt), 0), events)
         for active in list(self._active.values()):
-            rid = active.pending.rid
-            terminal: Finished | Failed = (
-                Failed(rid, f"engine stopped: {self.crashed}") if self.crashed
-                else Finished(rid, "abort", len(active.pending.prompt), active.produced))
-            self._end(active.pending, terminal, events)
+            pending = active.pending
+            self._end(pending, self._ended_by_stop(pending.rid, len(pending.prompt), active.produced), events)
         self._active.clear()
         self._uid_of.clear()
         self.emit(events)

@@ -3,6 +3,7 @@
     EngineError
     ├── Busy            admission refused: HTTP 503 + Retry-After, code text_generation_busy / engine_overloaded
     ├── ShuttingDown    no new work while draining: HTTP 503, code engine_shutting_down
+    ├── Unavailable     the owner thread died, or is stuck with work pending: HTTP 503, code engine_dead / engine_stalled
     ├── StartupError    load, generator construction or warmup failed on the owner thread
     └── InvalidRequest  the request cannot run on this model (e.g. prompt longer than the context): HTTP 400
 """
@@ -25,6 +26,18 @@ class Busy(EngineError):
 
 class ShuttingDown(EngineError):
     code = "engine_shutting_down"
+
+
+class Unavailable(EngineError):
+    """The engine can no longer generate: its owner thread died (`engine_dead`) or has made no progress
+    for `stall_timeout_s` while requests wait (`engine_stalled`). Refused at once, never queued."""
+
+    DEAD = "engine_dead"
+    STALLED = "engine_stalled"
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
 
 
 class StartupError(EngineError):

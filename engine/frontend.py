@@ -1,14 +1,22 @@
-"""The event-loop half every reference engine shares: start, delivery, health, status, shutdown."""
+"""The event-loop half every reference engine shares: start, delivery, health, status, shutdown.
+
+Liveness: the engine is unavailable (`unavailable`, `/health` 503, new requests refused at once with
+`Unavailable`) once its owner thread died (an exception escaped it) or has made no progress for
+`stall_timeout_s` while a request was held. Either way every request in flight ends with that error: at
+once when the thread ends (its `stopped` future), and by a timer armed while requests are held for a
+stall. A stalled owner that moves again makes the engine available again; a dead one never does.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Optional
 
 from mlx_invariants.engine.admission import Admission
 from mlx_invariants.engine.base import EngineConfig
-from mlx_invariants.engine.errors import InvalidRequest, ShuttingDown, StartupError
+from mlx_invariants.engine.errors import InvalidRequest, ShuttingDown, StartupError, Unavailable
 from mlx_invariants.engine.messages import Event, Pending, Terminal
 from mlx_invariants.engine.model import LoadedModel
 from mlx_invariants.engine.owner import OwnerThread
@@ -34,6 +42,9 @@ class EngineFrontend:
         self._phase: dict[str, str] = {}
         self._admission = self._make_admission()
         self._shutting_down = False
+        self._work_since = 0.0                          # monotonic: when the first held request of a busy spell came
+        self._stall_watch: Optional[asyncio.TimerHandle] = None
+        self._stalled_at: Optional[float] = None        # the owner's progress_at when a stall was declared
 
     # -- subclass hooks --------------------------------------------------------
     def _make_admission(self) -> Admission:
@@ -56,6 +67,8 @@ class EngineFrontend:
         self._admission.reopen()
         owner = self._make_owner(asyncio.get_running_loop())
         self._owner = owner
+        self._stalled_at = None
+        owner.stopped.add_done_callback(lambda _: self._owner_ended(owner))
         owner.start()
         try:
             self._loaded = await asyncio.wait_for(asyncio.shield(owner.ready), self.config.startup_timeout_s)
@@ -67,7 +80,26 @@ class EngineFrontend:
     def healthy(self) -> bool:
         owner = self._owner
         return (owner is not None and owner.is_alive() and owner.ready.done()
-                and owner.ready.exception() is None and not owner.stopping and not self._shutting_down)
+                and owner.ready.exception() is None and not owner.stopping and not self._shutting_down
+                and self.unavailable is None)
+
+    @property
+    def unavailable(self) -> Optional[Unavailable]:
+        """Why a started owner can no longer generate: it died, or it is stalled; None otherwise (also
+        while starting or shutting down, which `healthy` and `submit` answer on their own)."""
+        owner = self._owner
+        if (owner is None or self._shutting_down or owner.stopping or not owner.ready.done()
+                or owner.ready.cancelled() or owner.ready.exception() is not None):
+            return None
+        if owner.crashed is not None or owner.stopped.done() or not owner.is_alive():
+            cause = f": {type(owner.crashed).__name__}: {owner.crashed}" if owner.crashed is not None else ""
+            return Unavailable(f"the engine's owner thread died{cause}; this server can no longer generate",
+                               Unavailable.DEAD)
+        if self._stalled_at is not None and owner.progress_at == self._stalled_at:
+            return Unavailable(f"the engine's owner thread has made no progress for "
+                               f"{time.monotonic() - owner.progress_at:.1f}s with requests waiting",
+                               Unavailable.STALLED)
+        return None
 
     @property
     def tokenizer(self) -> Any:
@@ -89,6 +121,9 @@ class EngineFrontend:
     # -- requests ------------------------------------------------------------------
     def _check_submittable(self, pending: Pending) -> None:
         """Refuse what can never run, before admission counts it."""
+        down = self.unavailable
+        if down is not None:
+            raise down
         if self._shutting_down or not self.healthy:
             raise ShuttingDown("the engine is shutting down or not ready")
         if not pending.prompt:
@@ -106,7 +141,10 @@ class EngineFrontend:
 
     def _open_stream(self, pending: Pending) -> RequestStream:
         stream = RequestStream(pending.rid, len(pending.prompt), self._abort, self._close)
+        if not self._streams:
+            self._work_since = time.monotonic()
         self._streams[pending.rid] = stream
+        self._watch_stall()
         self._phase[pending.rid] = "queued"
         return stream
 
@@ -125,6 +163,76 @@ class EngineFrontend:
     def _abort(self, rid: str) -> None:
         raise NotImplementedError
 
+    # -- liveness ------------------------------------------------------------------
+    def _watch_stall(self) -> None:
+        """Arm the stall timer while requests are held: it fires when the owner's last progress (or the
+        first held request, if later) is `stall_timeout_s` old."""
+        owner = self._owner
+        if self._stall_watch is not None or not self._streams or owner is None or self._stalled_at is not None:
+            return
+        age = time.monotonic() - max(owner.progress_at, self._work_since)
+        delay = max(0.0, self.config.stall_timeout_s - age)
+        self._stall_watch = asyncio.get_running_loop().call_later(delay, self._check_stall)
+
+    def _check_stall(self) -> None:
+        self._stall_watch = None
+        owner = self._owner
+        if owner is None or not self._streams or self._shutting_down or owner.stopped.done():
+            return
+        progress = owner.progress_at
+        if time.monotonic() - max(progress, self._work_since) < self.config.stall_timeout_s:
+            self._watch_stall()
+            return
+        self._stalled_at = progress
+        down = self.unavailable
+        log.critical("owner thread %s stalled: %s", owner.name, down)
+        for rid, stream in list(self._streams.items()):
+            if not stream.ended:
+                self._abort(rid)  # should it move again, it stops these at once
+        self._fail_in_flight(down)
+        self._recover_watch()
+
+    def _recover_watch(self) -> None:
+        """While stalled, look now and then whether the owner moved again (then the stall is over)."""
+        owner = self._owner
+        if self._stalled_at is None or owner is None or owner.stopped.done():
+            return
+        if owner.progress_at != self._stalled_at:
+            log.warning("owner thread %s moved again after a stall", owner.name)
+            self._stalled_at = None
+            self._watch_stall()
+            return
+        self._stall_watch = asyncio.get_running_loop().call_later(
+            min(1.0, self.config.stall_timeout_s), self._recover_watch_fired)
+
+    def _recover_watch_fired(self) -> None:
+        self._stall_watch = None
+        self._recover_watch()
+
+    def _owner_ended(self, owner: OwnerThread) -> None:
+        """The owner thread is gone: unless it was stopped (shutdown) or never got ready, it died, and
+        nothing it held will ever end by itself."""
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+            self._stall_watch = None
+        if owner is not self._owner or owner.stopping or self._shutting_down:
+            return
+        down = self.unavailable
+        if down is None:
+            return  # startup failed: `start()` reports it
+        log.critical("owner thread %s ended while serving: %s", owner.name, down)
+        self._fail_in_flight(down)
+        self._owner_gone()
+
+    def _fail_in_flight(self, down: Optional[Unavailable]) -> None:
+        if down is None:
+            return
+        for stream in list(self._streams.values()):
+            stream.push_terminal_if_open(str(down), kind=down.code)
+
+    def _owner_gone(self) -> None:
+        """Let go of what only the (now dead) owner would have released; no MLX work can still run."""
+
     async def _close(self, stream: RequestStream) -> None:
         raise NotImplementedError
 
@@ -137,6 +245,7 @@ class EngineFrontend:
             "engine": self.name,
             "healthy": self.healthy,
             "shutting_down": self._shutting_down,
+            "owner": self._owner_state(),
             "admission": self.config.admission,
             "active": self._admission.holders,
             "queued": self._admission.waiting,
@@ -147,6 +256,16 @@ class EngineFrontend:
             "held": {"streams": len(self._streams), **(self._owner.held() if self._owner is not None else {})},
         }
 
+    def _owner_state(self) -> str:
+        """`starting`, `serving`, `dead`, `stalled` or `stopped`, for /v1/status."""
+        owner = self._owner
+        down = self.unavailable
+        if down is not None:
+            return "dead" if down.code == Unavailable.DEAD else "stalled"
+        if owner is None or not owner.ready.done():
+            return "starting" if owner is not None and owner.is_alive() else "stopped"
+        return "serving" if self.healthy else "stopped"
+
     async def shutdown(self, grace_s: float = 5.0) -> None:
         """Stop admitting, let running requests finish within `grace_s`, abort the rest, stop the owner.
 
@@ -156,6 +275,9 @@ class EngineFrontend:
         """
         self._shutting_down = True
         self._admission.close()
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+            self._stall_watch = None
         await self._wait_streams_ended(grace_s)
         for stream in list(self._streams.values()):
             stream.abort()

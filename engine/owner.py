@@ -8,6 +8,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 from mlx_invariants.engine.errors import StartupError
@@ -33,6 +34,10 @@ class OwnerThread(threading.Thread):
     Costs: an idle owner sleeps on an Event (never spins) and wakes at once
     when work, an abort or a stop arrives.
 
+    Liveness: `progress_at` (a monotonic time, one float written only here) moves
+    at every iteration, wake-up and emitted batch of events; the loop reads it to
+    tell a busy owner from a wedged one. `crashed` holds what escaped the loop.
+
     Exit: the thread's own MLX state is released on it before `stopped`
     resolves (`release_mlx_thread_state`), so nothing of it is left for the
     thread's exit, which may overlap the interpreter's shutdown.
@@ -52,6 +57,7 @@ class OwnerThread(threading.Thread):
         self.ready: asyncio.Future[LoadedModel] = loop.create_future()
         self.stopped: asyncio.Future[None] = loop.create_future()
         self.crashed: Optional[BaseException] = None
+        self.progress_at = time.monotonic()
         _release_main_thread_at_exit()
 
     # -- lifecycle, on the owner thread ------------------------------------
@@ -80,6 +86,7 @@ class OwnerThread(threading.Thread):
         """Iterate until `stop()`; `_finish()` ends whatever is still held, even after a crash."""
         try:
             while not self._stopping.is_set():
+                self.beat()
                 self._iteration()
         except BaseException as exc:  # a bug in the loop itself: die loudly, health goes 503
             self.crashed = exc
@@ -101,12 +108,18 @@ class OwnerThread(threading.Thread):
     def emit(self, events: list[Event]) -> None:
         """Hand plain events to the loop; one call per batch keeps the loop's work per step constant."""
         if events:
+            self.beat()
             self._to_loop(self._deliver, events)
+
+    def beat(self) -> None:
+        """The owner moved on: the loop's stall watch measures from here."""
+        self.progress_at = time.monotonic()
 
     def wait_for_work(self) -> None:
         """Sleep until `wake()`; callers re-check their inbox afterwards."""
         self._wake.wait()
         self._wake.clear()
+        self.beat()
 
     def wake(self) -> None:
         self._wake.set()

@@ -72,6 +72,7 @@ class SerialOwner(OwnerThread):
 
     def _iteration(self) -> None:
         job = self._inbox.get()
+        self.beat()
         if job is not None:
             self._run(job)
 
@@ -187,6 +188,12 @@ class SimpleEngine(EngineFrontend):
         stream = self._open_stream(pending)
         self._owner.post(job)
         return stream
+
+    def _owner_gone(self) -> None:
+        """The owner died: no job of it will ever report done, and none can still be inside MLX."""
+        for job in self._jobs.values():
+            if not job.done.done():
+                job.done.set_result(None)
 
     def _abort(self, rid: str) -> None:
         job = self._jobs.get(rid)

@@ -68,10 +68,11 @@ class RequestStream:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def push_terminal_if_open(self, message: str) -> None:
-        """End a stream the owner can no longer reach (it stopped or died) so no consumer waits forever."""
+    def push_terminal_if_open(self, message: str, kind: str = "engine_stopped") -> None:
+        """End a stream the owner can no longer reach (it stopped, died or is stuck) so no consumer waits
+        forever; `kind` is the error code its client sees."""
         if not self._ended.done():
-            self.push(Failed(self.rid, message, kind="engine_stopped"))
+            self.push(Failed(self.rid, message, kind=kind))
 
     # -- consumer side -----------------------------------------------------
     def __aiter__(self) -> "RequestStream":

@@ -177,8 +177,12 @@ def _tokenize(engine: Engine, req: schemas.GenerationRequest, vocab_size: int) -
 # -- small routes ------------------------------------------------------------------------
 
 async def health(request: Request) -> Response:
-    if request.app.state.engine.healthy:
+    engine = request.app.state.engine
+    if engine.healthy:
         return JSONResponse({"status": "ok"})
+    down = engine.unavailable
+    if down is not None:  # the owner thread died or is stuck: say which
+        return JSONResponse(error_body(str(down), "service_unavailable", down.code), status_code=503)
     return JSONResponse(error_body("the engine is not ready or is shutting down", "service_unavailable",
                                    "engine_unavailable"), status_code=503)
 

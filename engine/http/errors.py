@@ -1,7 +1,7 @@
 """HTTP errors as OpenAI-style JSON: `{"error": {"message", "type", "code", "param"}}`.
 
     ApiError                 one refusal: status, stable snake_case code, optional Retry-After
-    from_engine_error()      Busy -> 503 server_busy, ShuttingDown -> 503, InvalidRequest -> 400
+    from_engine_error()      Busy -> 503 server_busy, ShuttingDown and Unavailable -> 503, InvalidRequest -> 400
 
 Every refusal is decided before the first response byte, so a client always
 sees a status line that matches the body.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mlx_invariants.engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown
+from mlx_invariants.engine.errors import Busy, EngineError, InvalidRequest, ShuttingDown, Unavailable
 
 # status -> OpenAI error "type"; a Busy answer overrides it with "server_busy".
 TYPES = {
@@ -54,6 +54,8 @@ def from_engine_error(exc: EngineError) -> ApiError:
     if isinstance(exc, Busy):
         retry = str(max(1, math.ceil(exc.retry_after)))  # Retry-After takes whole seconds
         return ApiError(503, str(exc), exc.code, type="server_busy", headers={"Retry-After": retry})
+    if isinstance(exc, Unavailable):  # engine_dead / engine_stalled: this server will not serve it soon
+        return ApiError(503, f"{exc}; retry on another server", exc.code)
     if isinstance(exc, ShuttingDown):
         return ApiError(503, f"{exc}; retry on another server", exc.code, headers={"Retry-After": "1"})
     if isinstance(exc, InvalidRequest):

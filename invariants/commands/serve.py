@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: 8000)")
     parser.add_argument("--shutdown-grace", type=float, default=5.0, metavar="S",
                         help="on SIGTERM/SIGINT, seconds running requests may finish before being aborted (default: 5)")
+    parser.add_argument("--stall-timeout", type=float, default=config.stall_timeout_s, metavar="S",
+                        help="seconds without owner progress, requests held, before /health says engine_stalled "
+                             f"and they fail (default: {config.stall_timeout_s:g})")
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                         help="server log level (default: warning)")
 
@@ -54,13 +57,17 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name[2:].replace("-", "_")) < minimum:
             print(f"invariants serve: {name} must be at least {minimum}", file=sys.stderr)
             return 2
+    if args.stall_timeout <= 0:
+        print("invariants serve: --stall-timeout must be positive", file=sys.stderr)
+        return 2
     if args.shutdown_grace < 0:
         print("invariants serve: --shutdown-grace must not be negative", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     config = EngineConfig(model=args.model, admission=args.admission, max_queue=args.max_queue,
                           max_wait_ms=args.max_wait_ms, max_batch=args.max_batch,
-                          pad_prefill={"auto": None, "on": True, "off": False}[args.pad_prefill])
+                          pad_prefill={"auto": None, "on": True, "off": False}[args.pad_prefill],
+                          stall_timeout_s=args.stall_timeout)
     engine_class = ENGINES[args.engine]
 
     def announce(line: str) -> None:

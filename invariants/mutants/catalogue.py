@@ -576,10 +576,10 @@ CATALOGUE: tuple[Mutant, ...] = (
             """, ""),
             Edit(BATCHED, """
                 for active in list(self._active.values()):
-                    rid = active.pending.rid
+                    pending = active.pending
             """, """
                 for active in []:
-                    rid = active.pending.rid
+                    pending = active.pending
             """),
         ),
     ),

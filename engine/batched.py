@@ -75,6 +75,11 @@ class BatchOwner(OwnerThread):
             self._aborts.add(rid)
         self.wake()
 
+    def drain(self) -> None:
+        """Drop the requests and aborts posted and not taken; only once this thread is gone."""
+        with self.lock:
+            self._pending, self._aborts = [], set()
+
     def held(self) -> dict[str, int]:
         """Generator rows, started requests, requests waiting for a seat, and the inbox's requests and aborts."""
         with self.lock:
@@ -348,6 +353,10 @@ class BatchedEngine(EngineFrontend):
         reach(Point.SLOT_ACQUIRED, pending.rid)
         self._owner.post(pending)
         return stream
+
+    def _owner_gone(self) -> None:
+        """The owner died: what it never took from its inbox is dropped (its streams are ended)."""
+        self._owner.drain()
 
     def _abort(self, rid: str) -> None:
         self._owner.abort(rid)

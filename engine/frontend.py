@@ -145,6 +145,7 @@ class EngineFrontend:
             self._work_since = time.monotonic()
         self._streams[pending.rid] = stream
         self._watch_stall()
+        asyncio.get_running_loop().call_soon(self._posted, stream)  # once `submit` has posted it
         self._phase[pending.rid] = "queued"
         return stream
 
@@ -223,6 +224,15 @@ class EngineFrontend:
         log.critical("owner thread %s ended while serving: %s", owner.name, down)
         self._fail_in_flight(down)
         self._owner_gone()
+
+    def _posted(self, stream: RequestStream) -> None:
+        """A turn after the stream opened (its request posted): one admitted while its owner died (it waited
+        for admission or the slot meanwhile) ends as the ones in flight did, and the dead inbox is emptied."""
+        down = self.unavailable
+        if down is not None and down.code == Unavailable.DEAD:
+            stream.push_terminal_if_open(str(down), kind=down.code)
+            if self._owner is not None and self._owner.stopped.done():
+                self._owner_gone()
 
     def _fail_in_flight(self, down: Optional[Unavailable]) -> None:
         if down is None:

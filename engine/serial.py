@@ -45,6 +45,14 @@ class SerialOwner(OwnerThread):
     def post(self, job: Job) -> None:
         self._inbox.put(job)
 
+    def drain(self) -> None:
+        """Drop every job posted and not taken; only once this thread is gone (its engine ends them)."""
+        while True:
+            try:
+                self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
     def held(self) -> dict[str, int]:
         """Jobs posted and not yet taken (the stop marker included, once stopping)."""
         return {"inbox": self._inbox.qsize()}
@@ -191,6 +199,7 @@ class SimpleEngine(EngineFrontend):
 
     def _owner_gone(self) -> None:
         """The owner died: no job of it will ever report done, and none can still be inside MLX."""
+        self._owner.drain()
         for job in self._jobs.values():
             if not job.done.done():
                 job.done.set_result(None)

@@ -55,6 +55,11 @@ class InjectedFault(RuntimeError):
     """The fuzzer's stand-in for an exception raised inside an MLX call."""
 
 
+class WorkerKilled(BaseException):
+    """The fuzzer's "worker-dies" fault: a `BaseException`, so no per-request `except Exception` in the
+    worker catches it and it escapes the generation thread's loop, as an uncaught bug there does."""
+
+
 class LockReentered(RuntimeError):
     """A task tried to acquire an asyncio lock it already holds."""
 

@@ -8,7 +8,8 @@ fault is due:
 - on a loop-side point (which must neither block nor raise) the fault is
   delivered right there (a cancel then lands at the task's next suspension);
 - a "raise" fault raises `InjectedFault` in the worker, standing for an error
-  inside the MLX call at that spot;
+  inside the MLX call at that spot; a "worker-dies" fault raises `WorkerKilled`
+  there, a `BaseException` that escapes the worker's loop and kills it;
 - a "cancel-in-call" fault is a cancel that never pauses the worker: on an
   owner-side point before MLX work (`RAISE_POINTS`) the worker only schedules
   it and goes on into the call that follows (the prefill after WORKER_STARTED,
@@ -40,7 +41,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Union
 
-from mlx_invariants.fuzz.errors import InjectedFault
+from mlx_invariants.fuzz.errors import InjectedFault, WorkerKilled
 from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS, At, Delivery, FaultKind, FaultSpec
 from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
 
@@ -153,8 +154,11 @@ class Injector:
         if across:
             self._cancel_in_call(across, True)
         if raises and not on_loop:
-            self.trace.record("fault", "raise", rid, info={"at": str(raises[0].at)})
-            raise InjectedFault(f"injected MLX error at {raises[0].at}")
+            fault = next((f for f in raises if f.kind == FaultKind.WORKER_DIES.value), raises[0])
+            self.trace.record("fault", fault.kind, rid, info={"at": str(fault.at)})
+            if fault.kind == FaultKind.WORKER_DIES.value:
+                raise WorkerKilled(f"injected worker death at {fault.at}")
+            raise InjectedFault(f"injected MLX error at {fault.at}")
 
     def _cancel_in_call(self, cancels: list[FaultSpec], now: bool) -> None:
         """Deliver the cancels without pausing anyone: `now` (on the loop, or from a worker with no MLX

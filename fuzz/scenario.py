@@ -59,6 +59,10 @@ class FaultKind(enum.Enum):
     RAISE = ("raise", False, Delivery.WORKER, False, True,
              "raises `InjectedFault` out of the hook in the worker, standing for an exception inside the MLX "
              "call at that spot; the engine must end that request with a clear error and go on")
+    WORKER_DIES = ("worker-dies", False, Delivery.WORKER, False, True,
+                   "raises `WorkerKilled` (a `BaseException`, past every per-request `except Exception`) out of "
+                   "the hook in the worker, so the owner/generation thread dies as with an uncaught bug; every "
+                   "request in flight must then end and every new one be refused or fail, none may hang")
     SHUTDOWN = ("shutdown", False, Delivery.LOOP, False, False,
                 "starts the adapter's `shutdown()` in a task; every request must then end and nothing may be "
                 "left waiting, running or alive")

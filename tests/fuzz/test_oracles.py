@@ -142,6 +142,21 @@ def test_followup_must_match_a_fresh_engine():
                  trace_of(check("followup", got=completed(1, 2), expected=completed(1, 2)))) == []
 
 
+def test_a_hang_after_the_worker_died_is_reported_and_one_before_it_or_without_it_is_not():
+    death = {"kind": "fault", "name": "worker-dies", "rid": "r0", "info": {"at": "r0@BEFORE_DECODE#1"}}
+    stall = check("stalled", rids=["r0", "followup"], stacks="--- thread x")
+    found = list(oracles.work_ends_after_worker_death(
+        trace_of(request("submit"), death, request("submit", "followup"), stall)))
+    assert [v.kind for v in found] == ["hang-after-worker-death"] and "thread x" in found[0].detail
+    assert "followup submitted after the death and taken" in found[0].message
+    after_shutdown = check("waiters-after-shutdown", rids=["r1"])
+    assert kinds(oracles.work_ends_after_worker_death, trace_of(death, after_shutdown)) == ["hang-after-worker-death"]
+    assert kinds(oracles.work_ends_after_worker_death, trace_of(stall, death)) == []  # the stall came first
+    assert kinds(oracles.work_ends_after_worker_death, trace_of(request("submit"), stall)) == []
+    assert kinds(oracles.work_ends_after_worker_death,
+                 trace_of(death, request("end", outcome="error", message="owner died"))) == []
+
+
 def test_stall_is_reported_with_stacks():
     found = list(oracles.stays_live(trace_of(check("stalled", rids=["r0"], stacks="--- thread x"))))
     assert [v.kind for v in found] == ["stalled"] and "thread x" in found[0].detail
@@ -183,7 +198,7 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 21  # 15 + fuzz/ownership.py's five + fuzz/compute.py's one
+    assert len(ORACLES) == 22  # 16 + fuzz/ownership.py's five + fuzz/compute.py's one
 
 
 def test_a_cancelled_request_must_stop_decoding_too():

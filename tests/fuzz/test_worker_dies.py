@@ -1,0 +1,46 @@
+"""The "worker-dies" fault: an exception escapes the engine's owner/generation thread and kills it. Every
+request in flight must then end and every new one be refused or fail; an engine that goes on taking work
+it can never do hangs them, which `hang-after-worker-death` reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_invariants.fuzz.adapters.reference import reference_engine
+from mlx_invariants.fuzz.followup import FollowupOutcome
+from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+from mlx_invariants.fuzz.session import run_scenario
+
+from tests.fuzz import dead_owner_engine
+
+# r0 streams and its worker dies at a drawn worker-side point; r1 is sent once r0's work is over.
+def _dies_at(point: str, index: int = 0) -> Scenario:
+    return Scenario((RequestSpec("r0", 3, 6, True), RequestSpec("r1", 2, 3, False, arrival=At("r0", "FINISHED"))),
+                    (FaultSpec("worker-dies", At("r0", point, index)),))
+
+
+AIMS = [("WORKER_STARTED", 0), ("PREFILL_DONE", 0), ("BEFORE_DECODE", 2)]
+
+
+def _followup(factory) -> FollowupOutcome:
+    return FollowupOutcome.of_trace(run_scenario(factory, Scenario(())))
+
+
+@pytest.mark.parametrize("route", ["simple", "batched"])
+@pytest.mark.parametrize("point, index", AIMS)
+def test_a_reference_engine_ends_or_refuses_everything_once_its_worker_died(route: str, point: str, index: int):
+    factory = reference_engine(route)
+    trace = run_scenario(factory, _dies_at(point, index), expected_followup=_followup(factory))
+    assert judge(trace) == [], judge(trace)
+    assert trace.first("fault", "worker-dies") is not None
+    ends = {e.rid: e.info for e in trace.of("request", "end")}
+    assert ends["r0"]["outcome"] == "error", ends
+    assert ends["followup"]["outcome"] == "refused" and ends["followup"]["code"] == "engine_dead", ends
+
+
+@pytest.mark.parametrize("point, index", AIMS[:1] + AIMS[2:])
+def test_an_engine_deaf_to_its_dead_worker_is_found(point: str, index: int):
+    factory = dead_owner_engine.make_deaf
+    kinds = [v.kind for v in judge(run_scenario(factory, _dies_at(point, index), expected_followup=_followup(factory)))]
+    assert kinds[:1] == ["hang-after-worker-death"], kinds

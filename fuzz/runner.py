@@ -50,7 +50,7 @@ from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.profiles import SEARCH, PROFILES, Profile, Requests, hypothesis_settings, requests_for
 from mlx_invariants.fuzz.report import Failure, device_info
-from mlx_invariants.fuzz.scenario import (FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultKind,
+from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultKind,
                                            FaultSpec, RequestSpec, Scenario)
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.summary import RunSummary
@@ -557,7 +557,7 @@ class _Fuzz:
             target=self.target, requests=self.requests)
 
 
-def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = FAULT_KINDS,
+def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = DEFAULT_KINDS,
                          points: Iterable[str] = POINTS) -> list[Scenario]:
     """Every single-fault scenario for one and for two requests, at every point (and index)."""
     out: list[Scenario] = []

@@ -35,7 +35,7 @@ from typing import Optional
 from hypothesis import strategies as st
 
 from mlx_invariants.fuzz.faults import IN_CALL
-from mlx_invariants.fuzz.scenario import (EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES,
+from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES,
                                           VICTIM_KINDS, At, FaultKind, FaultSpec, RequestSpec, Scenario)
 from mlx_invariants.points import Point
 
@@ -138,7 +138,7 @@ def _lengthen(requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
 
 @st.composite
 def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, max_faults: int = 2,
-              kinds: tuple[str, ...] = FAULT_KINDS, points: tuple[str, ...] = POINTS,
+              kinds: tuple[str, ...] = DEFAULT_KINDS, points: tuple[str, ...] = POINTS,
               executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
               routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
               long_tokens: int = 0, across: bool = True) -> Scenario:

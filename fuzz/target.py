@@ -22,7 +22,7 @@ from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapt
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.scenario import CLIENT_POINTS, FAULT_KINDS, POINTS, ROUTES
+from mlx_invariants.fuzz.scenario import CLIENT_POINTS, DEFAULT_KINDS, FAULT_KINDS, POINTS, ROUTES
 
 
 class TargetKind(Enum):
@@ -54,7 +54,7 @@ class Target:
     package: str = ENGINE_PACKAGE
     owner: Optional[str] = None
     model: str = HTTP_MODEL
-    fault_kinds: tuple[str, ...] = FAULT_KINDS
+    fault_kinds: tuple[str, ...] = DEFAULT_KINDS
     points: tuple[str, ...] = POINTS
     routes: tuple[str, ...] = ROUTES
     request_body: str = ""
@@ -89,6 +89,9 @@ class Target:
             raise TargetError(f"fault kinds must be some of {FAULT_KINDS}, got {self.fault_kinds}")
         if self.kind.http and "restart" in self.fault_kinds:
             raise TargetError("a server cannot be restarted inside a scenario: leave out the restart fault kind")
+        if self.kind.http and not set(self.fault_kinds) <= set(HTTP_KINDS):
+            raise TargetError(f"an HTTP target takes the fault kinds {', '.join(HTTP_KINDS)}; "
+                              f"not {', '.join(sorted(set(self.fault_kinds) - set(HTTP_KINDS)))}")
         known = POINTS + (CLIENT_POINTS if self.kind.http else ())  # only a client of a server reaches those
         if not self.points or not set(self.points) <= set(known):
             raise TargetError(f"points must be some of {known}, got {self.points}")
@@ -202,9 +205,10 @@ def extra_body(text: str) -> dict[str, Any]:
 def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The fault kinds and points a target of `kind` takes unless told otherwise: a server is not
     restarted per scenario (no shutdown, no restart, no raise) and shows only the points a client sees;
+    an in-process one takes every kind but the opt-in ones (`OPT_IN_KINDS`);
     SERVER_STEP counts the MLX calls a launched server's sentinel records, so a bare URL never reaches it."""
     if not kind.http:
-        return FAULT_KINDS, POINTS
+        return DEFAULT_KINDS, POINTS
     points = HTTP_POINTS if kind is TargetKind.SERVER else tuple(p for p in HTTP_POINTS if p != "SERVER_STEP")
     return HTTP_KINDS, points
 

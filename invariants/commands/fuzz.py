@@ -7,6 +7,7 @@ Exit status: 0 no new finding, 1 new finding(s) (reports written), 2 usage or se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import textwrap
 import time
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from mlx_invariants.errors import UsageError
 from mlx_invariants.fuzz.defaults import CONFIRM, HTTP_MODEL, REPLAYS, REPORT_DIR, ROUTE
 from mlx_invariants.fuzz.profiles import PROFILES
-from mlx_invariants.fuzz.scenario import ROUTES
+from mlx_invariants.fuzz.scenario import FAULT_KINDS, ROUTES
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
 
@@ -47,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--request-body", metavar="JSON",
                         help="--url/--server-cmd: a JSON object merged into every request body, over the fuzzer's "
                              "own fields (e.g. '{\"temperature\": 0.1}' for a server that rejects 0.0)")
+    target.add_argument("--faults", metavar="KIND,...",
+                        help="the fault kinds scenarios draw, comma-separated (default: every kind the target "
+                             "takes but the opt-in ones, which kill the engine's worker: worker-dies); "
+                             "docs/fuzz-reference.md says what each does")
     target.add_argument("--capacity", type=int, metavar="N",
                         help="requests the target holds at once (slots and queue); scenarios draw a few more. "
                              "Default: what the engine's adapter reports; a server's is unknown unless given, "
@@ -150,10 +155,25 @@ def target_of(args: argparse.Namespace) -> Optional[Target]:
     if args.routes and not (args.url or args.server_cmd):
         raise UsageError("--routes goes with --url or --server-cmd")
     if args.url:
-        return Target.url(args.url, **http)
-    if args.server_cmd:
-        return Target.server(args.server_cmd, **http)
-    return Target.engine(args.engine) if args.engine else None
+        target = Target.url(args.url, **http)
+    elif args.server_cmd:
+        target = Target.server(args.server_cmd, **http)
+    elif args.engine:
+        target = Target.engine(args.engine)
+    else:
+        if args.faults:
+            raise UsageError("--faults goes with --engine, --url or --server-cmd")
+        return None
+    return dataclasses.replace(target, fault_kinds=_faults(args.faults)) if args.faults else target
+
+
+def _faults(value: str) -> tuple[str, ...]:
+    """`--faults cancel,worker-dies` as a tuple; an unknown kind is a usage error naming the known ones."""
+    kinds = tuple(dict.fromkeys(kind.strip() for kind in value.split(",") if kind.strip()))
+    unknown = [kind for kind in kinds if kind not in FAULT_KINDS]
+    if unknown or not kinds:
+        raise UsageError(f"--faults: {', '.join(unknown) or 'none given'}; choose from {', '.join(FAULT_KINDS)}")
+    return kinds
 
 
 def _routes(value: Optional[str]) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from mlx_invariants.fuzz.locks import OwnedLock, watch_locks
 from mlx_invariants.fuzz.oracles import mlx_never_concurrent, mlx_only_on_owner, no_stream_errors
 from mlx_invariants.fuzz.profiles import PROFILES
 from mlx_invariants.fuzz.runner import exhaustive_scenarios, run_exhaustive, run_fuzz
-from mlx_invariants.fuzz.scenario import FAULT_KINDS, Scenario
+from mlx_invariants.fuzz.scenario import DEFAULT_KINDS, FAULT_KINDS, Scenario
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
@@ -156,7 +156,7 @@ def test_a_child_that_dies_leaves_the_scenario_it_was_running(tmp_path):
 def test_exhaustive_mode_enumerates_every_single_fault_scenario(tmp_path):
     every = exhaustive_scenarios(max_tokens=2)
     assert all(len(s.faults) == 1 and len(s.requests) in (1, 2) for s in every)
-    assert {s.faults[0].kind for s in every} == set(FAULT_KINDS)
+    assert {s.faults[0].kind for s in every} == set(DEFAULT_KINDS)
     assert len({s.dumps() for s in every}) == len(every)
     for scenario in every:
         scenario.validate()

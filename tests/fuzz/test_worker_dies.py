@@ -44,3 +44,26 @@ def test_an_engine_deaf_to_its_dead_worker_is_found(point: str, index: int):
     factory = dead_owner_engine.make_deaf
     kinds = [v.kind for v in judge(run_scenario(factory, _dies_at(point, index), expected_followup=_followup(factory)))]
     assert kinds[:1] == ["hang-after-worker-death"], kinds
+
+
+def test_worker_dies_is_drawn_only_when_asked_for(capsys):
+    """A default run never kills an engine's worker: an engine may fairly not be built to survive that,
+    so `--faults` (or `Target(fault_kinds=...)`) asks for it; a server cannot take it."""
+    import argparse
+
+    from mlx_invariants.cli import main
+    from mlx_invariants.commands.fuzz import add_arguments, target_of
+    from mlx_invariants.fuzz.scenario import DEFAULT_KINDS, OPT_IN_KINDS
+    from mlx_invariants.fuzz.target import Target
+
+    assert "worker-dies" in OPT_IN_KINDS and "worker-dies" not in DEFAULT_KINDS
+    assert "worker-dies" not in Target.engine("tests.fuzz.dead_owner_engine:make_deaf").fault_kinds
+    assert "worker-dies" not in Target.reference("batched").fault_kinds
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    asked = target_of(parser.parse_args(["--engine", "batched", "--faults", "worker-dies,cancel"]))
+    assert asked.fault_kinds == ("worker-dies", "cancel")
+    assert main(["fuzz", "--engine", "batched", "--faults", "worker-dies,nap"]) == 2
+    assert "--faults: nap; choose from " in capsys.readouterr().err
+    assert main(["fuzz", "--server-cmd", "python -m srv --port {port}", "--faults", "worker-dies"]) == 2
+    assert "an HTTP target takes the fault kinds" in capsys.readouterr().err

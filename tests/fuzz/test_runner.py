@@ -47,10 +47,14 @@ def cli(*argv: str) -> int:
 SHORT_CI_RUN = 80
 
 
-def _ci_profile_run(engine: str, examples: int, tmp_path: Path) -> None:
+def _ci_profile_run(engine: str, examples: int, tmp_path: Path):
     settings = FuzzSettings(examples=examples, budget_s=BACKSTOP_S, report_dir=tmp_path)
     [outcome] = run_jobs(Target.reference(engine), settings, 1, tmp_path / "work", lambda states: None).outcomes
-    assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
+    return outcome
+
+
+def _assert_ran_through(outcome, examples: int) -> None:
+    """Every example was run, and clean scenarios shared their engine."""
     assert outcome.examples >= examples
     assert outcome.engines_started < outcome.examples / 4, "clean scenarios should share their engine"
 
@@ -58,14 +62,18 @@ def _ci_profile_run(engine: str, examples: int, tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("engine", ["simple", "batched"])
 def test_the_ci_profile_s_first_examples_find_nothing_on_the_reference_engine(engine: str, tmp_path: Path):
-    _ci_profile_run(engine, SHORT_CI_RUN, tmp_path)
+    outcome = _ci_profile_run(engine, SHORT_CI_RUN, tmp_path)
+    assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
+    _assert_ran_through(outcome, SHORT_CI_RUN)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("engine", ["simple", "batched"])
 def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str, tmp_path: Path):
-    _ci_profile_run(engine, PROFILES["ci"].examples, tmp_path)
+    outcome = _ci_profile_run(engine, PROFILES["ci"].examples, tmp_path)
+    assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
+    _assert_ran_through(outcome, PROFILES["ci"].examples)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -47,33 +47,17 @@ def cli(*argv: str) -> int:
 SHORT_CI_RUN = 80
 
 
-def _ci_profile_run(engine: str, examples: int, tmp_path: Path):
+@pytest.mark.parametrize("examples", [
+    pytest.param(SHORT_CI_RUN, marks=pytest.mark.timeout(900), id="first-examples"),
+    pytest.param(PROFILES["ci"].examples, marks=[pytest.mark.slow, pytest.mark.timeout(1800)], id="whole-profile"),
+])
+@pytest.mark.parametrize("engine", ["simple", "batched"])
+def test_the_ci_profile_finds_nothing_on_the_reference_engine(engine: str, examples: int, tmp_path: Path):
     settings = FuzzSettings(examples=examples, budget_s=BACKSTOP_S, report_dir=tmp_path)
     [outcome] = run_jobs(Target.reference(engine), settings, 1, tmp_path / "work", lambda states: None).outcomes
-    return outcome
-
-
-def _assert_ran_through(outcome, examples: int) -> None:
-    """Every example was run, and clean scenarios shared their engine."""
+    assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
     assert outcome.examples >= examples
     assert outcome.engines_started < outcome.examples / 4, "clean scenarios should share their engine"
-
-
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("engine", ["simple", "batched"])
-def test_the_ci_profile_s_first_examples_find_nothing_on_the_reference_engine(engine: str, tmp_path: Path):
-    outcome = _ci_profile_run(engine, SHORT_CI_RUN, tmp_path)
-    assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
-    _assert_ran_through(outcome, SHORT_CI_RUN)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("engine", ["simple", "batched"])
-def test_ci_profile_finds_nothing_on_the_reference_engine(engine: str, tmp_path: Path):
-    outcome = _ci_profile_run(engine, PROFILES["ci"].examples, tmp_path)
-    assert not outcome.failed, f"false alarm: {outcome.headline or outcome.crashed} (report: {outcome.report_dir})"
-    _assert_ran_through(outcome, PROFILES["ci"].examples)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -2,7 +2,7 @@
 (ci/zoo.sh is the documented front door).
 
 install  put each recipe's pinned server into its venv under the zoo cache
-run      install, fuzz each recipe for --budget seconds (runner profile, one --seed, --keep-going), run its
+run      install, fuzz each recipe for --budget seconds once per seed (runner profile, --keep-going), run its
          reproducers, save zoo.json, write docs/zoo.md; --note says what else loaded the machine
          (naming recipes re-runs only those and keeps the other servers' entries of the saved zoo.json)
 doc      rewrite docs/zoo.md from a saved zoo.json (with the recipes' current reports, reasons and the servers
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import tempfile
 from pathlib import Path
@@ -38,8 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             command.add_argument("--budget", type=float, default=90.0, help="seconds of fuzzing per server")
             command.add_argument("--repro-runs", type=int, default=2, help="runs of each reproducer")
-            command.add_argument("--seed", type=int, default=None, help="Hypothesis seed for every recipe "
-                                 "(default: drawn once and recorded)")
+            command.add_argument("--seed", type=int, action="append", dest="seeds", metavar="SEED",
+                                 help="a Hypothesis seed; every recipe is fuzzed once per seed (repeat it for "
+                                 "several; default: --seeds of them drawn once and recorded)")
+            command.add_argument("--seeds", type=int, default=3, dest="seed_count", metavar="N",
+                                 help="how many seeds to draw when no --seed is given (default 3)")
             command.add_argument("--note", default="", help="what else the machine was doing (shown in the doc)")
             command.add_argument("--result", type=Path, default=RESULT)
             command.add_argument("--doc", type=Path, default=DOC)
@@ -84,12 +88,12 @@ def _run(recipes: list, args: argparse.Namespace) -> int:
     from mlx_invariants.engine import tiny_model_path
     from zoo.run import run_zoo
 
-    if args.budget <= 0 or args.repro_runs < 1:
-        print("--budget must be positive and --repro-runs at least 1", file=sys.stderr)
+    if args.budget <= 0 or args.repro_runs < 1 or args.seed_count < 1:
+        print("--budget must be positive, --repro-runs and --seeds at least 1", file=sys.stderr)
         return 2
+    seeds = args.seeds or [random.getrandbits(32) for _ in range(args.seed_count)]
     work = Path(tempfile.mkdtemp(prefix="mlx-invariants-zoo-"))
-    result = run_zoo(recipes, args.budget, str(tiny_model_path()), work, args.repro_runs, seed=args.seed,
-                     note=args.note)
+    result = run_zoo(recipes, args.budget, str(tiny_model_path()), work, args.repro_runs, seeds, note=args.note)
     if args.names and args.result.exists():
         result["servers"] = _merged(json.loads(args.result.read_text())["servers"], result["servers"])
     args.result.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,8 @@ for how long, each finding with its oracle, time to first find, replay rate and 
 scenario, and the reproducer that shows it. A finding is called a bug only when its
 reproducer showed it on that version; otherwise it is listed as unconfirmed. A server with
 no finding is called clean, with the scenario count behind that word. Every server's entry
-names the profile, seed and capacity it was fuzzed with and the machine's load around the
-run, so a reader can tell a clean verdict from a starved one and draw the same scenarios again,
+names the profile, seeds and capacity it was fuzzed with and the machine's load around each
+run (one per seed), so a reader can tell a clean verdict from a starved one and draw the same scenarios again,
 and the whole fuzz command (its --model, --routes and --capacity included) to copy. Commands are
 shown as typed from the repository root, with the home folder as `$HOME` (a `~` inside the
 quotes of `--server-cmd "..."` would reach the fuzzer unexpanded).
@@ -86,8 +86,9 @@ def write(result: dict[str, Any]) -> str:
 
 def _settings(result: dict) -> str:
     profile = PROFILES[result["profile"]]
-    return (f" Every server: `invariants fuzz --profile {profile.name} --seed {result['seed']} --keep-going "
-            f"--budget {result['budget_s']:g}` (up to {profile.max_requests} requests a scenario, prompts to "
+    return (f" Every server, once per seed ({_seeds(result['seeds'])}): `invariants fuzz --profile {profile.name} "
+            f"--seed SEED --keep-going --budget {result['budget_s']:g}` (up to {profile.max_requests} requests a "
+            f"scenario, prompts to "
             f"{profile.long_prompt} words, budgets to {profile.long_tokens} tokens; every distinct finding, "
             "not only the first), with each server's own target and flags: its fuzz command is listed with it.")
 
@@ -141,18 +142,16 @@ def _server(server: dict) -> list[str]:
         return out + ["", "**Not fuzzed:**", "", "```", server["error"].strip(), "```"]
     command = _fuzz_command(server)
     if command:
-        out.append(f"- fuzz command: `{command}`")
-    if server.get("profile"):
-        out.append(f"- fuzzed with: profile `{server['profile']}`, seed {server['seed']}, `--keep-going`, "
-                   f"{_requests(server.get('requests'))}"
-                   + (f"; load average {server['load'][0]} before, {server['load'][1]} after"
-                      if len(server.get("load", [])) == 2 else ""))
+        out.append(f"- fuzz command (the first seed's run; the others differ only by `--seed`): `{command}`")
+    out.append(f"- fuzzed with: profile `{server['profile']}`, seeds {_seeds(server['seeds'])} (a run each), "
+               f"`--keep-going`, {_requests(server.get('requests'))}")
     pace = server.get("pace", {})
-    out.append(f"- fuzzed: {server.get('run_at', '')}, budget {server.get('budget_s', 0):g} s: "
+    out.append(f"- fuzzed: {server.get('run_at', '')}, {len(server['runs'])} run(s) of {server['budget_s']:g} s: "
                f"{server.get('examples', 0)} scenarios ({server.get('scenario_runs', 0)} scenario runs "
                f"with confirmation and shrinking) in {server.get('elapsed_s', 0)} s"
                + (f"; start-up {pace['startup_s']} s, {pace['step_s'] * 1000:.0f} ms per decode step"
                   if pace.get("startup_s") is not None and pace.get("step_s") is not None else ""))
+    out += [_run_line(run) for run in server["runs"]]
     confirmed, unconfirmed, known = _bugs(server)
     out.append("")
     if not server["findings"] and not known:
@@ -176,6 +175,19 @@ def _server(server: dict) -> list[str]:
     return out
 
 
+def _seeds(seeds: list[int]) -> str:
+    return ", ".join(str(seed) for seed in seeds)
+
+
+def _run_line(run: dict) -> str:
+    """One seed's run: what it drew, what it found, how loaded the machine was around it."""
+    found = run.get("finding_ids", [])
+    what = (f"error: {run['error'].splitlines()[0]}" if run.get("error") else
+            f"{run.get('examples', 0)} scenarios in {run.get('elapsed_s', 0)} s, "
+            + (f"found {', '.join(found)}" if found else "nothing found"))
+    return f"  - seed {run['seed']}: {what}; load average {run['load'][0]} before, {run['load'][1]} after"
+
+
 def _context(server: dict) -> dict[str, Any]:
     """What a reproducer command to paste needs: the server command, the server's venv, the model folder, the
     path that answers once the server is ready, and the recipe's reports (by the reproducer's slug)."""
@@ -191,7 +203,8 @@ def _context(server: dict) -> dict[str, Any]:
     return {"command": server.get("command", ""), "in_process": _in_process(server),
             "venv": str(install.venv_dir(recipe)) if recipe else "VENV",
             "ready": recipe.ready_path if recipe and not recipe.in_process else "",
-            "model": model, "reports": {k.slug: k.report for k in recipe.known if k.report} if recipe else {}}
+            "model": model, "reports": {k.slug: k.report for k in recipe.known if k.report} if recipe else {},
+            "runs": len(server.get("runs", []))}
 
 
 def _title(bug: dict, ctx: dict) -> str:
@@ -209,10 +222,10 @@ def _fuzz_command(server: dict) -> str:
         recipe = find(server["name"])
     except KeyError:  # a server of an older result that is no longer a recipe
         return ""
-    if "seed" not in server or "budget_s" not in server:
+    if not server.get("seeds") or "budget_s" not in server:
         return ""
     argv = fuzz_argv(recipe, install.venv_dir(recipe), server.get("command", ""), server["budget_s"],
-                     server["seed"], Path("REPORT"), server.get("model", ""))[:-2]
+                     server["seeds"][0], Path("REPORT"), server.get("model", ""))[:-2]
     words = ["PYTHONPATH=.", *argv] if recipe.in_process else [".venv/bin/invariants", *argv[3:]]  # [python, -m, package]
     return " ".join(f'"{word}"' if " " in word else word for word in words)
 
@@ -245,11 +258,11 @@ def _in_process(server: dict) -> bool:
 def _finding(finding: dict, ctx: dict, why_unconfirmed: str = "") -> list[str]:
     replayed = finding.get("replayed")
     rate = f"{replayed[0]}/{replayed[1]}" if replayed else "not replayed"
-    first = finding.get("first_find_s")
     out = [f"#### `{finding['oracle']}` ({finding['status']}, id {finding['id']})", "",
            f"- headline: {finding['headline']}",
-           f"- time to first find: {first} s after the fuzz command started" if first is not None
-           else "- time to first find: not seen in the progress output",
+           f"- found by {len(finding['seeds'])} of {ctx['runs']} run(s); time to first find after the fuzz command "
+           "started: " + ", ".join(f"{'not seen' if t is None else f'{t} s'} (seed {seed})"
+                                   for seed, t in zip(finding["seeds"], finding["first_finds_s"])),
            f"- replay rate: {rate}",
            f"- {'shrunk scenario' if finding.get('shrunk', True) else 'scenario (not shrunk)'}: `{finding['scenario']}`"]
     if finding.get("scenario_json"):

@@ -4,8 +4,8 @@ Each recipe runs as a user would run it: `invariants fuzz --server-cmd CMD` in a
 process, with the server from the recipe's own venv and the embedded tiny model (an
 in-process recipe: `invariants fuzz --engine MODULE:FACTORY` by that venv's python). It runs
 the `runner` profile, whose prompts (to 300 words) and budgets (to 200 tokens) are long
-enough for a gone client's wasted decoding to show, with one recorded seed and a fresh
-example database per recipe (so the seed alone decides what is drawn), and `--keep-going`,
+enough for a gone client's wasted decoding to show, once per recorded seed, each run with a fresh
+example database (so the seed alone decides what is drawn), and `--keep-going`,
 so every server gets its whole budget and every distinct finding. The run folder's
 summary.json gives the findings; the child's progress lines give the wall time at which the
 finding count rose (time to first find, server start-up included). A finding counts as a
@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import platform
-import random
 import re
 import shlex
 import shutil
@@ -48,10 +47,9 @@ CLIENT_GOES = frozenset({"cancel", "cancel-twice", "cancel-in-call", "disconnect
 
 
 def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repro_runs: int,
-            seed: Optional[int] = None, note: str = "", say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Install (if needed), fuzz and reproduce every recipe with one seed (drawn if not given);
-    the JSON-able result docs/zoo.md is written from. `note` says what else the machine was doing."""
-    seed = random.getrandbits(32) if seed is None else seed
+            seeds: list[int], note: str = "", say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Install (if needed), fuzz every recipe once per seed and reproduce what it found; the JSON-able result
+    docs/zoo.md is written from. `note` says what else the machine was doing."""
     servers = []
     for recipe in recipes:
         say(f"== {recipe.name} {recipe.version}")
@@ -62,9 +60,12 @@ def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repr
             continue
         command = recipe.server_command(str(venv), model)
         entry = _entry(recipe, command or f"invariants fuzz --engine {recipe.engine}")
-        entry.update(run_at=_now(), budget_s=budget_s, profile=PROFILE, seed=seed, load=[_load()], model=model)
-        entry.update(fuzz_recipe(recipe, venv, command, model, budget_s, seed, work / recipe.name, say))
-        entry["load"].append(_load())
+        entry.update(run_at=_now(), budget_s=budget_s, profile=PROFILE, seeds=list(seeds), model=model, runs=[])
+        for seed in seeds:
+            load = _load()
+            run = fuzz_recipe(recipe, venv, command, model, budget_s, seed, work / recipe.name / f"seed-{seed}", say)
+            entry["runs"].append({**run, "seed": seed, "load": [load, _load()]})
+        entry.update(merge_runs(entry["runs"]))
         shown_by: dict[str, dict] = {}  # a reproducer runs once however many findings share its oracle
         for finding in entry["findings"]:
             known = _reproducer_for(recipe, finding)
@@ -80,13 +81,37 @@ def run_zoo(recipes: list[Recipe], budget_s: float, model: str, work: Path, repr
         "generated": _now(),
         "budget_s": budget_s,
         "profile": PROFILE,
-        "seed": seed,
+        "seeds": list(seeds),
         "host": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                  "note": note},
         "servers": servers,
         "blocked": [{"name": b.name, "package": b.package, "version": b.version, "reason": b.reason,
                      "error": b.error} for b in BLOCKED],
     }
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One server's runs (one per seed) as one entry: scenario counts summed, each distinct finding (by its
+    signature id) once, with the seeds that found it and the time each took; each run keeps the ids it found.
+    The server counts as not fuzzed only when no run finished."""
+    finished = [run for run in runs if not run.get("error")]
+    merged: dict[str, Any] = {"examples": sum(r.get("examples", 0) for r in finished),
+                              "scenario_runs": sum(r.get("scenario_runs", 0) for r in finished),
+                              "elapsed_s": round(sum(r.get("elapsed_s") or 0 for r in finished), 1)}
+    if not finished:
+        merged["error"] = "\n\n".join(f"seed {r['seed']}: {r['error']}" for r in runs)
+    for key in ("pace", "requests", "sentinel", "fuzz_versions"):
+        merged[key] = next((r[key] for r in finished if r.get(key)), {} if key != "requests" else None)
+    findings: dict[str, dict] = {}
+    for run in finished:
+        for finding in run.pop("findings", []):
+            first_find_s = finding.pop("first_find_s")
+            first = findings.setdefault(finding["id"], {**finding, "seeds": [], "first_finds_s": []})
+            first["seeds"].append(run["seed"])
+            first["first_finds_s"].append(first_find_s)
+        run["finding_ids"] = sorted({f["id"] for f in findings.values() if run["seed"] in f["seeds"]})
+    merged["findings"] = list(findings.values())
+    return merged
 
 
 def _load() -> float:

@@ -132,7 +132,9 @@ def _server(name, findings=(), known=(), error=""):
     return {"name": name, "package": name, "version": "1.0", "versions": {"mlx": "0.32.4"},
             "command": f"{name} --port {{port}}", "endpoints": [CHAT], "notes": "", "error": error,
             "examples": 250, "scenario_runs": 260, "elapsed_s": 90.0, "pace": {"startup_s": 2.0, "step_s": 0.01},
-            "findings": list(findings), "known": list(known), "profile": "runner", "seed": 42, "load": [3.5, 6.25],
+            "findings": list(findings), "known": list(known), "profile": "runner", "seeds": [42], "budget_s": 90.0,
+            "runs": [{"seed": 42, "examples": 250, "elapsed_s": 90.0, "load": [3.5, 6.25],
+                      "finding_ids": [f["id"] for f in findings]}],
             "requests": {"most": 10, "capacity": None, "source": "unknown"}, "model": "/M"}
 
 
@@ -140,11 +142,12 @@ def _fuzz_finding(oracle, codes):
     reproducer = {"slug": "s", "script": "r.py", "args": ["--x"], "codes": codes, "output": "BUG: shown"}
     return {"id": oracle[:4], "status": "violation", "oracle": oracle, "headline": f"{oracle}: h",
             "scenario": "[r0(p1 m1)] cancel at r0@ADMITTED", "scenario_json": {"requests": [{"rid": "r0"}], "faults": [], "target": {"kind": "server"}},
-            "replayed": [3, 3], "shrunk": True, "first_find_s": 12.5, "reproducer": reproducer if codes else None}
+            "replayed": [3, 3], "shrunk": True, "seeds": [42], "first_finds_s": [12.5],
+            "reproducer": reproducer if codes else None}
 
 
 CANNED = {
-    "generated": "2026-11-25 03:00 UTC", "budget_s": 90.0, "profile": "runner", "seed": 42,
+    "generated": "2026-11-25 03:00 UTC", "budget_s": 90.0, "profile": "runner", "seeds": [42],
     "host": {"platform": "Linux-x", "python": "3.11.7", "cpus": 2, "note": "Shared with six other jobs."},
     "servers": [
         _server("clean-server"),
@@ -172,7 +175,8 @@ def test_doc_has_the_expected_sections():
     clean, rest = page.split("## buggy-server 1.0")
     bugs, unconfirmed = rest.split("### Unconfirmed findings")
     assert "### Bugs found by the fuzzer" in bugs and "`mlx-concurrent`" in bugs
-    assert "time to first find: 12.5 s" in bugs and "replay rate: 3/3" in bugs
+    assert "found by 1 of 1 run(s); time to first find after the fuzz command started: 12.5 s (seed 42)" in bugs
+    assert "replay rate: 3/3" in bugs
     assert "shows it in 1/2 run(s)" in bugs
     assert "`cancel-swallowed`" in unconfirmed and "`loop-lag`" in unconfirmed
     assert "shows it in 0/2 run(s)" in unconfirmed
@@ -186,12 +190,13 @@ def test_doc_has_the_expected_sections():
 def test_doc_says_how_each_server_was_fuzzed_and_under_what_load():
     page = doc.write(CANNED)
     header = page.split("## Summary")[0]
-    assert "`invariants fuzz --profile runner --seed 42 --keep-going --budget 90`" in header
+    assert "once per seed (42): `invariants fuzz --profile runner --seed SEED --keep-going --budget 90`" in header
     assert "prompts to 300 words, budgets to 200 tokens" in header
     assert "**Machine load:** Shared with six other jobs." in header
     clean = page.split("## clean-server 1.0")[1].split("## ")[0]
-    assert "profile `runner`, seed 42, `--keep-going`, capacity unknown" in clean and "up to 10 requests" in clean
-    assert "load average 3.5 before, 6.25 after" in clean
+    assert "profile `runner`, seeds 42 (a run each), `--keep-going`, capacity unknown" in clean
+    assert "up to 10 requests" in clean
+    assert "  - seed 42: 250 scenarios in 90.0 s, nothing found; load average 3.5 before, 6.25 after" in clean
     given = {**_server("s"), "requests": {"most": 6, "capacity": 4, "source": "given"}}
     assert "capacity 4 (given with --capacity), so up to 6 requests" in doc.write({**CANNED, "servers": [given]})
 
@@ -229,16 +234,38 @@ def test_run_zoo_records_seed_and_load_and_runs_each_reproducer_once(monkeypatch
         calls.append(known.slug)
         return {"codes": [1]}
 
-    swallowed = {"oracle": "cancel-swallowed", "scenario_json": None}
+    def swallowed(id_):
+        return {"id": id_, "oracle": "cancel-swallowed", "scenario_json": None, "first_find_s": 1.0}
+
     monkeypatch.setattr(run.install, "install", lambda recipe: tmp_path)
-    monkeypatch.setattr(run, "fuzz_recipe", lambda *a, **k: {"examples": 5, "findings": [dict(swallowed), dict(swallowed)]})
+    monkeypatch.setattr(run, "fuzz_recipe", lambda *a, **k: {"examples": 5, "findings": [swallowed("a"), swallowed("b")]})
     monkeypatch.setattr(run, "reproduce", reproduce)
-    result = run.run_zoo([find("vllm-mlx-batched")], 90.0, "/M", tmp_path, 1, seed=7, note="busy.", say=lambda _: None)
+    result = run.run_zoo([find("vllm-mlx-batched")], 90.0, "/M", tmp_path, 1, [7], note="busy.", say=lambda _: None)
     assert calls == ["stream-swallows-cancel"]
     server = result["servers"][0]
     assert server["findings"][0]["reproducer"] is server["findings"][1]["reproducer"] and server["known"] == []
-    assert (result["seed"], server["seed"], result["profile"], result["host"]["note"]) == (7, 7, "runner", "busy.")
-    assert len(server["load"]) == 2 and all(isinstance(x, float) for x in server["load"])
+    assert (result["seeds"], server["seeds"], result["profile"], result["host"]["note"]) == ([7], [7], "runner", "busy.")
+    load = server["runs"][0]["load"]
+    assert len(load) == 2 and all(isinstance(x, float) for x in load)
+
+
+def test_runs_of_several_seeds_merge_into_one_entry_each_finding_once_with_the_seeds_that_found_it():
+    from zoo.run import merge_runs
+
+    def found(id_, t):
+        return {"id": id_, "oracle": "stalled", "first_find_s": t}
+
+    runs = [{"seed": 1, "examples": 10, "scenario_runs": 12, "elapsed_s": 90.0, "findings": [found("a", 5.0)]},
+            {"seed": 2, "error": "invariants fuzz exited with 2:\nboom"},
+            {"seed": 3, "examples": 7, "scenario_runs": 9, "elapsed_s": 91.0, "pace": {"step_s": 0.01},
+             "findings": [found("a", 40.0), found("b", None)]}]
+    merged = merge_runs(runs)
+    assert (merged["examples"], merged["scenario_runs"], merged["elapsed_s"]) == (17, 21, 181.0)
+    assert "error" not in merged and merged["pace"] == {"step_s": 0.01}
+    assert [(f["id"], f["seeds"], f["first_finds_s"]) for f in merged["findings"]] == [
+        ("a", [1, 3], [5.0, 40.0]), ("b", [3], [None])]
+    assert [r.get("finding_ids") for r in runs] == [["a"], None, ["a", "b"]]
+    assert "boom" in merge_runs([runs[1]])["error"]
 
 
 def test_an_in_process_vllm_engine_refuses_requests_after_shutdown():
@@ -260,14 +287,15 @@ def test_each_servers_fuzz_command_names_its_flags_and_home_as_a_variable_the_sh
     """The doc's fuzz command is the run's argv (--model, --routes, --capacity included), typed from the checkout
     root; the home folder shows as $HOME, which a shell expands inside `--server-cmd "..."` (a `~` there it does not)."""
     home = str(Path.home())
-    fuzzed = {"budget_s": 90.0, "seed": 42}
+    fuzzed = {"budget_s": 90.0, "seeds": [42, 43]}
     servers = [{**_server("mlx-lm"), **fuzzed, "command": f"{home}/z/bin/mlx_lm.server --port {{port}}"},
                {**_server("vllm-mlx"), **fuzzed, "command": f"{home}/z/bin/vllm-mlx serve --port {{port}}"},
                {**_server("vllm-mlx-simple-inproc"), **fuzzed,
                 "command": "invariants fuzz --engine zoo.vllm_engines:simple"}]
     page = doc.write({**CANNED, "servers": servers})
     inproc_python = str(install.venv_dir(find("vllm-mlx-simple-inproc")) / "bin" / "python").replace(home, "$HOME")
-    commands = [line for line in page.splitlines() if line.startswith("- fuzz command: ")]
+    first = "- fuzz command (the first seed's run; the others differ only by `--seed`): "
+    commands = ["- fuzz command: " + line[len(first):] for line in page.splitlines() if line.startswith(first)]
     assert commands == [
         '- fuzz command: `.venv/bin/invariants fuzz --server-cmd "$HOME/z/bin/mlx_lm.server --port {port}" '
         '--model default_model --routes completions,chat --profile runner --seed 42 --keep-going --budget 90`',

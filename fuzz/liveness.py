@@ -6,7 +6,7 @@ ready, no fault is in flight, and every other thread is parked in a blocking
 wait (`parked`, judged from its innermost Python frame). A `StallWatch` turns
 those looks, one per tick, into a verdict: stalled after `quiet_ticks` quiet
 ticks in a row, or after `stall_s` without progress whatever the threads do
-(the backstop for a thread that spins). `stacks` is what a stall record shows.
+(the backstop for a thread that spins). `doing` and `stacks` are what a stall record shows.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from mlx_invariants.fuzz.faults import wait_loop_idle
 
 if TYPE_CHECKING:
     from mlx_invariants.fuzz.faults import Injector
+    from mlx_invariants.fuzz.trace import Event, Trace
 
 TICK_S = 0.1          # how often a wait for clients looks again when nothing happened
 SETTLE_POLL_S = 0.001
@@ -91,10 +92,40 @@ def thread_stacks() -> str:
 
 
 def stacks(loop: asyncio.AbstractEventLoop) -> str:
-    """Every unfinished task's stack on `loop`, then every thread's."""
+    """Every unfinished task on `loop`, then every thread's stack. On Python 3.14+ a task shows its await graph
+    (`asyncio.format_call_graph`: the coroutines it awaits through and the tasks awaiting it), which names the
+    future a stuck request waits for; before, its stack."""
     out = io.StringIO()
+    graph = getattr(asyncio, "format_call_graph", None)
     for task in asyncio.all_tasks(loop):
         if not task.done():
             out.write(f"--- task {task.get_name()}\n")
-            task.print_stack(file=out)
+            if graph is not None:
+                out.write(graph(task) + "\n")
+            else:
+                task.print_stack(file=out)
     return out.getvalue() + thread_stacks()
+
+
+def doing(trace: "Trace", rids: list[str]) -> str:
+    """What the engine was doing for each of `rids` when the wait gave up: the last point it reached on each
+    thread (the loop's side and the worker's), how long before, and an MLX call still open (begun, never
+    ended) on any thread."""
+    now, out = trace.now(), []
+    for rid in rids:
+        last: dict[int, "Event"] = {}  # the last point on each thread that served the request
+        for event in reversed(trace.of("point", rid=rid)):
+            last.setdefault(event.thread, event)
+        out.append(f"{rid}: " + ("; ".join(f"last at {e.name}{_index(e)} on {e.thread_name or e.thread}, "
+                                          f"{now - e.t:.2f} s before" for e in sorted(last.values(), key=lambda e: e.seq))
+                                 or "reached no point"))
+    for span in trace.of("mlx"):
+        if span.end is None:
+            out.append(f"in MLX since {now - span.t:.2f} s: {span.name} on {span.thread_name or span.thread}"
+                       + (f" for {span.rid}" if span.rid else ""))
+    return "--- what the engine was doing\n" + "\n".join(out) + "\n"
+
+
+def _index(point: "Event") -> str:
+    index = point.info.get("step", point.info.get("index"))
+    return f"#{index}" if index else ""

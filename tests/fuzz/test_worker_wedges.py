@@ -42,8 +42,13 @@ def test_a_reference_engine_ends_refuses_and_says_unhealthy_while_its_worker_is_
 
 @pytest.mark.parametrize("point, index", AIMS)
 def test_an_engine_that_only_watches_its_thread_is_alive_is_found(point, index):
-    kinds = [v.kind for v in judge(run_scenario(dead_owner_engine.make_stall_deaf, _wedges_at(point, index)))]
+    found = judge(run_scenario(dead_owner_engine.make_stall_deaf, _wedges_at(point, index)))
+    kinds = [v.kind for v in found]
     assert kinds[:1] == ["hang-after-worker-wedge"] and "health-lies" in kinds, kinds
+    # The stall report says what the engine was doing before the stacks: where the wedged request stopped.
+    at = point + (f"#{index}" if index else "")
+    report = found[0].detail.split("--- task")[0]
+    assert report.startswith("--- what the engine was doing\nr0: ") and f"last at {at} on mlx-owner" in report, report
 
 
 def test_wedging_is_drawn_only_when_asked_for_and_then_the_reference_engine_gets_a_short_stall_bound():

@@ -396,6 +396,62 @@ VMLX = Recipe(
           "mlx-lm is pinned to 0.31.3: with 0.32.2 it fails at import (`SequenceStateMachine` is gone).",
 )
 
+# The two below read their models from a config file only. The command writes it with plain words (no `$` or
+# double quotes: docs/zoo.md pastes the command inside `--server-cmd "..."`, where a shell would expand them).
+MLX_SERVE = Recipe(
+    name="mlx-serve",
+    package="mlx-serve",
+    version="0.3.0",
+    # Its `text` extra is mlx-lm, unpinned; pinned here to the version it resolves to.
+    requirements=("mlx-serve==0.3.0", "mlx-lm==0.32.2", "mlx[cpu]==0.32.4"),
+    command="sh -c 'echo {models: [{name: tiny, type: text, hf_path: {model}}]} > {venv}/zoo-models.yaml && "
+            "exec env MLX_SERVE_CONFIG={venv}/zoo-models.yaml {venv}/bin/mlx-serve start --host 127.0.0.1 "
+            "--port {port}'",
+    model_name="tiny",
+    ready_path="/health",
+    endpoints=(CHAT,),
+    notes="A FastAPI manager that starts `mlx_lm.server` (from its own venv) as a child process on the first "
+          "request for a model and proxies to it; the child listens on the manager's internal port, 8091 (fixed "
+          "in its config: two mlx-serve at once collide). Chat only (`/v1/completions` answers 404).",
+)
+
+MLX_ROUTER = Recipe(
+    name="mlx-router",
+    package="mlx-router",
+    version="2.3.1",
+    requirements=("mlx-router==2.3.1", "mlx[cpu]==0.32.4"),
+    # Models come from MLX_MODEL_DIR (read only with a --config file; an empty one here), one folder each, named
+    # by folder: a link named `tiny`. Not the model's own parent: it walks every file under that folder.
+    command="sh -c 'mkdir -p {venv}/zoo-models && ln -sfn {model} {venv}/zoo-models/tiny && echo {} > "
+            "{venv}/zoo-router.json && exec env MLX_MODEL_DIR={venv}/zoo-models {venv}/bin/mlx-router --config "
+            "{venv}/zoo-router.json --ip 127.0.0.1 --port {port}'",
+    model_name="tiny",
+    ready_path="/health",
+    endpoints=(CHAT,),
+    notes="A FastAPI server that loads the requested model in-process on its first request; a non-streaming "
+          "answer is generated in `asyncio.to_thread`, a stream's tokens are pulled on the event loop, with no "
+          "lock around generation. Chat only (`/v1/completions` answers 404).",
+)
+
+MLX_DEV_SERVER = Recipe(
+    name="mlx-dev-server",
+    package="mlx-dev-server",
+    version="0.1.2",
+    # It asks for mlx-lm ~=0.28 on Apple silicon only, so nothing of MLX comes on Linux: pinned here. With mlx
+    # 0.32 every generation fails ("There is no Stream(cpu, 0) in current thread"); 0.29.4 is of mlx-lm 0.28's time.
+    requirements=("mlx-dev-server==0.1.2", "mlx-lm==0.28.4", "mlx[cpu]==0.29.4"),
+    command="{venv}/bin/mlx_dev_server --host 127.0.0.1 --port {port}",
+    model_name="{model}",
+    # Nothing answers before a model is loaded (on its first request; /v1/models answers 500 without a Hugging
+    # Face cache), so the path is one that answers 404 as soon as it listens.
+    ready_path="/",
+    endpoints=(COMPLETIONS, CHAT),
+    notes="An aiohttp server that loads the model a request names (the model folder here) on first use and keeps "
+          "up to two loaded. mlx-lm is pinned to 0.28.4 with mlx 0.29.4: its requirement names mlx-lm on "
+          "Apple silicon only, and with mlx 0.32 generation fails (\"There is no Stream(cpu, 0) in current "
+          "thread\").",
+)
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         name="mlx-lm",
@@ -503,6 +559,9 @@ RECIPES: tuple[Recipe, ...] = (
     MLX_VLM,
     RAPID_MLX,
     VMLX,
+    MLX_SERVE,
+    MLX_ROUTER,
+    MLX_DEV_SERVER,
 )
 
 IN_PROCESS: tuple[Recipe, ...] = tuple(
@@ -596,6 +655,29 @@ BLOCKED: tuple[Blocked, ...] = (
         error="Because mlx-llm-server>=0.1.10 depends on mlx==0.7.0 and mlx==0.7.0 has no wheels with a matching "
               "platform tag (e.g., `manylinux_2_36_x86_64`), we can conclude that mlx-llm-server>=0.1.10 cannot "
               "be used.",
+    ),
+    Blocked(
+        name="kooka-server",
+        package="kooka-server",
+        version="0.0.5",
+        reason="Every release needs Python 3.12 or newer, and the zoo's venvs use the project's Python (3.11). "
+               "Tried in a Python 3.12.1 venv: with the mlx-lm it pins (0.30.5) the server starts, but mlx-lm's "
+               "generation thread dies at the first request (kooka's model provider has no `is_batchable`), so "
+               "no completion is answered.",
+        error="Because the current Python version (3.11.7) does not satisfy Python>=3.12 and kooka-server==0.0.5 "
+              "depends on Python>=3.12, we can conclude that kooka-server==0.0.5 cannot be used. (on Python "
+              "3.12.1: AttributeError: 'KookaModelProvider' object has no attribute 'is_batchable')",
+    ),
+    Blocked(
+        name="plllm-mlx",
+        package="plllm-mlx",
+        version="1.6.3",
+        reason="Every release needs Python 3.12 or newer, and the zoo's venvs use the project's Python (3.11). "
+               "Tried in a Python 3.12.1 venv: it imports httpx without declaring it, and with httpx added its "
+               "command refuses to run anywhere but macOS (`platform.system() != \"Darwin\"`, plllm_mlx/cli.py:700).",
+        error="Because the current Python version (3.11.7) does not satisfy Python>=3.12 and plllm-mlx==1.6.3 "
+              "depends on Python>=3.12, we can conclude that plllm-mlx==1.6.3 cannot be used. (on Python 3.12.1: "
+              "Error: plllm-mlx only supports macOS (Apple Silicon).)",
     ),
 )
 

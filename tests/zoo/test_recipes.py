@@ -23,8 +23,9 @@ def test_recipe_is_pinned_and_starts_on_loopback(recipe):
     assert all(PIN.match(req) for req in recipe.requirements), recipe.requirements
     assert f"{recipe.package}=={recipe.version}" in recipe.requirements
     assert all(PIN.match(line) for line in recipe.overrides)
-    for slot in ("{venv}", "{model}", "{port}"):
+    for slot in ("{venv}", "{port}"):
         assert slot in recipe.command
+    assert "{model}" in recipe.command + recipe.model_name  # started with the model, or loads the one requests name
     assert "127.0.0.1" in recipe.command and "0.0.0.0" not in recipe.command
     assert recipe.ready_path.startswith("/")
     assert recipe.endpoints and set(recipe.endpoints) <= {CHAT, COMPLETIONS}

@@ -29,9 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the ci/ scripts share docblocks.py
 from docblocks import DocError, GeneratedDoc, stale_blocks  # noqa: E402,F401  (stale_blocks: for the tests)
 
+from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.output import BUILTIN
 from mlx_invariants.checker.rule import Invalid, Rule
 from mlx_invariants.checker.rules import RULES
+from mlx_invariants.checker.versions import release_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "checker.md"
@@ -125,7 +127,15 @@ def rules_block() -> str:
     ])
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"example": example_block, "rules": rules_block}
+def mlx_facts_block() -> str:
+    """The table of mlx_facts.py, the one place the version-dependent rules read MLX's facts from."""
+    rows = ["| fact | holds from | what holds | source |", "|---|---|---|---|"]
+    rows += [f"| `{f.id}` | {' or '.join(f'{p} {release_text(v)}' for p, v in f.since)} | {_cell(f.holds)} | "
+             f"{_cell(f.source)} |" for f in FACTS]
+    return "\n".join([*rows, ""])
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"example": example_block, "rules": rules_block, "mlx-facts": mlx_facts_block}
 
 
 GENERATED = GeneratedDoc("checker_docs", DOC, NOTE, BLOCKS)

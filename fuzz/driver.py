@@ -34,6 +34,7 @@ from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, quiescent, stacks, 
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.scenario import FaultKind, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace, thread_token
+from mlx_invariants.fuzz.transport import Answer
 
 _RUNS = itertools.count(1)
 
@@ -208,7 +209,7 @@ class ScenarioRun:
                 client.handle = await self.adapter.submit(replace(spec, rid=rid + self.suffix))
             except Refused as exc:
                 end = {"outcome": "refused", "code": exc.code, "message": str(exc),
-                       "elapsed_s": round(self.loop.time() - started, 4)}
+                       "elapsed_s": round(self.loop.time() - started, 4), **_answer_info(exc.answer)}
                 return
             if client.abort_pending:
                 self._abort(client)
@@ -219,7 +220,7 @@ class ScenarioRun:
                 await client.handle.wait_ended()
             outcome = client.handle.outcome()
             end = {"outcome": outcome.kind, "reason": outcome.reason, "message": outcome.message,
-                   "tokens": len(client.tokens)}
+                   "tokens": len(client.tokens), **_answer_info(outcome.answer)}
         except asyncio.CancelledError:
             end = {"outcome": "disconnected" if client.disconnected else "cancelled"}
             if not client.disconnected:
@@ -475,6 +476,11 @@ class ScenarioRun:
             after = self.trace.now()
             if after - before - period > self.max_lag:
                 self.max_lag, self.lag_window = after - before - period, (before + period, after)
+
+
+def _answer_info(answer: Optional[Answer]) -> dict[str, Any]:
+    """How an HTTP server answered a failed request, for `fuzz.transport` (nothing in-process)."""
+    return {"answer": answer.to_json()} if answer is not None else {}
 
 
 def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from mlx_invariants.fuzz.oracles import Violation
     from mlx_invariants.fuzz.scenario import Scenario
     from mlx_invariants.fuzz.trace import Trace
+    from mlx_invariants.fuzz.transport import Answer
 
 
 class TargetError(UsageError):
@@ -44,11 +45,13 @@ class BaselineError(UsageError):
 
 
 class Refused(Exception):
-    """The engine declined the request before any output (busy, shutting down, invalid); adapters raise it."""
+    """The engine declined the request before any output (busy, shutting down, invalid); adapters raise it.
+    Over HTTP, `answer` says how (the status and the error the server sent)."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, answer: "Answer | None" = None):
         super().__init__(message)
         self.code = code
+        self.answer = answer
 
 
 class InjectedFault(RuntimeError):

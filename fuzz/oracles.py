@@ -18,6 +18,7 @@ from mlx_invariants.fuzz.compute import compute_stops_for_gone_clients
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.fuzz.transport import TRANSPORT_ORACLES
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, declared_by, yields
 
 # After an acknowledged abort the owner may finish the step it is in and one more.
@@ -385,6 +386,7 @@ ORACLES: tuple[Oracle, ...] = (
     acknowledged_abort_never_completes,
     every_request_ends_once,
     nothing_leaked,
+    *TRANSPORT_ORACLES,  # a refusal answered 200 on one transport, an error status on the other (fuzz/transport.py)
     followup_matches_fresh,
     busy_answers_fast,
     cut_body_frees_server,

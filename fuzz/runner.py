@@ -559,10 +559,12 @@ class _Fuzz:
 
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = DEFAULT_KINDS,
                          points: Iterable[str] = POINTS) -> list[Scenario]:
-    """Every single-fault scenario for one and for two requests, at every point (and index)."""
+    """Every single-fault scenario, at every point (and index), for one streaming request, two, and a streaming
+    one beside a plain one: a refusal then meets both transports (`fuzz.transport`) next to the streaming
+    follow-up."""
     out: list[Scenario] = []
-    for count in (1, 2):
-        requests = tuple(RequestSpec(f"r{i}", 4, max_tokens, True) for i in range(count))
+    for transports in ((True,), (True, True), (True, False)):
+        requests = tuple(RequestSpec(f"r{i}", 4, max_tokens, stream) for i, stream in enumerate(transports))
         for kind in kinds:
             for request in requests:
                 for point in points:

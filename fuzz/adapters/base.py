@@ -18,10 +18,13 @@ engine instead, which the restart then does not test.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Protocol
 
 from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.scenario import RequestSpec
+
+if TYPE_CHECKING:
+    from mlx_invariants.fuzz.transport import Answer
 
 PointHook = Callable[[Any, str, dict], None]
 
@@ -41,6 +44,7 @@ class Outcome:
     kind: str  # completed | aborted | error
     reason: str = ""
     message: str = ""
+    answer: Optional["Answer"] = None  # over HTTP, how a failure was answered (status, where the error was)
 
 
 class Handle(Protocol):

@@ -11,7 +11,9 @@ body was sent; chunk k received = CHUNK_SENT(k); the launched server's k-th MLX
 entry since the body was sent, seen while the response is awaited =
 SERVER_STEP(k); half the body sent = BODY_PART). An error frame inside an HTTP
 200 stream, or a data line that is not a JSON object, ends the request as an
-error with that message.
+error with that message, and so does an error status. How each failed request
+was answered (its status, where the error was, its code) goes into its outcome
+as a `fuzz.transport.Answer`, for the oracle that compares the two transports.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from mlx_invariants.fuzz.lifeline import Lifeline
 from mlx_invariants.fuzz.scenario import ROUTES, FaultKind, RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.fuzz.transport import Answer
 from mlx_invariants.points import Point
 
 # The fault kinds and points a client of a server can use, declared on `FaultKind` and `Point` (`over_http`).
@@ -166,6 +169,7 @@ class HttpHandle:
         self.body = body
         self.finish_reason: Optional[str] = None
         self.error: Optional[str] = None
+        self.answer: Optional[Answer] = None  # how it was answered, once it failed
         self._chunks = 0
         self._lines: Any = None
 
@@ -184,8 +188,10 @@ class HttpHandle:
             if data == "[DONE]":
                 break
             frame, self.error = _frame(data)
-            if self.error:
-                break  # the server said it failed: nothing after that is this request's answer
+            if self.error:  # the server said it failed: nothing after that is this request's answer
+                self.answer = Answer.read(self.response.status_code, "frame", frame.get("error") or data,
+                                          before=self._chunks)
+                break
             choice = (frame.get("choices") or [{}])[0]
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
             text = choice.get("text")
@@ -199,18 +205,21 @@ class HttpHandle:
 
     async def wait_ended(self) -> None:
         if self.body is not None:
-            payload = await self.body
+            status, payload = await self.body
             choice = (payload.get("choices") or [{}])[0]
             self.finish_reason = choice.get("finish_reason")
-            if "error" in payload:
-                self.error = json.dumps(payload["error"])
+            # An error status is an error whatever its body says (`{"detail": ...}` is FastAPI's).
+            error = payload.get("error") or (status >= 400 and (payload.get("detail") or payload))
+            if error:
+                self.error = json.dumps(error)
+                self.answer = Answer.read(status, "status" if status >= 400 else "body", error)
         else:
             async for _ in self:
                 pass
 
     def outcome(self) -> Outcome:
         if self.error:
-            return Outcome("error", message=self.error)
+            return Outcome("error", message=self.error, answer=self.answer)
         return Outcome("completed", reason=self.finish_reason or "")
 
     def abort(self) -> bool:
@@ -282,16 +291,21 @@ class HttpAdapter:
         if response.status_code != 200:
             await response.aread()
             await response.aclose()
-            raise Refused(_error_code(response), response.text[:200])
+            raise Refused(_error_code(response), response.text[:200],
+                          answer=Answer.read(response.status_code, "status", _error_of(response)))
         self.reach(Point.ADMITTED, spec.rid)
         return HttpHandle(self, spec.rid, response=response)
 
-    async def _json(self, request: Any, waiting: "_Waiting") -> dict:
+    async def _json(self, request: Any, waiting: "_Waiting") -> tuple[int, dict]:
+        """The status and the JSON object of a non-streaming answer (a body that is none reads as an error)."""
         response = await waiting.until(self._client.send(request))
         try:
-            return response.json()
+            payload = response.json()
         except ValueError:
-            return {"error": {"message": f"HTTP {response.status_code}: {response.text[:200]}"}}
+            payload = None
+        if not isinstance(payload, dict):
+            payload = {"error": {"message": f"HTTP {response.status_code}: {response.text[:200]}"}}
+        return response.status_code, payload
 
     async def shutdown(self) -> None:
         if self._client is not None:
@@ -380,6 +394,17 @@ def _frame(data: str) -> tuple[dict, Optional[str]]:
     if frame.get("error"):
         return frame, f"an error frame inside an HTTP 200 stream: {json.dumps(frame['error'])[:300]}"
     return frame, None
+
+
+def _error_of(response: Any) -> Any:
+    """The error an error status came with: its JSON `error` (or FastAPI's `detail`), else the body's text."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(payload, dict):
+        return payload.get("error") or payload.get("detail") or payload
+    return response.text[:200]
 
 
 def _error_code(response: Any) -> str:

@@ -25,7 +25,9 @@ UNREADABLE = "INV000"
 _RULES_BY_ID = {r.id: r for r in RULES}
 _NESTED = "cannot check this file: nested too deeply to check"
 
-Report = dict[str, Any]  # {"findings": [[rule, line, col, message, suppressed_by_line]], "suppressions": [...]}
+# {"findings": [[rule, line, col, message, suppressed_by_line(, requires)]], "suppressions": [...]}; `requires`:
+# the MLX facts under which the finding is not true (mlx_facts.py), only where there are some.
+Report = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -121,6 +123,8 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
         above = suppress.comment_block_above(lines, span[0])
         covering = suppress.covering(suppressions, finding.rule, span, above)
         item = (finding.rule, where.start.line, where.start.column + 1, finding.message, covering.line if covering else 0)
+        if finding.requires:  # a sixth field only where a finding depends on the MLX version
+            item += (list(finding.requires),)
         if item[:4] not in seen:
             seen.add(item[:4])
             located.append(list(item))

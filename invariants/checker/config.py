@@ -7,6 +7,7 @@ and thresholds they use.
     exclude = ["vendor/", "*_pb2.py"]  # .gitignore syntax, on top of the defaults
     per-path-ignores = { "tests/**" = ["INV109"] }
     owner-executors = ["self._mlx_executor"]
+    mlx-version = "0.31.2"            # instead of the lowest the project's metadata admits (pins.py)
 
     [tool.invariants.INV101]          # one table per rule: its options and scope
     max-seconds = 10
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlx_invariants.checker import pins
 from mlx_invariants.checker.errors import ConfigError
+from mlx_invariants.checker.versions import release
 from mlx_invariants.errors import UsageError
 
 if TYPE_CHECKING:
@@ -68,6 +71,11 @@ TOP_LEVEL_DEFAULTS: dict[str, Any] = {
     # CPU seconds one file's analysis may take (0: no limit); a legitimate 1.9 MB module took 29 s on
     # a loaded 2-core box, and the files that stalled libcst's parser ran for more than 300 s.
     "max-file-seconds": 60,
+    # The MLX the project runs on, for the findings true only on some versions (mlx_facts.py); empty:
+    # the lowest version its metadata admits (pins.py).
+    "mlx-version": "",
+    "mlx-lm-version": "",
+    "mlx-vlm-version": "",
     **SHARED_DEFAULTS,
 }
 
@@ -106,6 +114,7 @@ class Settings:
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     rule_paths: dict[str, list[str]] = field(default_factory=dict)
     enabled_ids: list[str] = field(default_factory=list)
+    mlx_versions: dict[str, str] = field(default_factory=dict)  # package -> version set in the table
     key: str = ""  # names this configuration's result cache
 
     def to_json(self) -> dict[str, Any]:
@@ -248,6 +257,12 @@ def from_table(
         except ConfigError as exc:
             raise UsageError(str(exc).replace(f"{source}: '{key}'", f"--{key}", 1)) from None
         values[key] = listed if key == "select" else values[key] + listed
+    mlx_versions = {}
+    for package, key in pins.OVERRIDE_KEYS.items():
+        if values[key] and release(values[key]) is None:
+            raise ConfigError(f"{source}: '{key}' must be a version such as \"0.31.2\", got {values[key]!r}")
+        if values[key]:
+            mlx_versions[package] = values[key]
     cache_dir = Path(values["cache-dir"])
     settings = Settings(
         root=root,
@@ -263,6 +278,7 @@ def from_table(
         shared={k: values[k] for k in SHARED_DEFAULTS},
         rule_options=rule_options,
         rule_paths=rule_paths,
+        mlx_versions=mlx_versions,
     )
     settings.enabled_ids = [r.id for r in settings.enabled(rules)]
     settings.key = _key(table, root, source, overrides)

@@ -153,6 +153,29 @@ def runs_mlx(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
     return None
 
 
+def generation(site: CallSite, ctx: FileContext) -> str | None:
+    """A call that generates with mlx-lm or mlx-vlm, or with an engine's wrapper of them (a model's
+    generate/chat/stream_*, a batch generator's steps, `mlx-calls`): it encodes on the library's own
+    generation stream, which is a version fact of its own (mlx_facts.py)."""
+    qual = site.qual
+    if qual in GENERATE or qual in GENERATORS or qual in BATCH_GENERATORS:
+        return site.text or qual
+    func = site.node.func
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        if (method in MODEL_GENERATION or method in MODEL_STREAMS or "generate" in method) and is_model(func.value, ctx):
+            return site.text
+        if method not in GENERATOR_HARMLESS and is_batch_generator(func.value, ctx):
+            return site.text
+        if method in GENERATOR_MLX_METHODS and _looks_like_batch_generator(func.value, ctx):
+            return site.text
+    if matches_name(site.text, ctx.shared["mlx-calls"]):
+        return site.text
+    if (qual == "next" or (isinstance(func, cst.Name) and func.value == "next")) and site.node.args:
+        return "next() on an MLX generator" if is_mlx_generator(site.node.args[0].value, ctx) else None
+    return None
+
+
 def reaches(site: CallSite, ctx: FileContext) -> str | None:
     """The MLX use this call makes (any mlx.core op, generation, a model call), or None."""
     found = blocking(site, ctx)

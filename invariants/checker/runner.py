@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_invariants.checker import source, versions
+from mlx_invariants.checker import mlx_facts, pins, source, versions
 from mlx_invariants.checker.cache import Cache, content_hash
 from mlx_invariants.checker.config import Settings, selected
 from mlx_invariants.checker.errors import SourceError
@@ -26,7 +26,7 @@ from mlx_invariants.checker.rule import Finding
 
 UNREADABLE = "INV000"
 UNUSED = "INV001"
-Report = dict[str, Any]  # {"findings": [[rule, line, col, message, suppressed_by_line]], "suppressions": [...]}
+Report = dict[str, Any]  # as in analysis.py: {"findings": [[rule, line, col, message, suppressed_by_line(, requires)]], ...}
 
 
 @dataclass
@@ -97,11 +97,14 @@ def check_paths(
     if cache is not None:
         cache.save({f.path for f in files if f.problem is None})
     result = RunResult(files=sum(f.problem is None for f in files), analyzed=len(todo))
+    # The MLX each file's project runs on: findings true only on some versions are judged by it, after the
+    # cache (a result holds for any version, and an edited pin takes effect at once).
+    projects = pins.Projects(settings.mlx_versions)
     for file in files:
         report = reports[file.path]
         if file.path in across:
             report = {**report, "findings": report["findings"] + across[file.path]}
-        result.findings.extend(_file_findings(file, report, settings, report_unused))
+        result.findings.extend(_file_findings(file, report, settings, report_unused, projects.of(file.path)))
     result.findings.sort()
     return result
 
@@ -169,11 +172,18 @@ def _balanced_chunks(costs: list[int], count: int) -> list[list[int]]:
     return [chunks[i] for i in order if chunks[i]]
 
 
-def _file_findings(file: SourceFile, report: Report, settings: Settings, report_unused: bool) -> list[Finding]:
+def _file_findings(file: SourceFile, report: Report, settings: Settings, report_unused: bool,
+                   project: pins.Pins) -> list[Finding]:
     enabled = set(settings.enabled_ids)
     found: list[Finding] = []
     used: set[tuple[int, str]] = set()
-    for rule, line, col, message, suppressed_by in report["findings"]:
+    for rule, line, col, message, suppressed_by, *requires in report["findings"]:
+        if requires:  # true only before some MLX release: not reported where the project is past it
+            verdict = mlx_facts.judge(requires[0], project)
+            if verdict is mlx_facts.Verdict.HOLDS:
+                continue
+            if verdict is mlx_facts.Verdict.UNKNOWN:
+                message += mlx_facts.unknown_note(requires[0], project)
         if rule == UNREADABLE:
             if selected(UNREADABLE, settings.select, settings.ignore) and settings.applies(rule, file.relpath):
                 found.append(Finding(file.display, line, col, rule, message))
@@ -202,4 +212,5 @@ def check_source(text: str, settings: Settings, path: str = "<string>") -> list[
 
     report = analysis.in_deep_stack(analysis.analyze_text, text, analysis.rules_for(settings), settings.shared)
     file = SourceFile(path, path, path)
-    return sorted(_file_findings(file, report, settings, report_unused=True))
+    project = pins.overridden(pins.Pins(), settings.mlx_versions)  # a snippet has no project: only the settings
+    return sorted(_file_findings(file, report, settings, True, project))

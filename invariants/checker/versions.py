@@ -6,9 +6,11 @@ checker: under 3.11, CPython's own parser calls `class Box[T]:` (3.12) a syntax 
 a project that requires 3.13. A file under no such pyproject gets the newest grammar the
 checker knows (`None` here).
 
-Only what a syntax verdict needs: `X.Y` from `>=X.Y`, `~=X.Y`, `==X.Y.*`, `>X.Y`;
-several clauses give the highest of their lower bounds; upper bounds and exclusions are
-ignored; a specifier with no lower bound, or one that cannot be read, counts as none.
+Only what a verdict needs: the floor of a PEP 440 specifier, `X.Y.Z` from `>=X.Y.Z`,
+`~=X.Y.Z`, `==X.Y.*`, `===X.Y.Z`, `>X.Y.Z` (itself: the floor never claims more than the
+specifier says); several clauses give the highest of their lower bounds; upper bounds and
+exclusions are ignored; a specifier with no lower bound, or one that cannot be read, counts
+as none. The same grammar reads the MLX versions a project pins (`pins.py`).
 """
 
 from __future__ import annotations
@@ -23,20 +25,50 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 Version = tuple[int, int]
-_CLAUSE = re.compile(r"\s*(~=|===|==|>=|>)\s*v?(\d+)(?:\.(\d+))?")
+# (major, minor, micro, 1), or 0 last for a pre-release of it, which comes before the release.
+Release = tuple[int, int, int, int]
+_CLAUSE = re.compile(r"\s*(~=|===|==|>=|>)\s*v?(\d+(?:\.\d+)*)(?:\.\*)?\s*((?:[A-Za-z._+-][A-Za-z0-9._+-]*)?)")
+_VERSION = re.compile(r"v?\d+(?:\.\d+)*(?:[._-]?(?:a|b|c|rc|alpha|beta|pre|preview|dev|post)[._-]?\d*)*",
+                      re.IGNORECASE)
+_PRE = re.compile(r"[._-]?(a|b|c|rc|alpha|beta|pre|preview|dev)", re.IGNORECASE)
 
 
-def lower_bound(specifier: str) -> Version | None:
-    """The oldest `major.minor` a `requires-python` specifier allows, or None if it sets no floor."""
-    floor: Version | None = None
+def release(text: str) -> Release | None:
+    """`0.31.2` -> (0, 31, 2, 1), `0.32.0rc1` -> (0, 32, 0, 0); None if it is no version."""
+    if _VERSION.fullmatch(text.strip()) is None:
+        return None
+    match = _CLAUSE.match(">=" + text.strip())
+    return _release(match) if match is not None else None
+
+
+def _release(match: re.Match[str]) -> Release:
+    parts = [int(p) for p in match.group(2).split(".")][:3]
+    parts += [0] * (3 - len(parts))
+    final = 0 if _PRE.match(match.group(3) or "") else 1
+    return parts[0], parts[1], parts[2], final
+
+
+def release_floor(specifier: str) -> Release | None:
+    """The lowest release a specifier admits (the highest of its lower bounds), or None if it sets none."""
+    floor: Release | None = None
     for clause in specifier.split(","):
         match = _CLAUSE.match(clause)
         if match is None:
             continue
-        version = (int(match.group(2)), int(match.group(3) or 0))
+        version = _release(match)
         if floor is None or version > floor:
             floor = version
     return floor
+
+
+def release_text(version: Release) -> str:
+    return f"{version[0]}.{version[1]}.{version[2]}" + ("" if version[3] else " (a pre-release)")
+
+
+def lower_bound(specifier: str) -> Version | None:
+    """The oldest `major.minor` a `requires-python` specifier allows, or None if it sets no floor."""
+    floor = release_floor(specifier)
+    return None if floor is None else (floor[0], floor[1])
 
 
 def requires_python(pyproject: str) -> Version | None:

@@ -70,6 +70,7 @@ class RawFinding(NamedTuple):
     node: cst.CSTNode
     statement: cst.CSTNode | None
     message: str
+    requires: tuple[str, ...] = ()  # the MLX facts (mlx_facts.py) under which the finding is not true
 
 
 class FileContext:
@@ -138,9 +139,11 @@ class FileContext:
         statement = self.statements[-1] if self.statements else None
         self.raw.append(RawFinding(rule_id, node, statement, message))
 
-    def report_at(self, rule_id: str, node: cst.CSTNode, statement: cst.CSTNode | None, message: str) -> None:
-        """Report from `end()`, with the statement captured during the walk."""
-        self.raw.append(RawFinding(rule_id, node, statement, message))
+    def report_at(self, rule_id: str, node: cst.CSTNode, statement: cst.CSTNode | None, message: str,
+                  requires: tuple[str, ...] = ()) -> None:
+        """Report from `end()`, with the statement captured during the walk. A finding true only on some
+        MLX versions names the facts of mlx_facts.py under which it is not (`requires`)."""
+        self.raw.append(RawFinding(rule_id, node, statement, message, requires))
 
     @property
     def statement(self) -> cst.CSTNode | None:

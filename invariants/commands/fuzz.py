@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "own fields (e.g. '{\"temperature\": 0.1}' for a server that rejects 0.0)")
     target.add_argument("--faults", metavar="KIND,...",
                         help="the fault kinds scenarios draw, comma-separated (default: every kind the target "
-                             "takes but the opt-in ones, which kill the engine's worker: worker-dies); "
+                             "takes but the opt-in ones, which kill or wedge the engine's worker: worker-dies, worker-wedges); "
                              "docs/fuzz-reference.md says what each does")
     target.add_argument("--capacity", type=int, metavar="N",
                         help="requests the target holds at once (slots and queue); scenarios draw a few more. "
@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--jobs", type=int, default=1, metavar="N",
                            help="child processes fuzzing in parallel, each with its own seed; 0 runs in this process")
     run_group.add_argument("--exhaustive", action="store_true",
-                           help="instead of sampling, run every single-fault scenario for one and two requests")
+                           help="instead of sampling, run every single-fault scenario for one and two requests "
+                                "(two streaming, or a streaming and a plain one)")
     run_group.add_argument("--fresh-engine", action="store_true",
                            help="start a fresh engine for every scenario instead of reusing one while scenarios "
                                 "leave it clean (slower; failures are always confirmed on a fresh engine anyway)")

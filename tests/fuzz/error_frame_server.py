@@ -1,12 +1,18 @@
-"""An OpenAI-style server with one slot, for the error-frame tests: it streams one token per `STEP_S` and
-runs no MLX. A request that finds the slot taken waits for it.
+"""An OpenAI-style server with one slot, for the error-frame and transport tests: it streams one token per
+`STEP_S` and runs no MLX. A request that finds the slot taken waits for it, unless a flag answers it at once.
 
-    python tests/fuzz/error_frame_server.py PORT [--leaks-cancelled [--refuses]] [--mlx]
+    python tests/fuzz/error_frame_server.py PORT [--leaks-cancelled] [--refuses | --busy-frames [--named]]
+                                                 [--mlx]
 
 --leaks-cancelled: a stream whose client went before its end never gives its slot back, and a request
-that finds the slot taken is answered HTTP 200 with an error frame instead of its tokens (what vllm-mlx
-0.6.0 does after a cancelled stream: zoo/reproducers/cancelled_stream_then_followup.py).
---refuses: such a request is refused with HTTP 429 before any stream begins instead (a clear refusal).
+that finds the slot taken is answered HTTP 200 with an error (an SSE frame, or a plain JSON body) instead
+of its tokens (what vllm-mlx 0.6.0 does after a cancelled stream:
+zoo/reproducers/cancelled_stream_then_followup.py).
+--refuses: a request that finds the slot taken is refused with HTTP 429 on both transports, before any
+stream begins (a clear refusal, the same on both).
+--busy-frames: a plain request that finds the slot taken is refused 503 `text_generation_busy`, a streaming
+one answered HTTP 200 whose only frame is a generic "Internal server error" (code 500): what vllm-mlx
+0.6.0's SimpleEngine does while busy (docs/zoo.md). --named: that frame is the busy error itself.
 --mlx: each token step also makes one small MLX call, so a launched server's sentinel sees it generate.
 """
 
@@ -21,6 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 STEP_S = 0.01
 LEAKS = "--leaks-cancelled" in sys.argv
 REFUSES = "--refuses" in sys.argv
+BUSY_FRAMES = "--busy-frames" in sys.argv
+NAMED = "--named" in sys.argv
+BUSY = {"message": "the server is busy with another request", "type": "server_busy", "code": "text_generation_busy"}
 MLX = "--mlx" in sys.argv
 _slot = threading.Semaphore(1)
 
@@ -39,7 +48,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        if not _slot.acquire(blocking=not LEAKS):
+        if not _slot.acquire(blocking=not (LEAKS or REFUSES or BUSY_FRAMES)):
             self._busy(bool(body.get("stream")))
             return
         gone = False
@@ -67,10 +76,16 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def _busy(self, stream: bool) -> None:
-        error = {"message": "Internal server error", "type": "internal_error"}
+        """Answer a request that found the slot taken, as the flags say."""
         if REFUSES:
             self._send(429, {"error": {"message": "server busy", "code": "busy"}})
             return
+        if BUSY_FRAMES and not stream:
+            self._send(503, {"error": BUSY})
+            return
+        error = {"message": "Internal server error", "type": "internal_error"}
+        if BUSY_FRAMES:
+            error = BUSY if NAMED else {"message": "Internal server error", "type": "InternalServerError", "code": 500}
         if not stream:
             self._send(200, {"error": error})
             return

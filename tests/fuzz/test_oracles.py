@@ -6,6 +6,7 @@ import pytest
 
 from mlx_invariants.fuzz.oracles import ORACLES, judge
 from mlx_invariants.fuzz import oracles
+from mlx_invariants.fuzz import transport
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.trace import Event, Trace
 
@@ -198,7 +199,75 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 22  # 16 + fuzz/ownership.py's five + fuzz/compute.py's one
+    assert len(ORACLES) == 23  # 16 + fuzz/ownership.py's five + fuzz/compute.py's one + transport.py's one
+
+
+BUSY = {"code": "text_generation_busy", "type": "server_busy", "message": "busy"}
+INTERNAL = {"code": 500, "type": "InternalServerError", "message": "Internal server error"}
+
+
+def refused(rid: str, status: int, carrier: str = "status", before: int = 0, **error) -> dict:
+    """A failed request's end over HTTP, with how it was answered (`fuzz.transport.Answer`)."""
+    answer = transport.Answer.read(status, carrier, error, before)
+    return request("end", rid, outcome="error", message=answer.message, answer=answer.to_json())
+
+
+def while_held(plain: dict, stream: dict, gone: bool = False) -> Trace:
+    """r1 (plain) and r2 (streaming) sent while r0 is in flight (or, `gone`, just after its client went)."""
+    r0_end = request("end", "r0", outcome="cancelled" if gone else "completed")
+    return trace_of(request("submit", "r0", stream=True), *([r0_end] if gone else []),
+                    request("submit", "r1", stream=False), request("submit", "r2", stream=True),
+                    {**plain, "rid": "r1"}, {**stream, "rid": "r2"}, *([] if gone else [r0_end]))
+
+
+@pytest.mark.parametrize("plain, stream, gone, found, headline", [
+    # vllm-mlx 0.6.0 while busy: 503 to a plain request, 200 and a generic error frame to a stream
+    (refused("r1", 503, **BUSY), refused("r2", 200, "frame", **INTERNAL), False, ["busy-differs-by-transport"],
+     "busy: non-streaming r1 answered 503 text_generation_busy, streaming r2 answered 200 with only an error frame "
+     "(InternalServerError: Internal server error)"),
+    (refused("r1", 503, **BUSY), refused("r2", 200, "frame", **INTERNAL), True, ["busy-differs-by-transport"], ""),
+    (refused("r1", 503, **BUSY), refused("r2", 200, "frame", **BUSY), False, ["refusal-differs-by-transport"], ""),
+    # the other way round: the plain request hid it in a 200 body, the stream was refused with a status
+    (refused("r1", 200, "body", message="busy"), refused("r2", 429, message="busy"), False,
+     ["busy-differs-by-transport"], "busy: non-streaming r1 answered 200 with only an error in its JSON body (busy), "
+                                    "streaming r2 answered 429"),
+    (refused("r1", 400, code="invalid_prompt"), refused("r2", 200, "frame", code="invalid_prompt"), False,
+     ["refusal-differs-by-transport"], "refused as invalid_prompt: non-streaming r1 answered 400 invalid_prompt, "
+                                       "streaming r2 answered 200 with only an error frame (invalid_prompt)"),
+    # consistent: error statuses on both (even different ones), or 200s on both
+    (refused("r1", 503, **BUSY), refused("r2", 503, **BUSY), False, [], ""),
+    (refused("r1", 503, **BUSY), refused("r2", 429, code="busy"), False, [], ""),
+    (refused("r1", 200, "body", **INTERNAL), refused("r2", 200, "frame", **INTERNAL), False, [], ""),
+    # the stream had begun before its error: its status went out with its first frame
+    (refused("r1", 503, **BUSY), refused("r2", 200, "frame", before=1, **INTERNAL), False, [], ""),
+    # an engine failure is no refusal: a 500, or a 503 naming something else than busy
+    (refused("r1", 500, code="engine_error"), refused("r2", 200, "frame", code="engine_error"), False, [], ""),
+    (refused("r1", 503, code="engine_dead"), refused("r2", 200, "frame", code="engine_dead"), False, [], ""),
+    (refused("r1", 503, code="engine_dead"), refused("r2", 200, "frame", **INTERNAL), False, [], ""),
+    # a hidden error with a name of its own is another situation
+    (refused("r1", 503, **BUSY), refused("r2", 200, "frame", code="engine_error"), False, [], ""),
+])
+def test_a_refusal_answered_200_on_one_transport_and_an_error_status_on_the_other(plain, stream, gone, found,
+                                                                                  headline):
+    got = list(transport.refusals_agree_across_transports(while_held(plain, stream, gone)))
+    assert [v.kind for v in got] == found, got
+    assert not headline or got[0].message == headline, got[0].message
+
+
+def test_an_unnamed_error_in_a_200_is_busy_only_while_another_request_held_the_server():
+    plain, stream = refused("r1", 503, **BUSY), refused("r2", 200, "frame", **INTERNAL)
+    one_after_another = trace_of(request("submit", "r1", stream=False), plain,
+                                 request("submit", "r2", stream=True), stream)
+    assert kinds(transport.refusals_agree_across_transports, one_after_another) == []
+    completed_since = trace_of(request("submit", "r0", stream=True), request("end", "r0", outcome="cancelled"),
+                               request("submit", "r3"), request("end", "r3", outcome="completed"),
+                               request("submit", "r1", stream=False), {**plain, "rid": "r1"},
+                               request("submit", "r2", stream=True), {**stream, "rid": "r2"})
+    assert kinds(transport.refusals_agree_across_transports, completed_since) == []
+    # The same code on both needs no concurrency: the server named the situation itself.
+    named = trace_of(request("submit", "r1", stream=False), plain, request("submit", "r2", stream=True),
+                     refused("r2", 200, "frame", **BUSY))
+    assert kinds(transport.refusals_agree_across_transports, named) == ["refusal-differs-by-transport"]
 
 
 def test_a_cancelled_request_must_stop_decoding_too():

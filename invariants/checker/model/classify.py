@@ -10,7 +10,7 @@ import fnmatch
 import re
 
 from mlx_invariants.checker import mlx_api, offload
-from mlx_invariants.checker.model.summary import BLOCK, LOAD, TOUCH
+from mlx_invariants.checker.model.summary import BLOCK, GEN, LOAD, TOUCH
 
 TO_THREAD = offload.TO_THREAD
 POOLS = offload.POOLS
@@ -22,9 +22,11 @@ MODEL_STREAMS = mlx_api.MODEL_STREAMS
 
 
 def by_name(qual: str) -> str | None:
-    """BLOCK, TOUCH or LOAD for a call of the imported name `qual`, else None. A call of an MLX
+    """GEN, BLOCK, TOUCH or LOAD for a call of the imported name `qual`, else None. A call of an MLX
     generator (`stream_generate`) is none of these: it runs MLX only where it is iterated."""
-    if qual in mlx_api.GENERATE or qual in mlx_api.BLOCKING_CORE or qual in mlx_api.BATCH_GENERATORS:
+    if qual in mlx_api.GENERATE or qual in mlx_api.BATCH_GENERATORS:
+        return GEN
+    if qual in mlx_api.BLOCKING_CORE:
         return BLOCK
     if qual in mlx_api.LOADS:
         return LOAD
@@ -70,16 +72,18 @@ def is_load_name(text: str | None, qual: str | None) -> bool:
 
 def by_receiver(text: str, method: str, receiver: str, shared: dict, built_as_generator: bool) -> str | None:
     """The name-based wrappers engines use (in files that import MLX only): a model-named
-    receiver's generate/chat/save_weights, a batch generator's MLX methods, `mlx-calls`."""
-    if (method in mlx_api.MODEL_GENERATION or method in mlx_api.MODEL_WEIGHT_SAVES) and globs(
-        shared["model-names"])(receiver):
+    receiver's generate/chat (GEN) and save_weights (BLOCK), a batch generator's MLX methods and
+    `mlx-calls` (GEN: the engine's steps generate)."""
+    if method in mlx_api.MODEL_GENERATION and globs(shared["model-names"])(receiver):
+        return GEN
+    if method in mlx_api.MODEL_WEIGHT_SAVES and globs(shared["model-names"])(receiver):
         return BLOCK
     if method in mlx_api.GENERATOR_MLX_METHODS and (
         built_as_generator or globs(shared["batch-generator-names"])(receiver)
     ):
-        return BLOCK
+        return GEN
     if globs(shared["mlx-calls"])(text):
-        return BLOCK
+        return GEN
     return None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, EXECUTOR, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, THREAD,
+    BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 
@@ -251,7 +251,7 @@ class _Resolver:
         if target is not None and not target.startswith((":", ".", "$")):
             if classify.is_generator(target):
                 if use == ITERATED:
-                    return BLOCK, f"iterating {text}"
+                    return GEN, f"iterating {text}"
                 return (RETURNS, text) if use == RETURNED else None
             kind = classify.by_name(target)
             if kind is not None:
@@ -262,7 +262,7 @@ class _Resolver:
             return None
         func = call.func
         if isinstance(func, ast.Name) and func.id == "next" and call.args:
-            return (BLOCK, "next() on an MLX generator") if self._is_mlx_generator(call.args[0], fn) else None
+            return (GEN, "next() on an MLX generator") if self._is_mlx_generator(call.args[0], fn) else None
         if target is not None and target.startswith((":", ".")):
             return None
         if isinstance(func, ast.Attribute):
@@ -273,7 +273,7 @@ class _Resolver:
                 return kind, text
             if func.attr in classify.MODEL_STREAMS and classify.is_forward_pass(receiver, self.shared):
                 if use == ITERATED:
-                    return BLOCK, f"iterating {text}"
+                    return GEN, f"iterating {text}"
                 return (RETURNS, text) if use == RETURNED else None
         if isinstance(func, ast.Name | ast.Attribute) and classify.is_forward_pass(text, self.shared):
             return BLOCK, f"{text}(...)"

@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, ITERATED, LOAD, RETURNED, RETURNS, TOUCH, Call, FileSummary, Function,
+    BLOCK, DEFAULT_POOL, GEN, ITERATED, LOAD, RETURNED, RETURNS, TOUCH, Call, FileSummary, Function,
 )
 
 RUN, ITER = "run", "iter"
-BLOCKING = frozenset({BLOCK})                 # what INV108 counts: MLX that makes the caller wait
-ANY_MLX = frozenset({BLOCK, TOUCH, LOAD})     # what INV107 counts: any MLX on the wrong thread
+BLOCKING = frozenset({BLOCK, GEN})            # what INV108 counts: MLX that makes the caller wait
+ANY_MLX = frozenset({BLOCK, GEN, TOUCH, LOAD})  # what INV107 counts: any MLX on the wrong thread
+GENERATION = frozenset({GEN})                 # a generation library's own stream: a version fact for INV107
 LOADING = frozenset({LOAD})
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
@@ -254,6 +255,7 @@ class Package:
         self.loaders = {key for key, mode in loading if mode == RUN}
         self.reach[BLOCKING] = self._reach(BLOCKING, skip=self.loaders)
         self.reach[ANY_MLX] = self._reach(ANY_MLX)
+        self.reach[GENERATION] = self._reach(GENERATION)
         self._forwarders()
 
     def _reach(self, level: frozenset[str], skip: set[Key] = frozenset()) -> dict[Node, Step]:  # type: ignore[assignment]
@@ -273,15 +275,15 @@ class Package:
             if key in skip or fn.is_async:  # an async def runs where it is awaited, and is judged there
                 continue
             mode = ITER if fn.is_generator else RUN
-            for touch in sorted(fn.mlx, key=lambda t: t.kind != BLOCK):  # a blocking call makes the clearer chain
-                if touch.kind == RETURNS:
-                    if BLOCK in level:
+            for touch in sorted(fn.mlx, key=lambda t: t.kind not in BLOCKING):  # a blocking call: the clearer chain
+                if touch.kind == RETURNS:  # an MLX generator, which generates where it is iterated
+                    if GEN in level:
                         sink((key, ITER), touch.text)
                 elif touch.kind in level:
                     sink((key, mode), touch.text)
             for call, use, target, external in edges:
                 if target is None:
-                    if external == RETURNS and BLOCK in level:
+                    if external == RETURNS and GEN in level:
                         sink((key, ITER), call.text)  # type: ignore[union-attr]
                     elif external in level:
                         sink((key, mode), call.text)  # type: ignore[union-attr]
@@ -398,11 +400,11 @@ def _external_kind(qual: str, use: str) -> str | None:
     from mlx_invariants.checker.model import classify
 
     if classify.is_generator(qual):
-        return BLOCK if use == ITERATED else (RETURNS if use == RETURNED else None)
+        return GEN if use == ITERATED else (RETURNS if use == RETURNED else None)
     head, _, method = qual.rpartition("().")
     if head and head in classify.BATCH_GENERATORS and method not in classify.GENERATOR_HARMLESS:
-        return BLOCK
+        return GEN
     return classify.by_name(qual)
 
 
-__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX"]
+__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION"]

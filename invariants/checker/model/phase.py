@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from mlx_invariants.checker.config import Settings
     from mlx_invariants.checker.files import SourceFile
 
-Row = list[Any]  # [rule, line, col, message, suppressed_by_line], as in a file's report
+Row = list[Any]  # [rule, line, col, message, suppressed_by_line(, requires)], as in a file's report
 _ENTRY_WORDS = ("async ", "to_thread", "run_in_executor")
 _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
@@ -127,7 +127,8 @@ def _row(finding: ModelFinding, suppressions: Iterable[list[Any]]) -> Row:
         if (ids is None or finding.rule in ids) and (place.first <= line <= place.last or place.above <= line < place.first):
             covering = line
             break
-    return [finding.rule, place.line, place.col, finding.message, covering]
+    row = [finding.rule, place.line, place.col, finding.message, covering]
+    return row + [list(finding.requires)] if finding.requires else row
 
 
 class _Summaries:

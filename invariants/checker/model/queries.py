@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, ITER, RUN, Package
+from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, GENERATION, ITER, RUN, Package
 from mlx_invariants.checker.model.summary import DEFAULT_POOL, ITERATED, Call, Place
 
 # The rules' own messages: the classes of INV107 and INV108 use them.
@@ -18,9 +18,16 @@ ON_LOOP_MESSAGE = "{what} runs MLX on the event loop thread: hand it to the owne
 OFF_OWNER_MESSAGE = (
     "`{target}` reaches MLX ({what}) on {where}: before MLX 0.31.2 those threads share one stream, so two "
     "calls can be inside Metal at once; from 0.31.2 a lazy array or an `mx.new_stream` stream from another "
-    "thread raises \"There is no Stream(...) in current thread\" there; run it on the owner thread (a "
+    "thread (mlx-lm's generation stream before 0.31.3) raises \"There is no Stream(...) in current thread\" "
+    "there; run it on the owner thread (a "
     "dedicated thread, or an executor with one worker)"
 )
+
+
+def requires(generates: bool) -> tuple[str, ...]:
+    """The facts under which MLX work on a thread that changes per call is fine (INV107): each thread's
+    own streams, and, for a generation, the library's thread-local generation stream (mlx_facts.py)."""
+    return ("thread-local-streams", "thread-local-generation-stream") if generates else ("thread-local-streams",)
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,7 @@ class ModelFinding:
     rule: str
     place: Place
     message: str
+    requires: tuple[str, ...] = ()  # the MLX facts under which it is not true (mlx_facts.py)
 
 
 def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
@@ -96,7 +104,8 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                 if chain:
                     where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
                     yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
-                        target=chain[0], what=" -> ".join(chain[1:]), where=where))
+                        target=chain[0], what=" -> ".join(chain[1:]), where=where),
+                        requires(package.chain(GENERATION, (work, RUN)) is not None))  # type: ignore[arg-type]
         for work in fn.offloads:
             if work.pool != DEFAULT_POOL or work.target is None:
                 continue
@@ -105,7 +114,8 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
             if chain:
                 where = f"the default thread pool via {work.how} (a different thread each call)"
                 yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
-                    target=work.text, what=" -> ".join(chain[1:]), where=where))
+                    target=work.text, what=" -> ".join(chain[1:]), where=where),
+                    requires(package.chain(GENERATION, (found, RUN)) is not None))
 
 
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # What a direct MLX call does (Touch.kind).
-BLOCK = "block"      # runs MLX and waits for it: mx.eval, a generation, an MLX generator iterated, a forward pass
+BLOCK = "block"      # runs MLX and waits for it: mx.eval, a forward pass, a model's save_weights
+GEN = "generate"     # a generation: it waits too, on the generation library's own stream (mlx_facts.py)
 TOUCH = "touch"      # encodes MLX work without waiting for it (mx.array, a prompt cache)
 LOAD = "load"        # loads weights: start-up work
 RETURNS = "returns"  # returns an MLX generator (`return stream_generate(...)`): MLX runs where it is iterated
@@ -104,7 +105,7 @@ class Offload:
 
 @dataclass(frozen=True)
 class Touch:
-    """A direct MLX call: its kind (BLOCK, TOUCH, LOAD, RETURNS) and its text (`mx.eval`)."""
+    """A direct MLX call: its kind (BLOCK, GEN, TOUCH, LOAD, RETURNS) and its text (`mx.eval`)."""
 
     kind: str
     text: str

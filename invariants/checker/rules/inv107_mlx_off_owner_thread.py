@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite
-from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE
+from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, requires
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import Handoff, handoff, shifting_pool, unwrap_callable
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+
+if TYPE_CHECKING:
+    from mlx_invariants.checker.walker import FileContext
 
 
 @dataclass
@@ -36,7 +41,15 @@ class MlxOffOwnerThread(Rule):
     So only pools known to change threads are judged: `asyncio.to_thread`, the
     loop's default executor (`run_in_executor(None, ...)`), and a thread pool
     this file builds with more than one worker. An executor the file cannot
-    identify is not judged."""
+    identify is not judged.
+
+    Which regime holds is read from the project (docs/checker.md, "MLX
+    version"): where it admits only MLX 0.31.2 or later the finding is not
+    reported, unless the work generates with mlx-lm or mlx-vlm (or a wrapper of
+    them) and the project admits an mlx-lm older than 0.31.3 or an mlx-vlm
+    older than 0.5.0, whose generation stream was still an `mx.new_stream` made
+    on the importing thread (ml-explore/mlx#3727); where the version is
+    unknown the message says which versions it is about."""
 
     id = "INV107"
     catches = "MLX work handed to asyncio.to_thread, the default pool, or a thread pool of several workers"
@@ -51,8 +64,9 @@ class MlxOffOwnerThread(Rule):
         "object holds the mapping, so two mappings that reuse one key for different pools are confused); "
         "one assignment of a one-worker pool among several makes it an owner. A default executor replaced "
         "with a one-worker pool (`loop.set_default_executor`) is not seen: `asyncio.to_thread` is still "
-        "judged. The message names both MLX regimes: the checker does not read which MLX a project pins, "
-        "and from 0.31.2 work whose arrays are all evaluated on the worker is safe there."
+        "judged. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
+        "so a lazy array or an `mx.new_stream` stream handed to the pool, which raises there, is left to "
+        "the fuzzer (`mlx-no-stream`)."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("mlx",))
 
@@ -117,6 +131,18 @@ class MlxOffOwnerThread(Rule):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self._pool, self._embed, batch)  # expect: INV107
         '''),
+        # Where the project's version is unknown (the examples above), or known and older, it is reported.
+        Invalid('''
+            import asyncio
+            from mlx_lm import stream_generate
+
+            async def complete(model, tokenizer, prompt):
+                return await asyncio.to_thread(lambda: list(stream_generate(model, tokenizer, prompt)))  # expect: INV107
+        ''', files={"pyproject.toml": '''
+            [project]
+            name = "app"
+            dependencies = ["mlx>=0.31.2", "mlx-lm>=0.31.2"]  # mlx-lm's generation stream: thread-local in 0.31.3
+        '''}),
     ]
     VALID = [
         Valid('''
@@ -236,6 +262,25 @@ class MlxOffOwnerThread(Rule):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self._core._mlx_executor, self._run, prompt)
         '''),
+        # From MLX 0.31.2 (and mlx-lm 0.31.3 for a generation) a thread of its own is no bug by itself.
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+
+            async def evaluate(logits):
+                return await asyncio.to_thread(lambda: mx.eval(logits))
+        ''', options={"mlx-version": "0.31.2"}),
+        Valid('''
+            import asyncio
+            from mlx_lm import stream_generate
+
+            async def complete(model, tokenizer, prompt):
+                return await asyncio.to_thread(lambda: list(stream_generate(model, tokenizer, prompt)))
+        ''', files={"pyproject.toml": '''
+            [project]
+            name = "app"
+            dependencies = ["mlx>=0.31.2", "mlx-lm>=0.31.3"]
+        '''}),
     ]
 
     def __init__(self, ctx, options):
@@ -262,23 +307,25 @@ class MlxOffOwnerThread(Rule):
                 if pool is None:  # one thread, or not known here
                     continue
                 where = f"`{dotted(work.executor) or 'an executor'}`, {pool} (any of them each call)"
-            what = self._reaches(candidate.target)
+            what = self._reaches(candidate.target, mlx_api.reaches)
             if what is None:
                 continue
             label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
             message = self.message.format(target=label, what=what, where=where)
-            self.ctx.report_at(self.id, work.call, candidate.statement, message)
+            self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(
+                self._reaches(candidate.target, mlx_api.generation) is not None))
 
-    def _reaches(self, target: cst.BaseExpression) -> str | None:
+    def _reaches(self, target: cst.BaseExpression, kind: Callable[[CallSite, FileContext], str | None]) -> str | None:
+        """The first call of `kind` (any MLX, or a generation) that handing `target` over runs."""
         ctx = self.ctx
-        direct = lambda site: mlx_api.reaches(site, ctx)  # noqa: E731
+        direct = lambda site: kind(site, ctx)  # noqa: E731
         if isinstance(target, cst.Lambda):
             facts = ctx.function_facts(target)
             return ctx.facts.first_reaching(facts, direct) if facts else None
         if isinstance(target, cst.Name | cst.Attribute):
             # Handing over `mx.eval` or `self.model` itself is as good as calling it there.
             probe = CallSite(cst.Call(func=target), ctx.resolve(target), dotted(target), None)
-            found = mlx_api.reaches(probe, ctx)
+            found = kind(probe, ctx)
             if found:
                 return found
             for function in ctx.facts.by_key.get(ctx.key(target) or "", ()):

@@ -1,0 +1,99 @@
+"""MLX's thread-safety facts, per version: the one table the version-dependent rules consult.
+
+A finding that is only true before some release names the facts it depends on
+(`FileContext.report_at(..., requires=(...))`, `ModelFinding.requires`); the runner asks
+`judge` with the versions the file's project admits (`pins.py`). Where every fact holds for
+those versions the finding is not reported; where one is known not to hold it is reported
+as always; where a version is unknown it is reported with `unknown_note` appended, which
+says which versions it is about and how to pin one.
+
+To add a fact: a row here with the first release it holds in and the release or pull
+request that says so, then `requires=("its-id",)` on the findings it makes untrue.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mlx_invariants.checker.pins import OVERRIDE_KEYS, Pins
+from mlx_invariants.checker.versions import Release, release_text
+
+
+@dataclass(frozen=True)
+class Fact:
+    """`holds` from the first release of `since` on. With several packages (one per generation library),
+    it holds where the project names at least one of them and every one it names is that new."""
+
+    id: str
+    since: tuple[tuple[str, Release], ...]  # (package, first release it holds in)
+    holds: str
+    source: str
+
+    def before(self) -> str:
+        return " or ".join(f"{package} before {release_text(version)}" for package, version in self.since)
+
+
+FACTS: tuple[Fact, ...] = (
+    Fact(
+        "thread-local-streams", (("mlx", (0, 31, 2, 1)),),
+        "Each thread has its own default stream and its own command encoders: MLX work on two threads no "
+        "longer shares one stream, and `mx.synchronize()` waits only for the calling thread's own work. An "
+        "evaluated array may be used on any thread; a lazy one, or a stream made with `mx.new_stream`, "
+        "raises \"There is no Stream(...) in current thread\" on a thread that did not make it. "
+        "`mx.new_thread_local_stream` is one stream every thread gets its own instance of.",
+        "MLX 0.31.2: ml-explore/mlx#3348 (thread-local command encoders), #3355 and #3405 "
+        "(`new_thread_local_stream`)",
+    ),
+    Fact(
+        "thread-local-generation-stream", (("mlx-lm", (0, 31, 3, 1)), ("mlx-vlm", (0, 5, 0, 1))),
+        "The generation library's module-level `generation_stream` is an `mx.new_thread_local_stream`, so "
+        "its generation runs on any thread; before, it was an `mx.new_stream` made on the importing thread, "
+        "and with MLX 0.31.2 or later generation on any other thread raised \"There is no Stream(gpu, 0) in "
+        "current thread\" (ml-explore/mlx#3727).",
+        "mlx-lm 0.31.3: ml-explore/mlx-lm#1090; mlx-vlm 0.5.0: Blaizzy/mlx-vlm#1055",
+    ),
+)
+BY_ID = {fact.id: fact for fact in FACTS}
+
+
+class Verdict(enum.Enum):
+    HOLDS = "holds"  # every fact holds for the versions the project admits: the finding is not true there
+    FAILS = "fails"  # one is known not to hold: the finding stands
+    UNKNOWN = "unknown"  # a version it depends on is unknown
+
+
+def _verdict(fact: Fact, pins: Pins) -> Verdict:
+    named = [(package, version) for package, version in fact.since if package in pins.floors]
+    if not named:
+        return Verdict.UNKNOWN
+    floors = [(pins.floor(package), version) for package, version in named]
+    if any(floor is not None and floor < version for floor, version in floors):
+        return Verdict.FAILS
+    return Verdict.UNKNOWN if any(floor is None for floor, _ in floors) else Verdict.HOLDS
+
+
+def judge(requires: Iterable[str], pins: Pins) -> Verdict:
+    """Whether a finding that is untrue where all of `requires` hold is untrue for this project."""
+    verdicts = [_verdict(BY_ID[fact], pins) for fact in requires]
+    if Verdict.FAILS in verdicts:
+        return Verdict.FAILS
+    return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.HOLDS
+
+
+def unknown_note(requires: Iterable[str], pins: Pins) -> str:
+    """What a finding of unknown truth appends to its message: the versions it is about, and how to pin."""
+    facts = [BY_ID[fact] for fact in requires]
+    missing = list(dict.fromkeys(p for fact in facts if _verdict(fact, pins) is Verdict.UNKNOWN
+                                 for p in _unpinned(fact, pins)))
+    keys = ", ".join(OVERRIDE_KEYS[package] for package in missing)
+    return (f" (true for {' or '.join(fact.before() for fact in facts)}; this project pins no version of "
+            f"{', '.join(missing)}: pin one in its metadata, or set {keys} in [tool.invariants])")
+
+
+def _unpinned(fact: Fact, pins: Pins) -> list[str]:
+    """The packages of `fact` whose version is unknown: those the project names without a floor, or,
+    if it names none of them, all of them."""
+    named = [package for package, _ in fact.since if package in pins.floors]
+    return [package for package in (named or [p for p, _ in fact.since]) if pins.floor(package) is None]

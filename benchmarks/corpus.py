@@ -117,7 +117,8 @@ def as_json(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[hea
         out["by_repository"] = [repo_json(r) for r in repos]
     if head_runs is not None:
         out["head"] = [{"repo": r.repo, "commit": r.commit, "packages": list(r.packages), "exclude": list(r.exclude),
-                        "files": r.files, "seconds": round(r.seconds, 2), "findings": head.records([r], checker)}
+                        "files": r.files, "seconds": round(r.seconds, 2), "pins": r.pins,
+                        "findings": head.records([r], checker)}
                        for r in head_runs]
     return out
 

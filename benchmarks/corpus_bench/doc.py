@@ -91,7 +91,9 @@ def head_section(runs: list[HeadRun], verdicts: dict[VerdictKey, str], meta: dic
     lines = [HEAD_TITLE, "",
              "`invariants check` on the Python package of each of these MLX servers at the commit recorded in "
              "`benchmarks/corpus_bench/head.py` (`SERVERS`): the package folders exported with `git archive` into a "
-             "temporary folder and checked in one run per server, with the default configuration plus the "
+             "temporary folder, with the project metadata of each folder from the repository's top down to them (the "
+             "MLX versions the server admits, by which the checker judges the findings true only on some versions: "
+             "docs/checker.md, \"MLX version\"), and checked in one run per server, with the default configuration plus the "
              "server's `exclude` (vendored third-party code, example scripts and the tests kept inside a package, "
              "as its maintainers would configure it; no tests are checked). `--head-servers` runs this section "
              "alone and rewrites only it (`--checker-at HEAD`: the committed rules, as the before-studied runs "
@@ -138,7 +140,9 @@ def head_section(runs: list[HeadRun], verdicts: dict[VerdictKey, str], meta: dic
         excluded = (f"; excluded: {', '.join(f'`{e}`' for e in run.exclude)}"
                     + (f" ({run.note})" if run.note else "")) if run.exclude else ""
         lines += [f"### {run.repo} @ {commit}", "",
-                  f"Packages: {', '.join(f'`{p}/`' for p in run.packages)}{excluded}; {run.files} files checked in "
+                  f"Packages: {', '.join(f'`{p}/`' for p in run.packages)}{excluded}; "
+                  + (f"MLX admitted: {run.pins}; " if run.pins else "")
+                  + f"{run.files} files checked in "
                   f"{run.seconds:.1f} s; {len(run.findings)} finding{'s' if len(run.findings) != 1 else ''}.", ""]
         rows = [[run.repo, commit, f"`{path}:{f.line}`", f.rule, short_message(f.message),
                  verdicts.get(verdict_key(run.repo, commit, f"{path}:{f.line}", f.rule, f.message), "")]

@@ -3,9 +3,13 @@
 The corpus says how the checker does on known bugs; this says what it reports on
 the servers' code of today, for a reviewer to judge finding by finding. Each
 server's Python package is exported with `git archive` at the commit recorded in
-SERVERS into a temporary folder, with a `[tool.invariants]` that excludes what its
-maintainers would (vendored third-party code, examples, the tests kept inside the
-package), and checked in one `invariants check` run per server. Each finding comes
+SERVERS into a temporary folder, with the project metadata of every folder from the
+repository's top down to it (pyproject.toml, setup.cfg, setup.py, requirements*.txt:
+the MLX versions the server admits, which version-dependent findings are judged by)
+and a `.git` folder marking that top, with a `[tool.invariants]` of its own (its own
+file, `--config`) that excludes what its maintainers would (vendored third-party code,
+examples, the tests kept inside the package), and checked in one `invariants check`
+run per server. Each finding comes
 back with the span of the def (or class, or top-level statement) around it, so that
 a reviewer can be handed the finding and the code it sits in (`write_jsonl`).
 """
@@ -28,6 +32,7 @@ from corpus_bench import mirrors
 from corpus_bench.checker_at import CheckerTree
 from corpus_bench.run import CRASH_MARK, open_mirrors
 from corpus_bench.tools import Finding, ToolError
+from mlx_invariants.checker.versions import release_text
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class HeadRun:
     note: str = ""
     seconds: float = 0.0  # the wall time of the checker's run on this server
     scopes: tuple[Scope, ...] = ()  # one per finding, in the same order
+    pins: str = ""  # the MLX versions its metadata admits, as the checker reads them (`mlx 0.31.2, mlx-lm -`)
 
     def crashes(self) -> list[str]:
         return [f"{self.repo}@{self.commit} {path}: {f.message}" for path, f in self.findings
@@ -166,9 +172,13 @@ def _flatten(nodes: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
+METADATA = re.compile(r"pyproject\.toml|setup\.cfg|setup\.py|requirements[^/]*\.txt")
+
+
 def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:
     """`git archive` of the .py/.pyi files of the server's package folders, with the `__init__.py` of each
-    folder above them (only source files: a snapshot mirror may lack the blobs of its largest data files)."""
+    folder above them and the project metadata of each folder from the top down to them (only source and
+    metadata files: a snapshot mirror may lack the blobs of its largest data files)."""
     def git(args: list[str]) -> bytes:
         done = subprocess.run(["git", f"--git-dir={mirror.git_dir}", *args], capture_output=True)
         if done.returncode != 0:
@@ -182,6 +192,11 @@ def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:
     listed = git(["ls-tree", "-r", "-z", "--name-only", f"{server.commit}^{{tree}}", "--", *server.packages, *inits])
     present = [p.decode(errors="surrogateescape") for p in listed.split(b"\0") if p]
     paths = [p for p in inits if p in present]
+    folders = dict.fromkeys(f for folder in server.packages for f in _folders_down_to(folder))
+    for folder in folders:
+        listed = git(["ls-tree", "-z", "--name-only", f"{server.commit}^{{tree}}", *([f"{folder}/"] if folder else [])])
+        paths += [p for p in (n.decode(errors="surrogateescape") for n in listed.split(b"\0") if n)
+                  if METADATA.fullmatch(PurePosixPath(p).name)]
     for folder in server.packages:
         suffixes = sorted({s for p in present if p.startswith(f"{folder}/") for s in mirrors.SOURCE_SUFFIXES
                            if p.endswith(s)})
@@ -197,6 +212,13 @@ def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:
                 tar.extractall(dest, filter="data")
             else:  # pragma: no cover - a Python without extraction filters
                 tar.extractall(dest)
+    (dest / ".git").mkdir()  # the repository's top: the checker looks for the project's metadata up to here
+
+
+def _folders_down_to(folder: str) -> list[str]:
+    """The repository's top ("") and each folder down to `folder`, itself included."""
+    parts = PurePosixPath(folder).parts
+    return ["", *(str(PurePosixPath(*parts[:n])) for n in range(1, len(parts) + 1))]
 
 
 def _parent_inits(folder: str) -> list[str]:
@@ -211,7 +233,7 @@ def _config(server: Server) -> str:
 def _check(tree: Path, server: Server, checker: CheckerTree | None) -> tuple[list[tuple[str, int, int, str, str]],
                                                                              int | None, float]:
     """(path, line, col, rule, message) of each finding, the number of files checked, the wall seconds."""
-    config = tree / "pyproject.toml"
+    config = tree / "invariants.toml"  # beside the server's own pyproject.toml, which says what it pins
     config.write_text(_config(server), encoding="utf-8")
     args = ["check", "--format", "json", "--no-cache", "--exit-zero", "--config", str(config), *server.packages]
     if checker is None:
@@ -262,8 +284,20 @@ def run_head(mirror_root: Path, servers: tuple[Server, ...] | list[Server] = SER
                 scopes.append(scope_of(sources[path], line))
             listed = tuple((path, Finding(line, rule, message)) for path, line, _, rule, message in found)
             runs.append(HeadRun(server.repo, server.commit, server.packages, files, listed, server.exclude,
-                                server.note, seconds, tuple(scopes)))
+                                server.note, seconds, tuple(scopes), _pins(tree, server)))
     return runs
+
+
+def _pins(tree: Path, server: Server) -> str:
+    """The MLX versions the metadata above each package folder admits, as this checkout's checker reads them."""
+    from mlx_invariants.checker import pins
+
+    found = []
+    for folder in server.packages:
+        project = pins.Projects().of(str(tree / folder / "__init__.py"))
+        named = ", ".join(f"{p} {release_text(f) if f else 'unpinned'}" for p, f in project.floors.items())
+        found.append(f"{named} ({project.source})" if named else "none declared")
+    return "; ".join(dict.fromkeys(found))
 
 
 def records(runs: list[HeadRun], checker: CheckerTree | None = None) -> list[dict]:

@@ -237,6 +237,38 @@ def test_head_servers_checks_each_package_at_its_recorded_commit(mirror: tuple[P
     assert corpus.main(["--head-servers", "--mirrors", str(root)]) == 2
 
 
+OFF_POOL = """\
+import asyncio
+import mlx.core as mx
+
+
+async def evaluate(batch):
+    return await asyncio.to_thread(lambda: mx.eval(mx.array(batch)))
+"""
+
+
+def test_head_servers_judge_findings_by_each_servers_own_metadata(tmp_path: Path) -> None:
+    """The metadata of every folder from the repository's top down to the package goes with it: MLX work
+    handed to the default pool is no finding in a server that admits only MLX 0.31.2 or later, and a
+    generation still is where it admits an mlx-lm older than 0.31.3 (docs/checker.md, "MLX version")."""
+    work = tmp_path / "work"
+    files = {"requirements.txt": "mlx>=0.31.2\nmlx-lm>=0.31.2\n", "svc/pyproject.toml": "[project]\nname = 'svc'\n",
+             "svc/pkg/__init__.py": "", "svc/pkg/pool.py": OFF_POOL,
+             "svc/pkg/generate.py": OFF_POOL.replace("mx.eval(mx.array(batch))", "list(stream_generate(batch))")
+             .replace("import mlx.core as mx", "from mlx_lm import stream_generate")}
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git("init", "-q", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "server", cwd=work)
+    commit = git("rev-parse", "HEAD", cwd=work)
+    git("clone", "-q", "--mirror", str(work), str(tmp_path / "mirrors" / "acme+meta"), cwd=tmp_path)
+    (run,) = head.run_head(tmp_path / "mirrors", [head.Server("acme/meta", commit, ("svc/pkg",))])
+    assert [(p, f.rule) for p, f in run.findings] == [("svc/pkg/generate.py", "INV107")]
+    assert run.pins == "mlx 0.31.2, mlx-lm 0.31.2 (requirements.txt)"
+
+
 def test_scope_of_a_finding() -> None:
     source = ("import x\n\n@dec\nasync def f():\n    def g():\n        return 1\n    return g\n\n"
               "class C:\n    y = 1\n    if x:\n        def m(self):\n            try:\n                pass\n"

@@ -62,6 +62,7 @@ class BatchOwner(OwnerThread):
         self._active: dict[int, Active] = {}
         self._uid_of: dict[str, int] = {}
         self._generator: Any = None
+        self._generator_rows = 0  # what the generator itself holds, written here before each emit
         self._eos: frozenset[int] = frozenset()
 
     # -- loop side: record only, under the short lock ---------------------------
@@ -81,11 +82,19 @@ class BatchOwner(OwnerThread):
             self._pending, self._aborts = [], set()
 
     def held(self) -> dict[str, int]:
-        """Generator rows, started requests, requests waiting for a seat, and the inbox's requests and aborts."""
+        """Generator rows (as the owner's books and as the generator itself counts them), started requests,
+        requests waiting for a seat, and the inbox's requests and aborts."""
         with self.lock:
             inbox, aborts = len(self._pending), len(self._aborts)
-        return {"rows": len(self._uid_of), "running": len(self._active), "waiting": len(self._waiting),
-                "inbox": inbox, "aborts": aborts}
+        return {"rows": len(self._uid_of), "generator": self._generator_rows, "running": len(self._active),
+                "waiting": len(self._waiting), "inbox": inbox, "aborts": aborts}
+
+    def emit(self, events: list[Event]) -> None:
+        """The generator's own row count is taken before the events go out, so the loop never sees a request
+        end with the count from before its row left: a row the owner's books dropped but the generator kept
+        (a missed `remove`) shows in `status()` once every request has ended."""
+        self._generator_rows = _rows_in(self._generator)
+        super().emit(events)
 
     # -- owner thread --------------------------------------------------------------
     def _start(self) -> None:
@@ -318,6 +327,15 @@ class BatchOwner(OwnerThread):
         if self._generator is not None:
             self._generator.close()
             self._generator = None  # so its finalizer never runs on whichever thread collects it
+        self._generator_rows = 0
+
+
+def _rows_in(generator: Any) -> int:
+    """Sequences `generator` holds in any stage (queued, prefilling, decoding); mlx-lm 0.32 has no public count."""
+    if generator is None:
+        return 0
+    return (len(generator._unprocessed_sequences) + len(generator._prompt_batch)
+            + len(generator._generation_batch))
 
 
 def _failure(what: str, exc: Exception) -> str:

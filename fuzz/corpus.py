@@ -23,6 +23,8 @@ SEED_SCENARIOS: dict[str, Scenario] = {
     "nested_lock_reacquire": _one("cancel", max_tokens=2),
     # a long prompt's array built on the loop thread, evaluated on the owner
     "array_crosses_threads": _one("cancel", prompt_len=7, route="chat"),
+    # an aborted request's row left in the batch generator, its books cleared: held at rest
+    "aborted_row_left_in_generator": _one("abort", "BEFORE_DECODE", 1, max_tokens=10),
     # long generations handed to a pool thread
     "worker_on_pool_thread": _one("cancel", "FINISHED", max_tokens=9),
     # shutdown stops the owner and leaves the batch's requests waiting

@@ -32,6 +32,7 @@ from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.leftovers import check_stray_tasks, check_threads, new_tasks, new_threads, record_waiters
 from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, quiescent, stacks, wait_settled
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
+from mlx_invariants.fuzz.rest import RestSeries, lingering, own_threads, sample_here, server_floor
 from mlx_invariants.fuzz.scenario import FaultKind, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace, thread_token
 from mlx_invariants.fuzz.transport import Answer
@@ -68,6 +69,8 @@ class LiveEngine:
     forget_owner: Callable[[], None] = lambda: None
     # What `asyncio.to_thread` and `run_in_executor(None, ...)` land on, kept for the engine's whole life.
     executors: EngineExecutors = field(default_factory=EngineExecutors)
+    # Its rest state after each scenario it served (`fuzz.rest`).
+    rest: RestSeries = field(default_factory=RestSeries)
 
 
 @dataclass
@@ -133,10 +136,16 @@ class ScenarioRun:
         gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
             await watch_gone(self.trace, gone, self.settings, self.collect)
+        rest = None
         if live and self.shutdown_task is None and self.scenario.followup:
+            # At rest once the scenario's own requests ended, before the follow-up decodes beside what they left.
+            self.trace.record("check", "status", info=await self._status_after_grace())
+            rest = await self._rest_before_followup()
             live = await self._followup()
         if live and self.shutdown_task is None:
             self.trace.record("check", "status", info=await self._status_after_grace())
+            if rest is not None:
+                await self._record_rest(*rest)
         lag.cancel()
         self.trace.record("check", "loop-lag", info={
             "max_s": round(self.max_lag, 4), "window": [round(t, 4) for t in self.lag_window],
@@ -167,6 +176,37 @@ class ScenarioRun:
         self.tasks_before = set(asyncio.all_tasks(self.loop))
         return True
 
+    async def _rest_before_followup(self) -> Optional[tuple[Any, set[threading.Thread], bool]]:
+        """In-process, once the scenario's own requests ended and the engine settled: its rest sample, the
+        threads alive and whether it is warm (it completed a request before, and neither restarted nor lost
+        its worker in this scenario). None for a launched server, whose sentinel samples it (`fuzz.rest`)."""
+        if self.collect is not None:
+            return None
+        await wait_settled(self.loop, self.injector, self.settings.cap_s)
+        lost = [f for f in self.trace.of("fault") if f.name.startswith("worker-")]  # it died or wedged
+        warm = (self.engine.rest.completed + self._completed() > 0 and not lost
+                and not self.trace.of("fault", FaultKind.RESTART.value))
+        return sample_here(), set(own_threads()), warm
+
+    async def _record_rest(self, before: Any, threads: set[threading.Thread], warm: bool) -> None:
+        """After the follow-up, at rest again: what it left behind, and the engine's rest series."""
+        await wait_settled(self.loop, self.injector, self.settings.cap_s)
+        after = sample_here()
+        left = lingering(threads) if warm else []
+        self.engine.rest.completed += self._completed()
+        series = self.engine.rest.add(after) if warm else []
+        self.trace.record("check", "rest", info={"before": before.to_json(), "after": after.to_json(),
+                                                 "warm": warm, "threads_left": left, "series": series})
+
+    def _completed(self) -> int:
+        return sum(1 for e in self.trace.of("request", "end") if e.info.get("outcome") == "completed")
+
+    def _record_server_rest(self) -> None:
+        """A launched server's rest floor in this scenario (its sentinel's samples), onto its series."""
+        floor, series = server_floor(self.trace), getattr(self.adapter, "rest_series", None)
+        if floor is not None and series is not None:
+            self.trace.record("check", "rest", info={"series": series.add(floor), "where": "server"})
+
     async def _fit_for_next(self) -> bool:
         """Whether the engine may take the next scenario as it stands: nothing was violated, it is healthy,
         and nothing this scenario started (executor job, task, thread) still runs. If not, it is shut down
@@ -176,6 +216,7 @@ class ScenarioRun:
         await wait_loop_idle()
         if self.collect is not None:
             self.collect(self.trace)  # a server's spans count before deciding
+            self._record_server_rest()
         if judge(self.trace) or not getattr(self.adapter, "healthy", True) or self.executor.busy:
             return False
         if self.restart_task is not None and not self.restart_task.done():
@@ -188,8 +229,13 @@ class ScenarioRun:
         status = self.adapter.status()
         for _ in range(RELEASE_GRACE_TURNS):
             if not any(isinstance(v, int) and v for v in status.values()):
-                break
+                return status
             await asyncio.sleep(0.001)
+            status = self.adapter.status()
+        # A launched server hears of a gone client only when it next writes to it: it gets a longer grace.
+        deadline = self.loop.time() + getattr(self.adapter, "release_grace_s", 0.0)
+        while any(isinstance(v, int) and v for v in status.values()) and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
             status = self.adapter.status()
         return status
 

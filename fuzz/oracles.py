@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 from mlx_invariants.fuzz.compute import compute_stops_for_gone_clients
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
+from mlx_invariants.fuzz.rest import REST_ORACLES
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.transport import TRANSPORT_ORACLES
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, declared_by, yields
@@ -386,6 +387,7 @@ ORACLES: tuple[Oracle, ...] = (
     acknowledged_abort_never_completes,
     every_request_ends_once,
     nothing_leaked,
+    *REST_ORACLES,  # threads and MLX memory back at rest, no climb over scenarios (fuzz/rest.py)
     *TRANSPORT_ORACLES,  # a refusal answered 200 on one transport, an error status on the other (fuzz/transport.py)
     followup_matches_fresh,
     busy_answers_fast,

@@ -50,6 +50,7 @@ from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.profiles import SEARCH, PROFILES, Profile, Requests, hypothesis_settings, requests_for
 from mlx_invariants.fuzz.report import Failure, device_info
+from mlx_invariants.fuzz.rest import DRIFT_SCENARIOS, REPEATED_KINDS
 from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultKind,
                                            FaultSpec, RequestSpec, Scenario)
 from mlx_invariants.fuzz.sentinel import Sentinel
@@ -286,12 +287,26 @@ class _Fuzz:
         (runs that showed `kind`, runs made, the first such run)."""
         hits, made, first = 0, 0, None
         while made < runs and not self._past_grace():
-            rerun = self.run(scenario, fresh=True)
+            rerun = self._repeated(scenario, kind) if kind in REPEATED_KINDS else self.run(scenario, fresh=True)
             made += 1
             if any(v.kind == kind for v in rerun[1]):
                 hits += 1
                 first = first or rerun
         return hits, made, first
+
+    def _repeated(self, scenario: Scenario, kind: str) -> tuple[Trace, list[Violation]]:
+        """One re-run of a kind that shows only over many scenarios on one engine (a drift, `fuzz.rest`):
+        `scenario` again and again on one fresh engine, until `kind` shows, the engine is retired, or
+        `DRIFT_SCENARIOS` + 2 runs; the last run's trace and violations."""
+        if self.session.engine is not None:
+            self.teardown()
+        for _ in range(DRIFT_SCENARIOS + 2):
+            trace, violations = self.run(scenario)
+            if any(v.kind == kind for v in violations) or self.session.engine is None:
+                break
+        if self.session.engine is not None:
+            self.teardown()
+        return trace, violations
 
     # -- the fixed scenarios -------------------------------------------------------------
     def baseline(self) -> None:
@@ -358,7 +373,7 @@ class _Fuzz:
                             self.settings.confirm if self.settings.replays else 0)
         if fresh_hit is not None and trace.meta.get("reused", 0):
             trace, violations = fresh_hit  # report the fresh-engine run: it is what replays reproduce
-        if counted and hits and shrinkable and self.shrink:
+        if counted and hits and shrinkable and self.shrink and chosen.kind not in REPEATED_KINDS:
             return Shrinking(sig, (hits, runs), (scenario, trace, lead_with(violations, chosen.kind)))
         failure = self.failure(scenario, trace, lead_with(violations, chosen.kind))
         failure.reproduced = (hits, runs)

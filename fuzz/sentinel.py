@@ -70,13 +70,18 @@ class Sentinel:
 
     owner: None (no owner check), "sticky" (the first thread to enter owns
     MLX), or a thread-name glob such as "mlx-owner*". `declare_owner()`
-    makes the calling thread the owner by its token instead.
+    makes the calling thread the owner by its token instead. With
+    `sample_rest` (a sentinel injected into a server), each outermost span
+    carries the process's thread count and MLX active memory at its entry
+    (`info["rest"]`), from which `fuzz.rest` reads the server's rest state.
     """
 
     def __init__(self, targets: Iterable[str] = DEFAULT_TARGETS, *, owner: str | None = None,
                  strict: bool = False, trace: Trace | None = None,
-                 emit: Callable[[Event], None] | None = None, observe: bool | None = None):
+                 emit: Callable[[Event], None] | None = None, observe: bool | None = None,
+                 sample_rest: bool = False):
         self.targets = tuple(targets)
+        self.sample_rest = sample_rest
         self.owner = owner
         self.strict = strict
         self.trace = trace or Trace()
@@ -189,6 +194,8 @@ class Sentinel:
                     info["mlx_version"] = mlx_version()
             if others:
                 info["while"] = others[0].seq
+            if self.sample_rest:
+                info["rest"] = _rest_sample()
             refused = self.strict and (off_owner or bool(others))
             if refused:
                 info["refused"] = True
@@ -416,6 +423,13 @@ class _NotifyingLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
+
+
+def _rest_sample() -> dict[str, Any]:
+    """This process's threads and MLX active memory now (`fuzz.rest.RestSample`'s fields)."""
+    mx = sys.modules.get("mlx.core")
+    active = mx.get_active_memory() if mx is not None and hasattr(mx, "get_active_memory") else None
+    return {"threads": threading.active_count(), "mlx_active": active}
 
 
 # -- records in a file (a sentinel injected into another process) ------------

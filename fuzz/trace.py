@@ -85,7 +85,10 @@ EVENTS: dict[str, EventKind] = {
     "lock": EventKind("the owner-aware asyncio lock (fuzz/locks.py)", {
         "reentered": "a task acquired a lock it already holds"}),
     "check": EventKind("an after-the-fact check the driver made (the oracles judge its info)", {
-        "status": "the adapter's status once every request ended (after a grace of loop turns)",
+        "status": "the adapter's status once every request ended (after a grace of loop turns), before the "
+                  "follow-up and after it",
+        "rest": "threads and MLX active memory at rest before and after the follow-up, and the engine's rest "
+                "series (a launched server's: from its sentinel's samples; fuzz/rest.py)",
         "loop-lag": "the event loop's longest lag during the scenario",
         "startup-failed": "the engine's `start()` raised",
         "start-unsettled": "the engine's threads were not all parked within `cap_s` of its start",

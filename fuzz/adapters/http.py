@@ -38,6 +38,7 @@ from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
 from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
 from mlx_invariants.fuzz.lifeline import Lifeline
+from mlx_invariants.fuzz.rest import RestSeries, held_counts
 from mlx_invariants.fuzz.scenario import ROUTES, FaultKind, RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
@@ -84,6 +85,7 @@ class ServerProcess:
         self.url = ""
         self.ready_s = 0.0  # how long the last start took until the port answered
         self.starts = 0     # processes started so far (a server is restarted after a violating scenario)
+        self.rest = RestSeries()  # the running process's rest state, scenario after scenario (`fuzz.rest`)
 
     def ensure(self) -> str:
         if self.process is not None and self.process.poll() is None:
@@ -103,6 +105,7 @@ class ServerProcess:
             raise ServerError(f"the server command {self.command!r} could not be started: {exc}") from None
         atexit.register(self.stop)
         self.starts += 1
+        self.rest = RestSeries()
         self.url = f"http://127.0.0.1:{port}"
         self._wait_ready(port)
         self.ready_s = time.monotonic() - started
@@ -254,6 +257,9 @@ class HttpAdapter:
         self._hook: Optional[PointHook] = None
         self._client: Any = None
         self._offset = 0
+        self._speaks_status = True  # until /v1/status is missing or not in the reference engine's schema
+        # A launched server notices a gone client when its next write fails: a release may come this late.
+        self.release_grace_s = 2.0 if server is not None else 0.0
 
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
@@ -313,7 +319,29 @@ class HttpAdapter:
             await client.aclose()
 
     def status(self) -> dict[str, int]:
-        return {}
+        """What a launched server says it holds at `GET /v1/status`, if that speaks the reference engine's
+        schema (a `held` object); {} otherwise: another server's status fields mean other things, and a URL
+        target may be shared with other clients. One short blocking GET, read once every request ended."""
+        if self.server is None or not self._speaks_status:
+            return {}
+        import httpx
+
+        try:
+            response = httpx.get(f"{self.url}/v1/status", timeout=5.0)
+            body = response.json() if response.status_code == 200 else None
+        except httpx.HTTPError:
+            return {}
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("held"), dict):
+            self._speaks_status = False
+            return {}
+        return held_counts(body)
+
+    @property
+    def rest_series(self) -> Optional[RestSeries]:
+        """The launched server's rest state, scenario after scenario; None for a URL target."""
+        return self.server.rest if self.server is not None else None
 
     def collect(self, trace: Trace) -> None:
         """Merge the server's sentinel records written since this scenario started."""

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, REFERENCE_OWNER
 from mlx_invariants.fuzz.errors import Refused, TargetError
+from mlx_invariants.fuzz.rest import held_counts
 from mlx_invariants.fuzz.scenario import RequestSpec
 
 # How the fuzzer configures a route beyond the engine's defaults: the serialized route waits for its
@@ -132,13 +133,7 @@ class ReferenceAdapter:
     def status(self) -> dict[str, int]:
         if self.engine is None:
             return {}
-        status = self.engine.status()
-        held = {key: status[key] for key in ("active", "queued") if isinstance(status.get(key), int)}
-        if isinstance(status.get("requests"), dict):
-            held["requests"] = len(status["requests"])  # requests the engine still tracks
-        if isinstance(status.get("held"), dict):  # every resource by kind: streams, jobs, rows, seats, inboxes
-            held.update({k: v for k, v in status["held"].items() if isinstance(v, int)})
-        return held
+        return held_counts(self.engine.status())
 
 
 # What the adapter takes from an engine package: the reference engine's public surface, which a copy keeps.

@@ -6,10 +6,11 @@ The fuzz runner sets MLX_INVARIANTS_SENTINEL to a JSON object: {"out": file,
 (`fuzz/injection.py` writes it).
 The packages are loaded from those folders, parents first, so the child needs
 no other entry on its path to import the sentinel.
-Every finished MLX span and every "no Stream" error is appended to `out` as
-one JSON line, and so (with "observe") is every lock, thread-work and
-cancellation event of the drop-in observation, so the runner sees violations
-inside a server nobody here wrote. A sitecustomize further down sys.path still runs afterwards.
+Every finished MLX span (with the process's threads and MLX active memory
+at its entry) and every "no Stream" error is appended to `out` as one JSON
+line, and so (with "observe") is every lock, thread-work and cancellation
+event of the drop-in observation, so the runner sees violations inside a
+server nobody here wrote. A sitecustomize further down sys.path still runs afterwards.
 """
 
 import json
@@ -32,7 +33,8 @@ def _install() -> None:
         return
     sentinel = Sentinel(config.get("targets") or DEFAULT_TARGETS, owner=config.get("owner"),
                         strict=bool(config.get("strict")), trace=Trace(keep=False),
-                        emit=file_emitter(config["out"]), observe=config.get("observe", True))
+                        emit=file_emitter(config["out"]), observe=config.get("observe", True),
+                        sample_rest=True)
     sentinel.install()
     sys.modules[__name__].sentinel = sentinel
 

@@ -651,6 +651,31 @@ CATALOGUE: tuple[Mutant, ...] = (
             """),
         ),
     ),
+    Mutant(
+        id="M23-aborted-row-left-in-generator",
+        title="an aborted request dropped from the owner's books but left in the batch generator",
+        story="""SGLang's and llama.cpp's test suites check that the KV pool is empty and every slot idle
+        once a workload with aborts has ended, because an abort that forgets the scheduler's own
+        structure leaks quietly: the request is gone from every table the server reports, while
+        its KV row stays in the batch, is decoded with every later step until its token budget
+        runs out, and stays put for as long as nothing else decodes. Here
+        `BatchOwner._apply_aborts` ends the aborted request and clears its books but never calls
+        `BatchGenerator.remove`.""",
+        invariant="once every request has ended, the batch generator holds no row",
+        killers=("test:tests/engine/test_status_held.py::test_an_aborted_request_leaves_no_row_in_the_generator",
+                 "fuzz:slot-leaked"),
+        must_kill=("tests", "fuzz"),
+        routes=("batched",),
+        seed="aborted_row_left_in_generator",
+        edits=(Edit(BATCHED, """
+            if uid is not None:
+                self._generator.remove([uid])
+                self._retire(uid, "abort", events)
+        """, """
+            if uid is not None:  # the books forget it; the generator keeps its row (wrong)
+                self._retire(uid, "abort", events)
+        """),),
+    ),
 )
 
 

@@ -17,7 +17,8 @@ from mlx_invariants.fuzz.trace import Trace
 from .conftest import consume, request, run_engine, wait_until
 
 IN_FLIGHT = {SimpleEngine: {"streams": 1, "jobs": 1, "inbox": 0},
-             BatchedEngine: {"streams": 1, "rows": 1, "running": 1, "waiting": 0, "inbox": 0, "aborts": 0}}
+             BatchedEngine: {"streams": 1, "rows": 1, "generator": 1, "running": 1, "waiting": 0, "inbox": 0,
+                             "aborts": 0}}
 
 
 @pytest.mark.parametrize("engine_cls", [SimpleEngine, BatchedEngine], ids=lambda c: c.name)
@@ -32,6 +33,23 @@ def test_every_held_resource_shows_in_flight_and_is_zero_after(engine_cls, point
         assert await wait_until(lambda: not any(engine.status()["held"].values())), engine.status()["held"]
 
     run_engine(engine_cls, body)
+
+
+def test_an_aborted_request_leaves_no_row_in_the_generator(points):
+    """The generator's own count, not the owner's books: an abort that drops the request from the books but
+    not from the `BatchGenerator` leaves its row (and KV cache) there, counted as `generator`."""
+    async def body(engine):
+        hold = points.hold(Point.BEFORE_DECODE, "a", step=2)
+        stream = await engine.submit(request(engine, "a", max_tokens=40))
+        reader = asyncio.create_task(consume(stream))
+        assert await wait_until(hold.reached.is_set)
+        assert stream.abort()
+        hold.release.set()
+        await reader
+        assert stream.result.reason == "abort"
+        assert await wait_until(lambda: not any(engine.status()["held"].values())), engine.status()["held"]
+
+    run_engine(BatchedEngine, body)
 
 
 class _Leaky:

@@ -199,7 +199,8 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 23  # 16 + fuzz/ownership.py's five + fuzz/compute.py's one + transport.py's one
+    assert len(ORACLES) == 24  # 16 + fuzz/ownership.py's five + fuzz/compute.py's one + transport.py's one
+    # + rest.py's one
 
 
 BUSY = {"code": "text_generation_busy", "type": "server_busy", "message": "busy"}

@@ -122,3 +122,25 @@ def test_a_small_leak_per_aborted_request_is_a_drift_over_scenarios_on_one_engin
     kinds = _drift_over_scenarios("make_abort_leak")
     assert kinds[-1] == ["rest-drift"] and all(k == [] for k in kinds[:-1]), kinds
     assert all(k == [] for k in _drift_over_scenarios("make_clean"))
+
+
+def test_a_launched_servers_status_is_read_where_it_speaks_the_reference_schema(http_server, tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    from mlx_invariants.fuzz.adapters.http import HttpAdapter, ServerProcess
+
+    ours = HttpAdapter(http_server.url, ServerProcess("never started"), http_server.model_id)
+    held = ours.status()
+    assert {"active", "queued", "requests", "streams", "jobs"} <= set(held) and not any(held.values()), held
+    assert HttpAdapter(http_server.url, None, http_server.model_id).status() == {}  # a URL target: not read
+    files = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), files)  # /v1/status: 404
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        theirs = HttpAdapter(f"http://127.0.0.1:{other.server_port}", ServerProcess("never started"), "m")
+        assert theirs.status() == {} and not theirs._speaks_status
+    finally:
+        other.shutdown()
+        other.server_close()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -97,16 +98,10 @@ def lingering(before: set[threading.Thread]) -> list[str]:
     """Names of the threads started since `before` that are still alive after a short join (`THREAD_JOIN_S`
     in all): a thread on its way out is not left behind."""
     new = [t for t in own_threads() if t not in before]
-    deadline = _now() + THREAD_JOIN_S
+    deadline = time.monotonic() + THREAD_JOIN_S
     for thread in new:
-        thread.join(timeout=max(0.0, deadline - _now()))
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
     return [t.name for t in new if t.is_alive()]
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def server_floor(trace: Trace) -> Optional[RestSample]:

@@ -389,7 +389,21 @@ class BatchedEngine(EngineFrontend):
         self._phase[stream.rid] = "draining"
         try:
             await wait_through_cancellation(stream.ended_future)
+            await wait_through_cancellation(self._owner_let_go(stream))
         finally:
             self._forget(stream.rid)
             reach(Point.SLOT_RELEASED, stream.rid)
             self._admission.leave()
+
+    def _owner_let_go(self, stream: RequestStream) -> asyncio.Future:
+        """Resolved once the owner removed the request's row (its own terminal event) or stopped for good. A
+        stream the engine ended itself (its owner stalled, maybe inside MLX on this row) keeps its seat until
+        then: a seat freed earlier would let one request more into the batch than its bound once the owner
+        moves again."""
+        owner = self._owner
+        if stream.owner_let_go.done() or owner is None or owner.stopped.done():
+            return stream.ended_future
+        done = asyncio.get_running_loop().create_future()
+        for future in (stream.owner_let_go, owner.stopped):
+            future.add_done_callback(lambda _: done.done() or done.set_result(None))
+        return done

@@ -49,12 +49,18 @@ class RequestStream:
         self._on_abort = on_abort
         self._on_close = on_close
         self._ended = asyncio.get_running_loop().create_future()
+        self._let_go = asyncio.get_running_loop().create_future()  # the owner's own terminal arrived
         self._closed = False
         self._chunks = 0
 
     # -- owner side (delivered on the loop) -------------------------------
     def push(self, event: Event) -> None:
         """Take one event from the owner thread; drops anything after the terminal event."""
+        if isinstance(event, Terminal) and not self._let_go.done():
+            self._let_go.set_result(None)  # the owner removed the request, whoever ended the stream first
+        self._take(event)
+
+    def _take(self, event: Event) -> None:
         if self._ended.done():
             return
         if isinstance(event, Terminal):
@@ -72,7 +78,7 @@ class RequestStream:
         """End a stream the owner can no longer reach (it stopped, died or is stuck) so no consumer waits
         forever; `kind` is the error code its client sees."""
         if not self._ended.done():
-            self.push(Failed(self.rid, message, kind=kind))
+            self._take(Failed(self.rid, message, kind=kind))
 
     # -- consumer side -----------------------------------------------------
     def __aiter__(self) -> "RequestStream":
@@ -109,6 +115,12 @@ class RequestStream:
     def ended_future(self) -> "asyncio.Future[Finished | Failed]":
         """Resolved with the terminal event; engines drain on it when releasing a seat."""
         return self._ended
+
+    @property
+    def owner_let_go(self) -> "asyncio.Future[None]":
+        """Resolved once the owner sent its own terminal event (it removed the request), which comes after
+        `ended_future` when the engine ended the stream itself (its owner stalled)."""
+        return self._let_go
 
     def abort(self) -> bool:
         """Ask the engine to stop this request; True if acknowledged (it will end as "abort")."""

@@ -30,10 +30,10 @@ from mlx_invariants.fuzz.executors import EngineExecutors
 from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.leftovers import check_stray_tasks, check_threads, new_tasks, new_threads, record_waiters
-from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, quiescent, stacks, wait_settled
+from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, doing, quiescent, stacks, wait_settled
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.rest import RestSeries, lingering, own_threads, sample_here, server_floor
-from mlx_invariants.fuzz.scenario import FaultKind, RequestSpec, Scenario
+from mlx_invariants.fuzz.scenario import WORKER_FAULTS, FaultKind, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace, thread_token
 from mlx_invariants.fuzz.transport import Answer
 
@@ -80,6 +80,7 @@ class Client:
     handle: Optional[Handle] = None
     disconnected: bool = False
     abort_pending: bool = False
+    answered: bool = False  # its outcome is known (refused, ended, failed); only the handle's close may remain
     tokens: list[Any] = field(default_factory=list)
 
 
@@ -119,6 +120,7 @@ class ScenarioRun:
         self.threads_before = set(threading.enumerate())
         body = self.loop.create_task(self._body(), name="fuzz-body")
         done, _ = await asyncio.wait({body}, timeout=self.settings.backstop_s)
+        self.injector.release_wedged()  # whatever happened, no worker stays blocked in the hook
         if not done:
             self._record_stall("backstop", [c.spec.rid for c in self._unfinished()] or ["scenario"])
         elif body.exception() is not None:
@@ -133,6 +135,9 @@ class ScenarioRun:
             if client.spec.arrival is None:
                 self._launch(client)
         live = await self._wait_clients()
+        if self._lost_worker() is not None:
+            self._after_worker_fault()
+            live = live and await self._wait_clients()  # the closes a wedged worker held up end once it goes on
         gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
             await watch_gone(self.trace, gone, self.settings, self.collect)
@@ -154,6 +159,19 @@ class ScenarioRun:
             self.kept = True
             return
         await self._shutdown_and_check(live)
+
+    def _lost_worker(self) -> Optional[str]:
+        """The worker fault ("worker-dies", "worker-wedges") delivered in this scenario, if any."""
+        return next((kind for kind in WORKER_FAULTS if self.trace.of("fault", kind)), None)
+
+    def _after_worker_fault(self) -> None:
+        """Once the requests were answered or stalled after a worker fault: record whether the adapter still
+        called the engine healthy (with the worker wedged still), then let a wedged worker go on."""
+        fault = self._lost_worker()
+        healthy = getattr(self.adapter, "healthy", None)
+        if isinstance(healthy, bool):
+            self.trace.record("check", "health", info={"healthy": healthy, "fault": fault})
+        self.injector.release_wedged()
 
     async def _started(self) -> bool:
         """Start the engine unless it is already running, then wait for it to settle; False (recorded) if
@@ -267,6 +285,7 @@ class ScenarioRun:
             outcome = client.handle.outcome()
             end = {"outcome": outcome.kind, "reason": outcome.reason, "message": outcome.message,
                    "tokens": len(client.tokens), **_answer_info(outcome.answer)}
+            client.answered = True
         except asyncio.CancelledError:
             end = {"outcome": "disconnected" if client.disconnected else "cancelled"}
             if not client.disconnected:
@@ -293,9 +312,9 @@ class ScenarioRun:
             return False
         got = FollowupOutcome.of(self.trace.of("request", "end", "followup")[-1].info, client.tokens)
         self.trace.meta["followup"] = got.to_json()
-        # After its worker died an engine cannot answer as a fresh one does: the follow-up must only end or be
-        # refused (a hang is a stall, judged by `hang-after-worker-death`), whatever it returned.
-        if self.expected_followup is not None and not self.trace.of("fault", FaultKind.WORKER_DIES.value):
+        # After its worker died or wedged an engine cannot answer as a fresh one does: the follow-up must only end
+        # or be refused (a hang is a stall, judged by `hang-after-worker-fault`), whatever it returned.
+        if self.expected_followup is not None and self._lost_worker() is None:
             self.trace.record("check", "followup", info={"got": got.to_json(),
                                                          "expected": self.expected_followup.to_json()})
         return True
@@ -430,7 +449,10 @@ class ScenarioRun:
             if len(self.trace.events) != seen:  # a restart was waited out
                 seen = len(self.trace.events)
                 watch.saw_progress(self.loop.time())
-            pending = [c.task for c in self._unfinished()]
+            # With its worker wedged an engine answers each request (ends it with an error) but may rightly keep
+            # the request's slot until the worker returns, so a close still waiting for that is not a hang.
+            wedged = bool(self.trace.of("fault", FaultKind.WORKER_WEDGES.value)) and not self.injector.wedge_released
+            pending = [c.task for c in self._unfinished() if not (wedged and c.answered)]
             if not pending:
                 late = [c for c in self.clients.values() if c.task is None]
                 if not late:
@@ -455,6 +477,11 @@ class ScenarioRun:
             # Let what is ready run first: the fuzzer's own lag watcher wakes every 20 ms, in step with this
             # 100 ms tick, and a wakeup of it found in the ready queue is not the engine doing anything.
             nothing_runs = await wait_loop_idle() and quiescent(self.loop, self.injector)
+            if self.trace.of("fault", FaultKind.WORKER_WEDGES.value):
+                # A wedged worker is parked by design: the engine gets its own stall bound to notice, then ours.
+                nothing_runs = False
+                bound = self.trace.meta["stall_timeout_s"] = getattr(self.adapter, "stall_timeout_s", None)
+                watch.stall_s = self.settings.stall_s + (bound or 0.0)
             if watch.stalled(self.loop.time(), nothing_runs):
                 self._record_stall("stalled", [c.spec.rid for c in self._unfinished()])
                 return False
@@ -503,7 +530,8 @@ class ScenarioRun:
 
     # -- records ------------------------------------------------------------------------
     def _record_stall(self, name: str, rids: list[str]) -> None:
-        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": stacks(self.loop)})
+        report = doing(self.trace, [r for r in rids if r in self.clients]) + stacks(self.loop)
+        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": report})
 
     def _record_waiters(self) -> None:
         record_waiters(self.trace, self.loop, [c.spec.rid for c in self._unfinished()])

@@ -9,7 +9,10 @@ fault is due:
   delivered right there (a cancel then lands at the task's next suspension);
 - a "raise" fault raises `InjectedFault` in the worker, standing for an error
   inside the MLX call at that spot; a "worker-dies" fault raises `WorkerKilled`
-  there, a `BaseException` that escapes the worker's loop and kills it;
+  there, a `BaseException` that escapes the worker's loop and kills it; a
+  "worker-wedges" fault blocks the worker there, as an MLX call that never
+  returns, until the driver lets it go (`release_wedged`, once the requests
+  ended or stalled);
 - a "cancel-in-call" fault is a cancel that never pauses the worker: on an
   owner-side point before MLX work (`RAISE_POINTS`) the worker only schedules
   it and goes on into the call that follows (the prefill after WORKER_STARTED,
@@ -108,6 +111,7 @@ class Injector:
         self.deliveries: set[asyncio.Task] = set()
         self.paused = 0
         self._settle = False
+        self._unwedge = threading.Event()  # set by `release_wedged`: a wedged worker goes on
 
     @property
     def undelivered(self) -> list[Trigger]:
@@ -154,11 +158,24 @@ class Injector:
         if across:
             self._cancel_in_call(across, True)
         if raises and not on_loop:
-            fault = next((f for f in raises if f.kind == FaultKind.WORKER_DIES.value), raises[0])
+            order = (FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value)  # the first of these, else a raise
+            fault = next((f for kind in order for f in raises if f.kind == kind), raises[0])
             self.trace.record("fault", fault.kind, rid, info={"at": str(fault.at)})
             if fault.kind == FaultKind.WORKER_DIES.value:
                 raise WorkerKilled(f"injected worker death at {fault.at}")
+            if fault.kind == FaultKind.WORKER_WEDGES.value:
+                self._unwedge.wait()
+                return
             raise InjectedFault(f"injected MLX error at {fault.at}")
+
+    def release_wedged(self) -> None:
+        """Let a worker wedged by a "worker-wedges" fault go on (it is judged by then), and any later one
+        pass straight through, so shutdown can join it."""
+        self._unwedge.set()
+
+    @property
+    def wedge_released(self) -> bool:
+        return self._unwedge.is_set()
 
     def _cancel_in_call(self, cancels: list[FaultSpec], now: bool) -> None:
         """Deliver the cancels without pausing anyone: `now` (on the loop, or from a worker with no MLX

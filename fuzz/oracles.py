@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 from mlx_invariants.fuzz.compute import compute_stops_for_gone_clients
 from mlx_invariants.fuzz.followup import FollowupOutcome
+from mlx_invariants.fuzz.lost_worker import LOST_WORKER_ORACLES
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.rest import REST_ORACLES
 from mlx_invariants.fuzz.trace import Trace
@@ -265,32 +266,6 @@ def stays_live(trace: Trace) -> Iterator[Violation]:
 
 
 @yields(ViolationKind(
-    "hang-after-worker-death", "After the worker thread died, a request hung instead of ending or being refused.",
-    exact=False,
-    why="Judged from a stall the driver recorded after a delivered `worker-dies` fault: when a quiet wait counts "
-        "as stalled depends on timing and load, as for `stalled`.",
-    known_problems="In-process targets only: the fault is raised in the worker by the points hook."))
-def work_ends_after_worker_death(trace: Trace) -> Iterator[Violation]:
-    """Once the worker died, every request in flight ends and every new one is refused or fails: an engine
-    that keeps accepting work it can never do (health that lies) hangs them instead."""
-    death = trace.first("fault", "worker-dies")
-    if death is None:
-        return
-    for check in trace.of("check"):
-        if check.seq < death.seq or check.name not in ("stalled", "waiters-after-shutdown"):
-            continue
-        rids = [r for r in check.info.get("rids", ()) if r not in ("scenario", "shutdown", "restart")]
-        if not rids:
-            continue
-        later = [r for r in rids if (s := trace.first("request", "submit", r)) is not None and s.seq > death.seq]
-        taken = f"; {', '.join(later)} submitted after the death and taken" if later else ""
-        yield Violation("hang-after-worker-death",
-                        f"the worker died at {death.info.get('at')} (#{death.seq}), then {', '.join(rids)} "
-                        f"hung instead of ending or being refused{taken}",
-                        detail=check.info.get("stacks", ""), rid=rids[0])
-
-
-@yields(ViolationKind(
     "busy-slow", "A refused request heard so after more than the admission bound.", exact=False,
     why="Timing: the refusal's wall-clock delay against the adapter's `busy_bound_s`."))
 def busy_answers_fast(trace: Trace) -> Iterator[Violation]:
@@ -380,7 +355,7 @@ ORACLES: tuple[Oracle, ...] = (
     no_stream_errors,
     lock_never_reentered,
     *OWNERSHIP_ORACLES,  # drop-in observation: an engine that marks nothing (fuzz/ownership.py)
-    work_ends_after_worker_death,  # a stall after the worker died: health that lies, before plain `stalled`
+    *LOST_WORKER_ORACLES,  # a stall after the worker died or wedged, before plain `stalled` (fuzz/lost_worker.py)
     stays_live,
     nothing_waits_after_shutdown,
     slot_kept_until_worker_done,

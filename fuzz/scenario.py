@@ -63,6 +63,11 @@ class FaultKind(enum.Enum):
                    "raises `WorkerKilled` (a `BaseException`, past every per-request `except Exception`) out of "
                    "the hook in the worker, so the owner/generation thread dies as with an uncaught bug; every "
                    "request in flight must then end and every new one be refused or fail, none may hang")
+    WORKER_WEDGES = ("worker-wedges", False, Delivery.WORKER, False, True,
+                     "blocks the worker in the hook, standing for an MLX call that never returns (a deadlock "
+                     "inside `eval`), until the scenario's requests have ended or stalled; within the engine's "
+                     "declared stall bound (the adapter's `stall_timeout_s`) every request in flight must end, "
+                     "new ones be refused and its health stop answering healthy")
     SHUTDOWN = ("shutdown", False, Delivery.LOOP, False, False,
                 "starts the adapter's `shutdown()` in a task; every request must then end and nothing may be "
                 "left waiting, running or alive")
@@ -95,10 +100,11 @@ class FaultKind(enum.Enum):
 
 
 FAULT_KINDS: tuple[str, ...] = tuple(k.value for k in FaultKind)
-# Kinds drawn only when asked for (`invariants fuzz --faults`, `Target(fault_kinds=...)`): they kill the
-# engine's worker thread, a bar an engine may fairly not be built to (none of the false-alarm benchmark's
+# Kinds drawn only when asked for (`invariants fuzz --faults`, `Target(fault_kinds=...)`): they kill or wedge
+# the engine's worker thread, a bar an engine may fairly not be built to (none of the false-alarm benchmark's
 # correct engines is measured against it yet), so a default run never fails an engine for it.
-OPT_IN_KINDS: frozenset[str] = frozenset({FaultKind.WORKER_DIES.value})
+OPT_IN_KINDS: frozenset[str] = frozenset({FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value})
+WORKER_FAULTS: tuple[str, ...] = (FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value)  # the owner is lost
 DEFAULT_KINDS: tuple[str, ...] = tuple(k for k in FAULT_KINDS if k not in OPT_IN_KINDS)
 # Kinds that act on one request's client: they may hit another request than the one whose point triggers
 # them (`FaultSpec.rid`). The others act on the engine or the worker at the point.

@@ -22,7 +22,11 @@ from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapt
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.scenario import CLIENT_POINTS, DEFAULT_KINDS, FAULT_KINDS, POINTS, ROUTES
+from mlx_invariants.fuzz.scenario import CLIENT_POINTS, DEFAULT_KINDS, FAULT_KINDS, POINTS, ROUTES, FaultKind
+
+# The reference engine's stall bound when "worker-wedges" is asked for (its default, 120 s, is a server's):
+# long enough that the injector's own pauses at points (up to `cap_s`, 2 s) never read as a stall.
+WEDGE_STALL_TIMEOUT_S = 3.0
 
 
 class TargetKind(Enum):
@@ -180,7 +184,10 @@ class Target:
         """The adapter factory for this target; a route or a module factory is imported now, so a name
         that builds nothing fails before anything runs."""
         if self.kind is TargetKind.ROUTE:
-            return Engines(self, reference_engine(self.name, self.package))
+            # Asked to wedge its worker, the reference engine gets a stall bound a scenario can wait out.
+            wedges = FaultKind.WORKER_WEDGES.value in self.fault_kinds
+            config = {"stall_timeout_s": WEDGE_STALL_TIMEOUT_S} if wedges else {}
+            return Engines(self, reference_engine(self.name, self.package, **config))
         if self.kind is TargetKind.FACTORY:
             return Engines(self, _module_factory(self.name))
         server = ServerProcess(self.name, self.owner) if self.kind is TargetKind.SERVER else None

@@ -125,6 +125,12 @@ class ReferenceAdapter:
         """False once the engine stopped or its owner died: the next scenario gets a fresh engine."""
         return self.engine is not None and bool(getattr(self.engine, "healthy", True))
 
+    @property
+    def stall_timeout_s(self) -> Optional[float]:
+        """How long the engine lets its owner make no progress while requests are held before it ends them
+        and refuses new ones (its promise about a wedged worker); None before it is built."""
+        return self.engine.config.stall_timeout_s if self.engine is not None else None
+
     def capacity(self) -> Optional[int]:
         """Requests the engine holds at once (slots and queue), as its status reports; None if it does not."""
         value = self.engine.status().get("capacity") if self.engine is not None else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlx_invariants.fuzz.oracles import ORACLES, judge
-from mlx_invariants.fuzz import oracles
+from mlx_invariants.fuzz import lost_worker, oracles
 from mlx_invariants.fuzz import transport
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.trace import Event, Trace
@@ -146,16 +146,35 @@ def test_followup_must_match_a_fresh_engine():
 def test_a_hang_after_the_worker_died_is_reported_and_one_before_it_or_without_it_is_not():
     death = {"kind": "fault", "name": "worker-dies", "rid": "r0", "info": {"at": "r0@BEFORE_DECODE#1"}}
     stall = check("stalled", rids=["r0", "followup"], stacks="--- thread x")
-    found = list(oracles.work_ends_after_worker_death(
+    found = list(lost_worker.work_ends_after_worker_death(
         trace_of(request("submit"), death, request("submit", "followup"), stall)))
     assert [v.kind for v in found] == ["hang-after-worker-death"] and "thread x" in found[0].detail
-    assert "followup submitted after the death and taken" in found[0].message
+    assert "followup submitted after it and taken" in found[0].message
     after_shutdown = check("waiters-after-shutdown", rids=["r1"])
-    assert kinds(oracles.work_ends_after_worker_death, trace_of(death, after_shutdown)) == ["hang-after-worker-death"]
-    assert kinds(oracles.work_ends_after_worker_death, trace_of(stall, death)) == []  # the stall came first
-    assert kinds(oracles.work_ends_after_worker_death, trace_of(request("submit"), stall)) == []
-    assert kinds(oracles.work_ends_after_worker_death,
+    assert kinds(lost_worker.work_ends_after_worker_death, trace_of(death, after_shutdown)) == ["hang-after-worker-death"]
+    assert kinds(lost_worker.work_ends_after_worker_death, trace_of(stall, death)) == []  # the stall came first
+    assert kinds(lost_worker.work_ends_after_worker_death, trace_of(request("submit"), stall)) == []
+    assert kinds(lost_worker.work_ends_after_worker_death,
                  trace_of(death, request("end", outcome="error", message="owner died"))) == []
+
+
+def test_a_hang_after_the_worker_wedged_names_the_engines_stall_bound():
+    wedge = {"kind": "fault", "name": "worker-wedges", "rid": "r0", "info": {"at": "r0@PREFILL_DONE"}}
+    stall = check("stalled", rids=["r0"], stacks="--- thread owner")
+    trace = trace_of(request("submit"), wedge, stall)
+    trace.meta["stall_timeout_s"] = 3.0
+    found = list(lost_worker.work_ends_after_worker_wedge(trace))
+    assert [v.kind for v in found] == ["hang-after-worker-wedge"] and "its stall bound: 3 s" in found[0].message
+    assert kinds(lost_worker.work_ends_after_worker_wedge, trace_of(wedge, request("end", outcome="error"))) == []
+    assert kinds(lost_worker.work_ends_after_worker_death, trace) == []  # a wedge is not a death
+
+
+def test_health_that_still_says_healthy_after_the_worker_was_lost_is_reported():
+    for name in ("worker-dies", "worker-wedges"):
+        lost = {"kind": "fault", "name": name, "rid": "r0", "info": {"at": "r0@BEFORE_DECODE#1"}}
+        assert kinds(lost_worker.health_tells_lost_worker, trace_of(lost, check("health", healthy=True))) == ["health-lies"]
+        assert kinds(lost_worker.health_tells_lost_worker, trace_of(lost, check("health", healthy=False))) == []
+    assert kinds(lost_worker.health_tells_lost_worker, trace_of(check("health", healthy=True))) == []
 
 
 def test_stall_is_reported_with_stacks():
@@ -199,7 +218,7 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 24  # 16 + fuzz/ownership.py's five + fuzz/compute.py's one + transport.py's one
+    assert len(ORACLES) == 26  # 15 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
     # + rest.py's one
 
 

@@ -16,7 +16,7 @@ from mlx_invariants.engine.messages import Event, Failed, Finished, Pending, Tok
 from mlx_invariants.engine.owner import OwnerThread
 from mlx_invariants.engine.points import Point, reach
 from mlx_invariants.engine.prefill import FirstToken, pads_prefill, prefill, warmup_lengths
-from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler
+from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler, top_logprobs_of
 from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
@@ -275,7 +275,8 @@ class BatchOwner(OwnerThread):
             active.detokenizer.finalize()
         text, stopped = active.stops.feed(active.detokenizer.last_segment)
         logprob = logprob_of(logprobs, token) if params.logprobs else None
-        events.append(Token(active.pending.rid, token, text, logprob))
+        top = top_logprobs_of(logprobs, params.top_logprobs)
+        events.append(Token(active.pending.rid, token, text, logprob, top))
         return "stop" if stopped else finish_reason
 
     def _retire(self, uid: int, reason: str, events: list[Event]) -> None:

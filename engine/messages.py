@@ -23,6 +23,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     logprobs: bool = False
+    top_logprobs: int = 0  # the k most likely tokens at each step, with their log-probabilities
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Token:
     token: int
     text: str
     logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()  # (token, log-probability), most likely first
 
 
 @dataclass(frozen=True)

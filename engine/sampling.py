@@ -22,6 +22,18 @@ def logprob_of(logprobs: Any, token: int) -> float:
     return float(logprobs[token].item())
 
 
+def top_logprobs_of(logprobs: Any, k: int) -> tuple[tuple[int, float], ...]:
+    """The `k` most likely tokens and their log-probabilities, most likely first, as plain values."""
+    import mlx.core as mx
+
+    if k <= 0:
+        return ()
+    k = min(k, logprobs.shape[-1])
+    ids = mx.argpartition(-logprobs, kth=k - 1)[:k]
+    pairs = zip(ids.tolist(), logprobs[ids].tolist())
+    return tuple(sorted(pairs, key=lambda pair: -pair[1]))
+
+
 class StopMatcher:
     """Finds the first client stop string in the generated text, across token boundaries.
 

@@ -15,7 +15,7 @@ from mlx_invariants.engine.frontend import EngineFrontend
 from mlx_invariants.engine.messages import Failed, Finished, Pending, Token
 from mlx_invariants.engine.owner import OwnerThread
 from mlx_invariants.engine.points import Point, reach
-from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler
+from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler, top_logprobs_of
 from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ class SerialOwner(OwnerThread):
                 produced += 1
                 text, stopped = stops.feed(response.text)
                 logprob = logprob_of(response.logprobs, response.token) if params.logprobs else None
-                self.emit([Token(rid, response.token, text, logprob)])
+                top = top_logprobs_of(response.logprobs, params.top_logprobs)
+                self.emit([Token(rid, response.token, text, logprob, top)])
                 if stopped or response.finish_reason == "stop":
                     reason = "stop"
                     break

@@ -33,4 +33,6 @@ SEED_SCENARIOS: dict[str, Scenario] = {
     "abort_lost_between_sections": _one("cancel", "WORKER_STARTED", max_tokens=4),
     # a second cancel during the drain releases the slot
     "double_cancel_releases_slot": _one("cancel-twice"),
+    # two greedy requests decoding together, each handed the other's tokens
+    "tokens_decoded_together": Scenario(tuple(RequestSpec(rid, prompt_len=4, max_tokens=6) for rid in ("r0", "r1"))),
 }

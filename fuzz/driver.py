@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Adapter, Handle
 from mlx_invariants.fuzz.compute import gone_clients, watch_gone
+from mlx_invariants.fuzz.differential import AloneCache, compare_alone
 from mlx_invariants.fuzz.errors import Refused
 from mlx_invariants.fuzz.executors import EngineExecutors
 from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
@@ -69,6 +70,8 @@ class LiveEngine:
     forget_owner: Callable[[], None] = lambda: None
     # What `asyncio.to_thread` and `run_in_executor(None, ...)` land on, kept for the engine's whole life.
     executors: EngineExecutors = field(default_factory=EngineExecutors)
+    # Each request's greedy answer alone on this engine, by prompt (fuzz/differential.py).
+    alone: AloneCache = field(default_factory=AloneCache)
     # Its rest state after each scenario it served (`fuzz.rest`).
     rest: RestSeries = field(default_factory=RestSeries)
 
@@ -148,6 +151,7 @@ class ScenarioRun:
             rest = await self._rest_before_followup()
             live = await self._followup()
         if live and self.shutdown_task is None:
+            await compare_alone(self)  # each request's answer alone, after the follow-up (fuzz/differential.py)
             self.trace.record("check", "status", info=await self._status_after_grace())
             if rest is not None:
                 await self._record_rest(*rest)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from mlx_invariants.fuzz.compute import compute_stops_for_gone_clients
+from mlx_invariants.fuzz.differential import DIFFERENTIAL_ORACLES
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.lost_worker import LOST_WORKER_ORACLES
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
@@ -365,6 +366,7 @@ ORACLES: tuple[Oracle, ...] = (
     *REST_ORACLES,  # threads and MLX memory back at rest, no climb over scenarios (fuzz/rest.py)
     *TRANSPORT_ORACLES,  # a refusal answered 200 on one transport, an error status on the other (fuzz/transport.py)
     followup_matches_fresh,
+    *DIFFERENTIAL_ORACLES,  # a request's output with others in flight against its output alone (fuzz/differential.py)
     busy_answers_fast,
     cut_body_frees_server,
     loop_stays_responsive,

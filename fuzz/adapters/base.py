@@ -66,6 +66,9 @@ class Adapter(Protocol):
     async def shutdown(self) -> None: ...                              # idempotent
     def status(self) -> dict[str, int]: ...                            # held slots/queue entries; {} if unknown
     # Optional: `healthy` (bool). False after a scenario makes the next one start a fresh engine.
+    # Optional: `async submit_scored(spec) -> Handle`, greedy as `submit`, whose handle's `leads` (a list) holds
+    # per token the likeliest log-probability minus the second's (None: unknown); without it, a request's
+    # output with others in flight is not compared with its output alone (fuzz/differential.py).
     # Optional: `capacity()` (int or None): requests the engine holds at once, slots and queue; scenarios
     # then draw past it (`capacity_of`).
 

@@ -54,6 +54,10 @@ _ERROR_LINE = re.compile(r"\w(Error|Exception)\b|No module named|not found|[Aa]d
 HTTP_POINTS = tuple(point.name for point in Point if point.over_http)
 # How often a client waiting for its response reads the server's sentinel records (SERVER_STEP).
 RECORDS_POLL_S = 0.003
+# Body fields that change how a token is chosen: with any of them in `--request-body`, the answer may not
+# be greedy, so no lone answer is asked to be scored.
+SAMPLING_FIELDS = frozenset({"temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "logit_bias",
+                             "presence_penalty", "frequency_penalty", "repetition_penalty"})
 
 
 def check_loopback(url: str) -> str:
@@ -175,6 +179,7 @@ class HttpHandle:
         self.answer: Optional[Answer] = None  # how it was answered, once it failed
         self._chunks = 0
         self._lines: Any = None
+        self.leads: list[Optional[float]] = []  # per chunk, from the top log-probabilities it carried (`_lead`)
 
     def __aiter__(self) -> "HttpHandle":
         return self
@@ -200,6 +205,7 @@ class HttpHandle:
             text = choice.get("text")
             if text is None:
                 text = (choice.get("delta") or {}).get("content") or ""
+            self.leads.append(_lead(choice.get("logprobs")))
             self.adapter.reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
             self._chunks += 1
             await asyncio.sleep(0)  # a fault delivered at this chunk lands here, before the next read
@@ -276,7 +282,17 @@ class HttpAdapter:
             self._offset = self.server.records.stat().st_size if self.server.records.exists() else 0
         self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(120.0, connect=10.0))
 
-    async def submit(self, spec: RequestSpec) -> HttpHandle:
+    async def submit_scored(self, spec: RequestSpec) -> HttpHandle:
+        """`submit`, asking for the two likeliest tokens' log-probabilities (chat's `top_logprobs`, completions'
+        `logprobs`), which the handle reads into `leads`; none asked for when `--request-body` changes the
+        sampling (the answer may not be greedy, so nothing is judged), and a server that refuses them is not
+        judged either (fuzz/differential.py)."""
+        if SAMPLING_FIELDS & set(self.extra):
+            return await self.submit(spec)
+        route = spec.route if spec.route in self.routes else self.routes[0]
+        return await self.submit(spec, {"logprobs": True, "top_logprobs": 2} if route == "chat" else {"logprobs": 2})
+
+    async def submit(self, spec: RequestSpec, scored: Optional[dict[str, Any]] = None) -> HttpHandle:
         text = prompt_text(spec)
         common = {"model": self.model, "max_tokens": spec.max_tokens, "temperature": 0.0, "stream": spec.stream}
         route = spec.route if spec.route in self.routes else self.routes[0]
@@ -284,7 +300,7 @@ class HttpAdapter:
             path, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
         else:
             path, body = "/v1/completions", {**common, "prompt": text}
-        content = json.dumps({**body, **self.extra}).encode()
+        content = json.dumps({**body, **(scored or {}), **self.extra}).encode()
         waiting = _Waiting(self, spec)
         # The full Content-Length up front, the body in two parts (BODY_PART in between).
         request = self._client.build_request("POST", path, content=waiting.body(content),
@@ -408,6 +424,27 @@ class _Waiting:
                     self.adapter.reach(Point.SERVER_STEP, self.rid, index=self.steps)
                     self.steps += 1
                     await asyncio.sleep(0)  # a fault delivered here lands before the next entry is reached
+
+
+def _lead(logprobs: Any) -> Optional[float]:
+    """How far the likeliest token led the second, in log-probability, at the closest call among a chunk's
+    tokens: from chat's `content[i].top_logprobs` or completions' `top_logprobs[i]`; None if not reported."""
+    if not isinstance(logprobs, dict):
+        return None
+    if isinstance(logprobs.get("content"), list):
+        tops = [[t.get("logprob") for t in entry.get("top_logprobs") or () if isinstance(t, dict)]
+                for entry in logprobs["content"] if isinstance(entry, dict)]
+    elif isinstance(logprobs.get("top_logprobs"), list):
+        tops = [list(top.values()) for top in logprobs["top_logprobs"] if isinstance(top, dict)]
+    else:
+        return None
+    leads = []
+    for top in tops:
+        values = sorted((v for v in top if isinstance(v, (int, float))), reverse=True)
+        if len(values) < 2:
+            return None
+        leads.append(values[0] - values[1])
+    return min(leads) if leads else None
 
 
 def _frame(data: str) -> tuple[dict, Optional[str]]:

@@ -28,16 +28,20 @@ FUZZ_CONFIG: dict[str, dict[str, Any]] = {"simple": {"admission": "wait", "max_q
 
 
 class StreamHandle:
-    """One `RequestStream`, yielding token ids."""
+    """One `RequestStream`, yielding token ids; `leads` has, per token, how far its likeliest token led the
+    second in log-probability (None where the engine reported no top log-probabilities)."""
 
     def __init__(self, stream: Any):
         self.stream = stream
+        self.leads: list[Optional[float]] = []
 
     def __aiter__(self) -> "StreamHandle":
         return self
 
     async def __anext__(self) -> int:
         token = await self.stream.__anext__()
+        top = getattr(token, "top_logprobs", ())
+        self.leads.append(top[0][1] - top[1][1] if len(top) > 1 else None)
         return token.token
 
     async def wait_ended(self) -> None:
@@ -93,8 +97,16 @@ class ReferenceAdapter:
         await self.engine.start()
 
     async def submit(self, spec: RequestSpec) -> StreamHandle:
+        return await self._submit(spec, self._package.SamplingParams(max_tokens=spec.max_tokens))
+
+    async def submit_scored(self, spec: RequestSpec) -> StreamHandle:
+        """`submit`, with the two likeliest tokens' log-probabilities at each step (the handle's `leads`):
+        what the concurrency oracle needs to tell a near-tie from a different answer (fuzz/differential.py)."""
+        return await self._submit(spec, self._package.SamplingParams(max_tokens=spec.max_tokens, top_logprobs=2))
+
+    async def _submit(self, spec: RequestSpec, params: Any) -> StreamHandle:
         m = self._package
-        pending = m.Pending(spec.rid, self._prompt(spec), m.SamplingParams(max_tokens=spec.max_tokens))
+        pending = m.Pending(spec.rid, self._prompt(spec), params)
         try:
             stream = await self.engine.submit(pending)
         except m.EngineError as exc:

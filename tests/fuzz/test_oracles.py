@@ -6,7 +6,7 @@ import pytest
 
 from mlx_invariants.fuzz.oracles import ORACLES, judge
 from mlx_invariants.fuzz import lost_worker, oracles
-from mlx_invariants.fuzz import transport
+from mlx_invariants.fuzz import differential, transport
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.trace import Event, Trace
 
@@ -143,6 +143,28 @@ def test_followup_must_match_a_fresh_engine():
                  trace_of(check("followup", got=completed(1, 2), expected=completed(1, 2)))) == []
 
 
+def alone(got: list, lone: list, leads: list, outcome: str = "completed", by: str = "token") -> dict:
+    """A request's tokens in the scenario beside its tokens alone, with the lone run's leads."""
+    return {"kind": "check", "name": "alone", "rid": "r0",
+            "info": {"outcome": outcome, "got": got, "alone": lone, "leads": leads, "by": by}}
+
+
+@pytest.mark.parametrize("check_, found", [
+    (alone([5, 7, 9], [5, 8, 9], [3.0, 2.5, 4.0]), True),             # another token where alone it led by 2.5 nats
+    (alone([5, 7, 9], [5, 8, 9], [3.0, 0.4, 4.0]), False),            # a near-tie: another batch shape may flip it
+    (alone([5, 7, 9], [5, 8, 9], [3.0, None, 4.0]), False),           # no lead reported: not judged
+    (alone([5, 8], [5, 8, 9], [3.0, 2.5, 4.0], "cancelled"), False),  # a stopped request returns a prefix
+    (alone([5, 8], [5, 8, 9], [3.0, 2.5, 4.0]), True),                # a completed one all of it
+    (alone([5, 8, 9, 2], [5, 8, 9], [3.0, 2.5, 4.0], "aborted"), True),  # past the lone answer's end
+    (alone([5, 8, 9], [5, 8, 9], [0.1, 0.1, 0.1]), False),
+    (alone(["a", "bc"], ["a", "bd"], [2.0, 1.5], by="text"), True),   # over HTTP: every chunk led clearly
+    (alone(["a", "bc"], ["a", "bd"], [2.0, 0.5], by="text"), False),  # one near-tie: the text is not judged
+    (alone(["ab"], ["a", "bd"], [2.0, 1.5], "cancelled", by="text"), False),  # chunks may split differently
+])
+def test_a_request_with_others_in_flight_returns_its_lone_answer_where_decided(check_, found):
+    assert kinds(differential.outputs_match_alone, trace_of(check_)) == (["output-differs-alone"] if found else [])
+
+
 def test_a_hang_after_the_worker_died_is_reported_and_one_before_it_or_without_it_is_not():
     death = {"kind": "fault", "name": "worker-dies", "rid": "r0", "info": {"at": "r0@BEFORE_DECODE#1"}}
     stall = check("stalled", rids=["r0", "followup"], stacks="--- thread x")
@@ -218,8 +240,8 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 26  # 15 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
-    # + rest.py's one
+    assert len(ORACLES) == 27  # 15 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
+    # + rest.py's one + differential.py's one
 
 
 BUSY = {"code": "text_generation_busy", "type": "server_busy", "message": "busy"}

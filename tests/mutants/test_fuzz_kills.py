@@ -33,6 +33,9 @@ def copies_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mutants")
 
 
+# Shrinking re-runs each candidate on a fresh engine, and with requests run alone after it (fuzz/differential.py)
+# an entry found on a loaded 2-core box took close to the suite's 300 s: the clock guard here is a hang guard.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("mutant", FUZZED, ids=[m.id for m in FUZZED])
 def test_fuzzer_finds_shrinks_and_replays_the_mutant(mutant: Mutant, copies_root: Path, tmp_path: Path):
     target = Target.reference(mutant.routes[0], package=import_copy(mutant, copies_root))

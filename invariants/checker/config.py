@@ -7,6 +7,8 @@ and thresholds they use.
     exclude = ["vendor/", "*_pb2.py"]  # .gitignore syntax, on top of the defaults
     per-path-ignores = { "tests/**" = ["INV109"] }
     owner-executors = ["self._mlx_executor"]
+    owner-functions = ["Engine._generation_loop"]  # declared roles (docs/checker.md "Declared roles")
+    mlx-locks = ["self._generation_lock"]
     mlx-version = "0.31.2"            # instead of the lowest the project's metadata admits (pins.py)
 
     [tool.invariants.INV101]          # one table per rule: its options and scope
@@ -19,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +51,11 @@ DEFAULT_EXCLUDE = [
 SHARED_DEFAULTS: dict[str, Any] = {
     "lock-names": ["*lock", "*_lock_*", "*mutex*", "*semaphore*", "*_sem", "sem"],
     "owner-executors": [],
+    # Declared roles, what the package model cannot infer: functions that run on the MLX owner
+    # thread (`Engine._generation_loop`, `*._worker_main`; also `# invariants: owner-thread` on a
+    # def line), and the locks that guard MLX (INV125 asks for them only where some are declared).
+    "owner-functions": [],
+    "mlx-locks": [],
     "shield-helpers": ["*suspend_cancellation", "*uncancellable", "*shielded", "*cancel_shield"],
     "model-names": [
         "model", "_model", "draft_model", "_draft_model", "text_model", "_text_model", "language_model",
@@ -257,6 +265,8 @@ def from_table(
         except ConfigError as exc:
             raise UsageError(str(exc).replace(f"{source}: '{key}'", f"--{key}", 1)) from None
         values[key] = listed if key == "select" else values[key] + listed
+    for key in DECLARED_ROLES:
+        _check_names(source, key, values[key])
     mlx_versions = {}
     for package, key in pins.OVERRIDE_KEYS.items():
         if values[key] and release(values[key]) is None:
@@ -302,6 +312,9 @@ def _rule_table(source: str, rule: type[Rule], value: Any) -> tuple[dict[str, An
         where = f"{rule.id}.{key}"
         if key == "paths":
             paths = _typed(source, where, item, [])
+        elif key in DECLARED_ROLES:
+            raise ConfigError(f"{source}: '{key}' is a declared role, which the package model reads for every rule: "
+                              f"set it in [tool.invariants], not in [tool.invariants.{rule.id}]")
         elif key in rule.options:
             options[key] = _typed(source, where, item, rule.options[key])
         elif key in SHARED_DEFAULTS:
@@ -328,6 +341,20 @@ def _typed(source: str, key: str, value: Any, default: Any) -> Any:
                 list: "a list of strings", dict: "a table", str: "a string"}[type(default)]
         raise ConfigError(f"{source}: '{key}' must be {kind}, got {value!r}")
     return value
+
+
+DECLARED_ROLES = ("owner-functions", "mlx-locks")
+_NAME_GLOB = re.compile(r"[A-Za-z_*?\[][\w.*?\[\]!<>-]*")
+
+
+def _check_names(source: str, key: str, names: list[str]) -> None:
+    """A declared role names functions or locks by a dotted name or a glob of one."""
+    for name in names:
+        if not _NAME_GLOB.fullmatch(name):
+            raise ConfigError(
+                f"{source}: '{key}' names {name!r}, which is not a dotted name or a glob of one "
+                f"(such as \"Engine._generation_loop\", \"*._worker_main\", \"self._generation_lock\")"
+            )
 
 
 def check_ids(source: str, key: str, ids: list[str], known: list[str]) -> None:

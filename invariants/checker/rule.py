@@ -67,6 +67,11 @@ class Invalid(Example):
     """Code the rule must flag, exactly on the lines marked `# expect: INV1xx`."""
 
 
+# `triggers` of a rule the package model alone asks (model/queries.py): an empty group, so no
+# file is parsed for it; its examples are checked as a package, as `invariants check` runs them.
+PACKAGE_ONLY: tuple[tuple[str, ...], ...] = ((),)
+
+
 class Rule:
     """Base class. A subclass's docstring says why the pattern is a bug.
 

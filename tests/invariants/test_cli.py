@@ -132,6 +132,11 @@ def test_config_errors_exit_2_and_name_the_key(project: Project) -> None:
         ("[tool.invariants.INV101]\nmax-secs = 3\n", "unknown option 'max-secs' for INV101"),
         ("[tool.invariants.INV101]\nmax-seconds = 'x'\n", "'INV101.max-seconds' must be a non-negative number"),
         ("per-path-ignores = { 'tests/**' = ['INV9'] }\n", "matches no rule"),
+        ("mlx-lock = ['self._lock']\n", "unknown key 'mlx-lock' in [tool.invariants]"),
+        ("mlx-locks = 'self._lock'\n", "'mlx-locks' must be a list of strings"),
+        ("owner-functions = ['Engine.run()']\n", "'owner-functions' names 'Engine.run()', which is not a dotted name"),
+        ("mlx-locks = ['']\n", "'mlx-locks' names '', which is not a dotted name"),
+        ("[tool.invariants.INV125]\nmlx-locks = ['x']\n", "'mlx-locks' is a declared role"),
     ]:
         project.config(table)
         run = project.run("check")

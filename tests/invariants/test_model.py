@@ -344,3 +344,25 @@ def test_the_docs_example_gives_the_output_the_docs_show(project: Project) -> No
     run = project.run("check", "app")
     assert run.code == 1
     assert run.lines() + run.err.splitlines() == console
+
+
+def test_the_declared_roles_example_gives_the_output_the_docs_show(project: Project) -> None:
+    """docs/checker.md, "Declared roles": its two files, without the declarations (the owner loop's
+    INV108 it names) and with its config (the console block: INV125, and the owner loop silent)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "checker.md").read_text(encoding="utf-8")
+    section = text.split("### Declared roles", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    engine, server = re.findall(r"```python\n(.*?)```", section, re.S)
+    table = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    console = re.search(r"```console\n\$ invariants check app\n(.*?)```", section, re.S).group(1).splitlines()
+    undeclared = re.search(r"With only `(select = .*?)` in `pyproject.toml`.*?\(`(app/server\.py:\d+:\d+: INV108) ",
+                           section, re.S)
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", engine)
+    project.write("app/server.py", server)
+    (project.root / "pyproject.toml").write_text(f"[tool.invariants]\n{undeclared.group(1)}\n", encoding="utf-8")
+    run = project.run("check", "app")
+    assert run.code == 1 and [line.split(" ", 2)[:2] for line in run.lines()] == [undeclared.group(2).split(" ")]
+    (project.root / "pyproject.toml").write_text(table, encoding="utf-8")
+    run = project.run("check", "app")
+    assert run.code == 1
+    assert run.lines() + run.err.splitlines() == console

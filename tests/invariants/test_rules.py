@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlx_invariants.checker import config
-from mlx_invariants.checker.rule import Example, Rule
+from mlx_invariants.checker.rule import PACKAGE_ONLY, Example, Rule
 from mlx_invariants.checker.rules import RULES
 from mlx_invariants.checker.runner import check_paths, check_source
 
@@ -25,7 +25,7 @@ CASES = [
 def _findings(example: Example, rule: type[Rule] | None = None) -> list[tuple[int, str]]:
     """The example's findings, with `rule` selected by id (an opt-in rule runs only so)."""
     options = {"select": ["INV", rule.id], **example.options} if rule is not None else example.options
-    if example.files:
+    if example.files or (rule is not None and rule.triggers == PACKAGE_ONLY):
         return _package_findings(example, options)
     settings = config.from_table(options, Path("."), "example", RULES)
     return sorted((f.line, f.rule) for f in check_source(example.source, settings))

@@ -18,11 +18,15 @@ from typing import Any
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, PLAIN, RETURNED, RETURNS, THREAD,
+    BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 
 _LINES = re.compile(r"\r\n|\r|\n")
+# A def declared to run on the MLX owner thread, by a comment on its `def` line (docs/checker.md "Declared roles").
+_OWNER_MARK = re.compile(r"#\s*invariants:\s*owner-thread\b")
+# A lock declared to guard MLX, by a comment on the line that assigns it: `self._lock = Lock()  # invariants: mlx-lock`.
+_LOCK_MARK = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=#]*)?=[^=].*#\s*invariants:\s*mlx-lock\b")
 # Decorators that leave "calling it runs its body" true.
 _PLAIN_DECORATORS = frozenset({
     "staticmethod", "classmethod", "functools.wraps", "functools.lru_cache", "functools.cache", "lru_cache", "cache",
@@ -50,7 +54,9 @@ class _Resolver:
         self._resolving: set[tuple[int, str]] = set()
         self._inner: dict[tuple[int, str], Def] = {}  # (id of a def, name) -> a def nested in it
         self._values: dict[tuple[int, str], str | None] = {}
-        self.lock_names = classify.globs(shared["lock-names"])
+        self.declared_locks = tuple(dict.fromkeys(
+            m.group(1) for line in self.lines if "mlx-lock" in line and (m := _LOCK_MARK.match(line))))
+        self.lock_names = classify.globs([*shared["lock-names"], *shared["mlx-locks"], *self.declared_locks])
 
     # --- structure ---------------------------------------------------------------------------
     def summary(self, tree: ast.Module) -> FileSummary:
@@ -65,7 +71,7 @@ class _Resolver:
             ref = self.lookup(name, self.module)
             if ref is not None and not ref.startswith("$") and ref != f":{name}":
                 names[name] = ref
-        return FileSummary(self.imports_mlx, names, functions, classes)
+        return FileSummary(self.imports_mlx, names, functions, classes, self.declared_locks)
 
     def _module_body(self, body: list[ast.stmt]) -> None:
         for stmt in body:
@@ -241,8 +247,12 @@ class _Resolver:
                 continue
             calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED) else PLAIN,
                               iter_place, self._args(call, fn)))
-        return Function(fn.name, getattr(node, "lineno", 0), isinstance(node, ast.AsyncFunctionDef), fn.generator,
-                        tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches))
+        line = getattr(node, "lineno", 0)
+        owner = not isinstance(node, ast.Lambda | ast.ClassDef) and bool(
+            _OWNER_MARK.search(self.lines[line - 1] if 0 < line <= len(self.lines) else ""))
+        guards = tuple(fn.locked)
+        return Function(fn.name, line, isinstance(node, ast.AsyncFunctionDef), fn.generator,
+                        tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards)
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -304,7 +314,8 @@ class _Resolver:
         how = dotted(func) or (func.attr if isinstance(func, ast.Attribute) else "a thread handoff")
         if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
             executor = _positional(call, 0)
-            pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else EXECUTOR
+            pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else (
+                OWNER if _matches(dotted(executor), self.shared["owner-executors"]) else EXECUTOR)
             target_expr = _positional(call, 1)
         elif isinstance(func, ast.Attribute) and func.attr == "submit":
             receiver = self._deref(self.ref(func.value, fn)) or ""
@@ -312,7 +323,8 @@ class _Resolver:
                 dotted(func.value), classify.EXECUTOR_NAMES + self.shared["owner-executors"]
             ):
                 return None
-            pool, target_expr = EXECUTOR, _positional(call, 0)
+            owner = _matches(dotted(func.value), self.shared["owner-executors"])
+            pool, target_expr = OWNER if owner else EXECUTOR, _positional(call, 0)
         else:
             qual = self.ref(func, fn)
             if qual in classify.TO_THREAD:
@@ -334,7 +346,7 @@ class _Resolver:
     def _serialized(self, line: int, fn: Def) -> bool:
         """Line `line` of `fn` runs under a lock: in `with <lock>:`, or in `with helper(...):` where
         `helper` is a def of this file that takes a lock (an admission slot around the lock)."""
-        if any(first <= line <= last for first, last in fn.locked):
+        if any(first <= line <= last for first, last, _ in fn.locked):
             return True
         for (first, last), func in fn.entered:
             if first <= line <= last:

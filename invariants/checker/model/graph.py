@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, GEN, ITERATED, LOAD, RETURNED, RETURNS, TOUCH, Call, FileSummary, Function,
+    BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call, FileSummary,
+    Function,
 )
 
 RUN, ITER = "run", "iter"
@@ -28,6 +30,12 @@ BLOCKING = frozenset({BLOCK, GEN})            # what INV108 counts: MLX that mak
 ANY_MLX = frozenset({BLOCK, GEN, TOUCH, LOAD})  # what INV107 counts: any MLX on the wrong thread
 GENERATION = frozenset({GEN})                 # a generation library's own stream: a version fact for INV107
 LOADING = frozenset({LOAD})
+# MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
+UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
+# Thread roles: where a function runs.
+LOOP = "the event loop"
+OWNER_THREAD = "the owner thread"
+ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREAD: "a thread", OWNER: OWNER_THREAD}
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
 
@@ -65,9 +73,18 @@ class Forward:
 class Package:
     """The model of one package (the files of one run under one root)."""
 
-    def __init__(self, modules: dict[str, bool], load: Callable[[str], FileSummary | None]) -> None:
+    def __init__(self, modules: dict[str, bool], load: Callable[[str], FileSummary | None],
+                 shared: dict[str, Any] | None = None) -> None:
         self.modules = modules  # module name -> is a package (`__init__.py`)
         self._load = load
+        shared = shared or {}
+        self._owner_names = list(shared.get("owner-functions", ()))
+        self._configured_locks: list[str] = list(shared.get("mlx-locks", ()))
+        self.mlx_locks: list[str] = []  # the configured ones, then those declared by a comment
+        self._declaring: set[str] = set()  # modules that declare an MLX lock by a comment
+        self.is_mlx_lock: Callable[[str | None], bool] = lambda text: False  # a lock's text -> declared
+        self.roles: dict[Key, set[str]] = {}
+        self.held: set[Key] = set()
         self._summaries: dict[str, FileSummary | None] = {}
         self.functions: dict[Key, Function] = {}
         self.edges: dict[Key, list[tuple[Call | None, str, Key | None, str]]] = {}
@@ -257,10 +274,94 @@ class Package:
         self.reach[ANY_MLX] = self._reach(ANY_MLX)
         self.reach[GENERATION] = self._reach(GENERATION)
         self._forwarders()
+        self._roles()
+        self._declaring = {m for m, summary in self._summaries.items() if summary is not None and summary.mlx_locks}
+        inline = sorted({lock for m in self._declaring for lock in self._summaries[m].mlx_locks})  # type: ignore[union-attr]
+        self.mlx_locks = [*self._configured_locks, *(n for n in inline if n not in self._configured_locks)]
+        if self.mlx_locks:
+            from mlx_invariants.checker.model.classify import globs
 
-    def _reach(self, level: frozenset[str], skip: set[Key] = frozenset()) -> dict[Node, Step]:  # type: ignore[assignment]
+            self.is_mlx_lock = globs(self.mlx_locks)
+            self._held()
+            self.reach[UNGUARDED] = self._reach(UNGUARDED, skip=self.loaders | self.held, guarded=True)
+
+    # --- thread roles and declared locks -------------------------------------------------------
+    def declared_owner(self, key: Key) -> bool:
+        """Declared to run on the MLX owner thread: by owner-functions (`Engine._generation_loop`,
+        matched against the name in its module and with the module's: `app.engine.Engine.run`),
+        or by `# invariants: owner-thread` on its def line."""
+        fn = self.function(key)
+        if fn is not None and fn.owner:
+            return True
+        if not self._owner_names:
+            return False
+        from mlx_invariants.checker.model.classify import globs
+
+        match = globs(self._owner_names)
+        return match(key[1]) or match(f"{key[0]}.{key[1]}")
+
+    def asks_locks(self, module: str) -> bool:
+        """Whether INV125 asks about this module's handlers: every module when mlx-locks is set, else
+        the modules that declare an MLX lock by a comment (the lock's own module: its class's handlers)."""
+        return bool(self._configured_locks) or module in self._declaring
+
+    def on_loop(self, key: Key) -> bool:
+        """Runs on the event loop: an `async def`, or called from one, and not declared an owner's."""
+        return LOOP in self.roles.get(key, ()) and not self.declared_owner(key)
+
+    def _roles(self) -> None:
+        """Each function's thread roles: seeded by async defs (the loop), declarations (the owner
+        thread) and handoffs (the thread they hand to), carried from callers to callees."""
+        queue: deque[tuple[Key, str]] = deque()
+        for key in self.edges:
+            fn = self.functions[key]
+            if self.declared_owner(key):
+                queue.append((key, OWNER_THREAD))
+            elif fn.is_async:
+                queue.append((key, LOOP))
+            for work in fn.offloads:
+                found, _ = self.callee(key[0], work.target) if work.target is not None else (None, None)
+                if found is not None:
+                    queue.append((found, ROLE_OF_POOL.get(work.pool, ROLE_OF_POOL[EXECUTOR])))
+        while queue:
+            key, role = queue.popleft()
+            roles = self.roles.setdefault(key, set())
+            if role in roles or (role == LOOP and self.declared_owner(key)):
+                continue
+            roles.add(role)
+            for _call, _use, target, _ in self.edges.get(key, ()):
+                if target is not None:
+                    queue.append((target, role))
+
+    def _held(self) -> None:
+        """Functions entered only with a declared MLX lock held: every call of theirs in the
+        package (a handoff too) is inside `with <mlx-lock>:` or in a function itself held (the
+        greatest such set). A function nothing in the package calls (a route) is not held."""
+        callers: dict[Key, list[tuple[Key, int]]] = {}
+        for key, edges in self.edges.items():
+            for call, _use, target, _ in edges:
+                if target is not None and call is not None:
+                    callers.setdefault(target, []).append((key, call.place.line))
+            for work in self.functions[key].offloads:
+                found, _ = self.callee(key[0], work.target) if work.target is not None else (None, None)
+                if found is not None:
+                    callers.setdefault(found, []).append((key, work.place.line))
+        held = set(callers)
+        changed = True
+        while changed:
+            changed = False
+            for key in list(held):
+                for caller, line in callers[key]:
+                    if caller not in held and not self.functions[caller].guarded(line, self.is_mlx_lock):
+                        held.discard(key)
+                        changed = True
+                        break
+        self.held = held
+
+    def _reach(self, level: frozenset[str], skip: set[Key] = frozenset(),  # type: ignore[assignment]
+               guarded: bool = False) -> dict[Node, Step]:
         """Shortest chains to MLX of `level`: a breadth-first search backwards from the MLX calls,
-        not through the functions in `skip`."""
+        not through the functions in `skip`; `guarded`: nor through a line inside `with <mlx-lock>:`."""
         reached: dict[Node, Step] = {}
         back: dict[Node, list[tuple[Node, str]]] = {}
         queue: deque[Node] = deque()
@@ -276,12 +377,16 @@ class Package:
                 continue
             mode = ITER if fn.is_generator else RUN
             for touch in sorted(fn.mlx, key=lambda t: t.kind not in BLOCKING):  # a blocking call: the clearer chain
+                if guarded and fn.guarded(touch.line, self.is_mlx_lock):
+                    continue
                 if touch.kind == RETURNS:  # an MLX generator, which generates where it is iterated
                     if GEN in level:
                         sink((key, ITER), touch.text)
                 elif touch.kind in level:
                     sink((key, mode), touch.text)
             for call, use, target, external in edges:
+                if guarded and call is not None and fn.guarded(call.place.line, self.is_mlx_lock):
+                    continue
                 if target is None:
                     if external == RETURNS and GEN in level:
                         sink((key, ITER), call.text)  # type: ignore[union-attr]
@@ -407,4 +512,5 @@ def _external_kind(qual: str, use: str) -> str | None:
     return classify.by_name(qual)
 
 
-__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION"]
+__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED",
+           "LOOP", "OWNER_THREAD"]

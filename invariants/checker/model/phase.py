@@ -103,7 +103,7 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
     entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
     if not entries:
         return {}
-    package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]))
+    package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared)
     package.prepare(entries)
     rows: dict[str, list[Row]] = {}
     for module in entries:

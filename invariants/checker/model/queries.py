@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, GENERATION, ITER, RUN, Package
-from mlx_invariants.checker.model.summary import DEFAULT_POOL, ITERATED, Call, Place
+from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, Package
+from mlx_invariants.checker.model.summary import DEFAULT_POOL, ITERATED, OWNER, Call, Place
 
 # The rules' own messages: the classes of INV107 and INV108 use them.
 ON_LOOP_MESSAGE = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
@@ -51,7 +51,7 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
     found: list[tuple[Call, ModelFinding]] = []
     owned: set[str] = set()
     for name, fn in summary.functions.items():
-        if not fn.is_async:
+        if not fn.is_async or not package.on_loop((module, name)):  # declared to run on the owner thread
             continue
         for call in fn.calls:
             target, _ = package.callee(module, call.target)
@@ -118,7 +118,58 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                     requires(package.chain(GENERATION, (found, RUN)) is not None))
 
 
+UNGUARDED_MESSAGE = (
+    "{what} reaches MLX ({chain}) from `{handler}`, on the event loop, without holding {locks}, declared to guard "
+    "MLX: take the lock around it, or hand the work to the owner thread"
+)
+
+
+def mlx_outside_declared_lock(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV125, lockset completeness: where the project declares the locks that guard MLX
+    (mlx-locks; or `# invariants: mlx-lock` where a lock is assigned, which asks about the
+    handlers of that module), every call from a request handler's family (the `async def`s on the event loop
+    and the sync defs they call) that reaches MLX holds one. Reported where the handler's code
+    leaves the lock out: an `async def`'s call of a sync def that reaches MLX with no declared
+    lock on the way, and a handoff to a thread (other than the declared owner's) of work that
+    does. A function every caller enters with the lock held is judged there. Silent where no
+    lock is declared."""
+    summary = package.summary(module)
+    if summary is None or not package.mlx_locks or not package.asks_locks(module):
+        return
+    locks = " or ".join(f"`{name}`" for name in package.mlx_locks)
+    for name, fn in summary.functions.items():
+        key = (module, name)
+        if not package.on_loop(key) or key in package.held:
+            continue
+        handler = package.display(key)
+        if fn.is_async:
+            for call in fn.calls:
+                if fn.guarded(call.place.line, package.is_mlx_lock):
+                    continue
+                target, _ = package.callee(module, call.target)
+                callee = package.function(target) if target is not None else None
+                if callee is None or callee.is_async or callee.opaque or package.declared_owner(target):  # type: ignore[arg-type]
+                    continue
+                modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
+                node = next(((target, m) for m in modes if package.chain(UNGUARDED, (target, m))), None)  # type: ignore[arg-type]
+                if node is not None:
+                    chain = package.chain(UNGUARDED, node) or []
+                    yield ModelFinding("INV125", call.place, UNGUARDED_MESSAGE.format(
+                        what=f"`{call.text}()`", chain=" -> ".join(chain), handler=handler, locks=locks))
+        for work in fn.offloads:
+            if work.pool == OWNER or work.target is None or fn.guarded(work.place.line, package.is_mlx_lock):
+                continue
+            found, _ = package.callee(module, work.target)
+            if found is None or package.declared_owner(found):
+                continue
+            chain = package.chain(UNGUARDED, (found, RUN))
+            if chain:
+                yield ModelFinding("INV125", work.place, UNGUARDED_MESSAGE.format(
+                    what=f"`{work.text}`, handed to {work.how},", chain=" -> ".join(chain), handler=handler, locks=locks))
+
+
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV107": mlx_handed_to_default_pool,
     "INV108": blocking_mlx_on_loop,
+    "INV125": mlx_outside_declared_lock,
 }

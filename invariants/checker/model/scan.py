@@ -60,7 +60,7 @@ class Def:
     assigned_calls: dict[int, str] = field(default_factory=dict)  # id(call) -> the local it is assigned to
     generator: bool = False
     opaque: bool = False
-    locked: list[tuple[int, int]] = field(default_factory=list)  # lines of `with <lock>:` blocks
+    locked: list[tuple[int, int, str]] = field(default_factory=list)  # lines of `with <lock>:` blocks, the lock
     entered: list[tuple[tuple[int, int], ast.AST]] = field(default_factory=list)  # `with f(...):` blocks, by f
     nonlocal_names: set[str] = field(default_factory=set)
 
@@ -163,8 +163,9 @@ class Scanner:
             span = (node.lineno, node.end_lineno or node.lineno)
             for item in node.items:
                 expr = item.context_expr
-                if locks(dotted(expr.func if isinstance(expr, ast.Call) else expr)):
-                    fn.locked.append(span)
+                text = dotted(expr.func if isinstance(expr, ast.Call) else expr)
+                if locks(text):
+                    fn.locked.append((*span, text))  # type: ignore[arg-type]
                 elif isinstance(expr, ast.Call):
                     fn.entered.append((span, expr.func))
         elif isinstance(node, ast.withitem):

@@ -35,6 +35,7 @@ RETURNED = "return"  # `return f()` from a def that is not a generator
 DEFAULT_POOL = "default"  # asyncio.to_thread, run_in_executor(None, ...): a different thread each call
 EXECUTOR = "executor"     # an executor's submit or run_in_executor: whichever thread it has
 THREAD = "thread"         # threading.Thread(target=...)
+OWNER = "owner"           # an executor declared to own MLX (owner-executors): its one thread
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,10 @@ class Touch:
 @dataclass(frozen=True)
 class Function:
     """A def, async def or lambda. `params` are those a caller passes, in order (`self` and
-    `cls` of a method left out); `opaque`: a decorator may change what calling it does."""
+    `cls` of a method left out); `opaque`: a decorator may change what calling it does;
+    `owner`: declared to run on the MLX owner thread (`# invariants: owner-thread` on its def
+    line); `guards`: the `with <lock>:` blocks of its body, (first line, last line, the lock
+    as written), for the names of lock-names and the declared MLX locks."""
 
     name: str
     line: int
@@ -133,10 +137,16 @@ class Function:
     calls: tuple[Call, ...] = ()
     offloads: tuple[Offload, ...] = ()
     mlx: tuple[Touch, ...] = ()
+    owner: bool = False
+    guards: tuple[tuple[int, int, str], ...] = ()
+
+    def guarded(self, line: int, is_lock: Any) -> bool:
+        """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
+        return any(first <= line <= last and is_lock(text) for first, last, text in self.guards)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
-        flags = "a" * self.is_async + "g" * self.is_generator + "o" * self.opaque
+        flags = "a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner
         if flags:
             out["flags"] = flags
         if self.calls:
@@ -145,6 +155,8 @@ class Function:
             out["offloads"] = [o.to_json() for o in self.offloads]
         if self.mlx:
             out["mlx"] = [t.to_json() for t in self.mlx]
+        if self.guards:
+            out["guards"] = [list(g) for g in self.guards]
         return out
 
     @classmethod
@@ -155,6 +167,7 @@ class Function:
             tuple(Call.from_json(c) for c in data.get("calls", ())),
             tuple(Offload.from_json(o) for o in data.get("offloads", ())),
             tuple(Touch.from_json(t) for t in data.get("mlx", ())),
+            "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
         )
 
 
@@ -177,12 +190,15 @@ class Class:
 
 @dataclass(frozen=True)
 class FileSummary:
-    """One file: what its module-level names hold, its functions and classes (by local name)."""
+    """One file: what its module-level names hold, its functions and classes (by local name), and
+    the locks it declares to guard MLX (`self._generation_lock = asyncio.Lock()  # invariants:
+    mlx-lock` gives `self._generation_lock`)."""
 
     imports_mlx: bool = False
     names: dict[str, str] = field(default_factory=dict)
     functions: dict[str, Function] = field(default_factory=dict)
     classes: dict[str, Class] = field(default_factory=dict)
+    mlx_locks: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +206,7 @@ class FileSummary:
             "names": self.names,
             "functions": {k: f.to_json() for k, f in self.functions.items()},
             "classes": {k: c.to_json() for k, c in self.classes.items()},
+            **({"mlx_locks": list(self.mlx_locks)} if self.mlx_locks else {}),
         }
 
     @classmethod
@@ -198,4 +215,5 @@ class FileSummary:
             data["mlx"], dict(data["names"]),
             {k: Function.from_json(k, f) for k, f in data["functions"].items()},
             {k: Class.from_json(k, c) for k, c in data["classes"].items()},
+            tuple(data.get("mlx_locks", ())),
         )

@@ -27,6 +27,7 @@ from mlx_invariants.checker.rules.inv121_worker_loop_ignores_cancel import Worke
 from mlx_invariants.checker.rules.inv122_worker_stops_without_waking_waiters import WorkerStopsWithoutWakingWaiters
 from mlx_invariants.checker.rules.inv123_stream_deadline_from_start import StreamDeadlineFromStart
 from mlx_invariants.checker.rules.inv124_state_locked_inconsistently import StateLockedInconsistently
+from mlx_invariants.checker.rules.inv125_mlx_outside_declared_lock import MlxOutsideDeclaredLock
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -53,6 +54,7 @@ RULES: list[type[Rule]] = [
     WorkerStopsWithoutWakingWaiters,
     StreamDeadlineFromStart,
     StateLockedInconsistently,
+    MlxOutsideDeclaredLock,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -59,7 +59,10 @@ class BlockingMlxOnEventLoop(Rule):
     straight from `async def generate` under a `wait_for` that could never fire
     (engine/simple.py@1740909:123). Loading weights is left out: at start-up
     nothing else is being served (INV119 judges a load that also runs on a
-    worker)."""
+    worker). An `async def` declared to run on the owner thread (owner-functions,
+    or `# invariants: owner-thread` on its def line: an event loop the owner
+    thread runs itself) is not on the request loop; the package model leaves its
+    calls alone (docs/checker.md "Declared roles")."""
 
     id = "INV108"
     catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's forward pass, "
@@ -221,6 +224,27 @@ class BlockingMlxOnEventLoop(Rule):
                 async def complete(self, prompt):
                     return await self._owner.run(self.engine.generate_all, prompt)
         ''', files=_ENGINE),
+        # A loop that runs on the owner thread, declared so (docs/checker.md "Declared roles").
+        Valid('''
+            from .engine import Engine
+
+            class Worker:
+                def __init__(self):
+                    self.engine = Engine()
+
+                async def _owner_main(self, prompts):  # invariants: owner-thread
+                    return [self.engine.generate_all(p) for p in prompts]
+        ''', files=_ENGINE),
+        Valid('''
+            from .engine import Engine
+
+            class Worker:
+                def __init__(self):
+                    self.engine = Engine()
+
+                async def _worker_main(self, prompts):
+                    return [self.engine.generate_all(p) for p in prompts]
+        ''', options={"owner-functions": ["*._worker_main"]}, files=_ENGINE),
         Valid('''
             from app import engine
 

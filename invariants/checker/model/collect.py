@@ -241,7 +241,7 @@ class _Resolver:
             text = dotted(call.func) or (target or "")
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
-                touches.append(Touch(kind[0], kind[1], call.lineno))
+                touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))
                 continue
             if target is None or (use == "await" and target.startswith("$")):
                 continue

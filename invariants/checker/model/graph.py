@@ -81,7 +81,7 @@ class Package:
         self._owner_names = list(shared.get("owner-functions", ()))
         self._configured_locks: list[str] = list(shared.get("mlx-locks", ()))
         self.mlx_locks: list[str] = []  # the configured ones, then those declared by a comment
-        self._declaring: set[str] = set()  # modules that declare an MLX lock by a comment
+        self._families: set[Key] = set()  # the families (`family`) that take a declared MLX lock
         self.is_mlx_lock: Callable[[str | None], bool] = lambda text: False  # a lock's text -> declared
         self.roles: dict[Key, set[str]] = {}
         self.held: set[Key] = set()
@@ -275,13 +275,14 @@ class Package:
         self.reach[GENERATION] = self._reach(GENERATION)
         self._forwarders()
         self._roles()
-        self._declaring = {m for m, summary in self._summaries.items() if summary is not None and summary.mlx_locks}
-        inline = sorted({lock for m in self._declaring for lock in self._summaries[m].mlx_locks})  # type: ignore[union-attr]
+        inline = sorted({lock for summary in self._summaries.values() if summary is not None for lock in summary.mlx_locks})
         self.mlx_locks = [*self._configured_locks, *(n for n in inline if n not in self._configured_locks)]
         if self.mlx_locks:
             from mlx_invariants.checker.model.classify import globs
 
             self.is_mlx_lock = globs(self.mlx_locks)
+            self._families = {self.family(key) for key, fn in self.functions.items()
+                              if any(self.is_mlx_lock(text) for _, _, text in fn.guards)}
             self._held()
             self.reach[UNGUARDED] = self._reach(UNGUARDED, skip=self.loaders | self.held, guarded=True)
 
@@ -300,10 +301,16 @@ class Package:
         match = globs(self._owner_names)
         return match(key[1]) or match(f"{key[0]}.{key[1]}")
 
-    def asks_locks(self, module: str) -> bool:
-        """Whether INV125 asks about this module's handlers: every module when mlx-locks is set, else
-        the modules that declare an MLX lock by a comment (the lock's own module: its class's handlers)."""
-        return bool(self._configured_locks) or module in self._declaring
+    def family(self, key: Key) -> Key:
+        """A handler's family: its class (`Engine` of `Engine.generate`), or its module's top level."""
+        head = key[1].split(".", 1)[0]
+        summary = self.summary(key[0])
+        return (key[0], head if summary is not None and head in summary.classes and "." in key[1] else "")
+
+    def asks_locks(self, key: Key) -> bool:
+        """Whether INV125 asks about this function: its family takes a declared MLX lock somewhere
+        (a class that serializes its MLX by one), so other classes' handlers are not judged by it."""
+        return self.family(key) in self._families
 
     def on_loop(self, key: Key) -> bool:
         """Runs on the event loop: an `async def`, or called from one, and not declared an owner's."""

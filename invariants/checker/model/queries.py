@@ -119,30 +119,35 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
 
 
 UNGUARDED_MESSAGE = (
-    "{what} reaches MLX ({chain}) from `{handler}`, on the event loop, without holding {locks}, declared to guard "
+    "{what} from `{handler}`, on the event loop, without holding {locks}, declared to guard "
     "MLX: take the lock around it, or hand the work to the owner thread"
 )
 
 
 def mlx_outside_declared_lock(package: Package, module: str) -> Iterator[ModelFinding]:
     """INV125, lockset completeness: where the project declares the locks that guard MLX
-    (mlx-locks; or `# invariants: mlx-lock` where a lock is assigned, which asks about the
-    handlers of that module), every call from a request handler's family (the `async def`s on the event loop
-    and the sync defs they call) that reaches MLX holds one. Reported where the handler's code
-    leaves the lock out: an `async def`'s call of a sync def that reaches MLX with no declared
-    lock on the way, and a handoff to a thread (other than the declared owner's) of work that
-    does. A function every caller enters with the lock held is judged there. Silent where no
-    lock is declared."""
+    (mlx-locks, or `# invariants: mlx-lock` where a lock is assigned), every call of a request
+    handler (an `async def` on the event loop) that reaches MLX holds one. A handler's family
+    is its class (or its module's top level); only a family that takes a declared lock
+    somewhere is asked, so another class's handlers are not judged by a lock that is not
+    theirs. Reported where a handler leaves the lock out: its own MLX call, its call of a sync
+    def that reaches MLX with no declared lock taken on the way, and a handoff to a thread
+    (other than the declared owner's) of work that does. A function every caller enters with
+    the lock held is judged at its callers. Silent where no lock is declared."""
     summary = package.summary(module)
-    if summary is None or not package.mlx_locks or not package.asks_locks(module):
+    if summary is None or not package.mlx_locks:
         return
     locks = " or ".join(f"`{name}`" for name in package.mlx_locks)
     for name, fn in summary.functions.items():
         key = (module, name)
-        if not package.on_loop(key) or key in package.held:
+        if not package.on_loop(key) or key in package.held or not package.asks_locks(key):
             continue
         handler = package.display(key)
         if fn.is_async:
+            for touch in fn.mlx:
+                if touch.kind in UNGUARDED and touch.place is not None and not fn.guarded(touch.line, package.is_mlx_lock):
+                    yield ModelFinding("INV125", touch.place, UNGUARDED_MESSAGE.format(
+                        what=f"`{touch.text}` runs MLX", handler=handler, locks=locks))
             for call in fn.calls:
                 if fn.guarded(call.place.line, package.is_mlx_lock):
                     continue
@@ -155,7 +160,7 @@ def mlx_outside_declared_lock(package: Package, module: str) -> Iterator[ModelFi
                 if node is not None:
                     chain = package.chain(UNGUARDED, node) or []
                     yield ModelFinding("INV125", call.place, UNGUARDED_MESSAGE.format(
-                        what=f"`{call.text}()`", chain=" -> ".join(chain), handler=handler, locks=locks))
+                        what=f"`{call.text}()` reaches MLX ({' -> '.join(chain)})", handler=handler, locks=locks))
         for work in fn.offloads:
             if work.pool == OWNER or work.target is None or fn.guarded(work.place.line, package.is_mlx_lock):
                 continue
@@ -165,7 +170,8 @@ def mlx_outside_declared_lock(package: Package, module: str) -> Iterator[ModelFi
             chain = package.chain(UNGUARDED, (found, RUN))
             if chain:
                 yield ModelFinding("INV125", work.place, UNGUARDED_MESSAGE.format(
-                    what=f"`{work.text}`, handed to {work.how},", chain=" -> ".join(chain), handler=handler, locks=locks))
+                    what=f"`{work.text}`, handed to {work.how}, reaches MLX ({' -> '.join(chain)})", handler=handler,
+                    locks=locks))
 
 
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {

@@ -106,18 +106,21 @@ class Offload:
 
 @dataclass(frozen=True)
 class Touch:
-    """A direct MLX call: its kind (BLOCK, GEN, TOUCH, LOAD, RETURNS) and its text (`mx.eval`)."""
+    """A direct MLX call: its kind (BLOCK, GEN, TOUCH, LOAD, RETURNS), its text (`mx.eval`), and
+    where it is (INV125 points at one in a request handler)."""
 
     kind: str
     text: str
     line: int
+    place: Place | None = None
 
     def to_json(self) -> list[Any]:
-        return [self.kind, self.text, self.line]
+        return [self.kind, self.text, self.line, self.place.to_json() if self.place else None]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Touch:
-        return cls(*data)
+        kind, text, line, place = data
+        return cls(kind, text, line, Place.from_json(place) if place else None)
 
 
 @dataclass(frozen=True)

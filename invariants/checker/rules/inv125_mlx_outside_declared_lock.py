@@ -35,21 +35,28 @@ class MlxOutsideDeclaredLock(Rule):
     (:1024-1028, fixed in d76f9b3). Maintainers check this today with `git grep` for the
     lock's name; the package model checks it over every module.
 
-    A request handler's family is every `async def` on the event loop (not one declared to
-    run on the owner thread) and the sync defs it calls. Reported where that family leaves
-    the lock out: an `async def` calling a sync def of the package that reaches MLX with no
-    declared lock taken on the way, and a handoff to a thread (the default pool, an executor,
-    a `Thread`; not the owner executor of owner-executors, which serializes by itself) of
-    work that does. A def every caller enters with the lock held is judged at its callers."""
+    A request handler is an `async def` on the event loop (not one declared to run on the
+    owner thread); its family is its class, or its module's top level, and only a family
+    that takes a declared lock somewhere is asked: the lock is that class's, not another's.
+    Reported where a handler leaves the lock out: its own MLX call, its call of a sync def of
+    the package that reaches MLX with no declared lock taken on the way, and a handoff to a
+    thread (the default pool, an executor, a `Thread`; not the owner executor of
+    owner-executors, which serializes by itself) of work that does. A def every caller
+    enters with the lock held is judged at its callers. With `mlx-locks =
+    ["self._generation_lock"]`, vllm-mlx at 67632e9 gives two findings: the bug above
+    (:1028) and `start()`'s `build_text_model()` (:166, start-up work, arguable); at its fix
+    d76f9b3 only the second; at 4b654c0 one, `stop()`'s `mx.clear_cache()` (:976)."""
 
     id = "INV125"
     catches = "MLX reached from a request handler without the lock the project declares to guard MLX (mlx-locks)"
     message = UNGUARDED_MESSAGE
     known_problems = (
-        "Needs a declared MLX lock (mlx-locks, or the comment): silent in a project that declares none. Only `with` / `async with` blocks count as "
+        "Needs a declared MLX lock (mlx-locks, or the comment): silent in a project that declares none. "
+        "Start-up and shutdown work (`start()`, `stop()`) is judged like any handler: take the lock there too, "
+        "or suppress the line where nothing else can run yet. Only `with` / `async with` blocks count as "
         "holding the lock (`lock.acquire()` ... `release()` does not); a helper that forwards its callable to a "
-        "thread under any lock of lock-names counts as serialized. A handler's own direct MLX call (`mx.eval` in "
-        "the `async def`) is INV108's. What the package model cannot name (an untyped parameter, a callback "
+        "thread under any lock of lock-names counts as serialized. A blocking call without the lock is INV108's too (it says to move it off the "
+        "loop, this rule to take the lock). What the package model cannot name (an untyped parameter, a callback "
         "stored and called later) is not followed."
     )
     triggers = PACKAGE_ONLY
@@ -78,6 +85,9 @@ class MlxOutsideDeclaredLock(Rule):
 
                 async def count_tokens(self, prompt):
                     return len(self.engine.encode(prompt))  # expect: INV125
+
+                async def embed(self, prompt):
+                    return mx.array(prompt)  # expect: INV125
         '''),
         Invalid('''
             import asyncio
@@ -110,6 +120,10 @@ class MlxOutsideDeclaredLock(Rule):
 
                 async def generate(self, prompt):
                     return await asyncio.to_thread(self.engine.generate_all, prompt)  # expect: INV125
+
+                async def count_tokens(self, prompt):
+                    async with self._generation_lock:
+                        return len(self.engine.encode(prompt))
         ''', options=_LOCK, files=_ENGINE),
     ]
     VALID = [
@@ -137,6 +151,10 @@ class MlxOutsideDeclaredLock(Rule):
                 async def count_tokens(self, prompt):
                     async with self._generation_lock:
                         return len(self.engine.encode(prompt))
+
+                async def embed(self, prompt):
+                    async with self._generation_lock:
+                        return mx.array(prompt)
         '''),
         Valid('''
             import asyncio
@@ -175,6 +193,31 @@ class MlxOutsideDeclaredLock(Rule):
                 async def _run(self, prompt):
                     return await asyncio.to_thread(self.engine.generate_all, prompt)
         ''', options=_LOCK, files=_ENGINE),
+        # The lock is Server's: a class that never takes it is not judged by it.
+        Valid('''
+            import asyncio
+
+            from .engine import Engine
+
+
+            class Server:
+                def __init__(self):
+                    self.engine = Engine()
+                    self._generation_lock = asyncio.Lock()
+
+                async def count_tokens(self, prompt):
+                    async with self._generation_lock:
+                        return len(self.engine.encode(prompt))
+
+
+            class Warmup:
+                def __init__(self):
+                    self.engine = Engine()
+                    self._generation_lock = asyncio.Lock()
+
+                async def run(self, prompt):
+                    return len(self.engine.encode(prompt))
+        ''', options=_LOCK, files=_ENGINE),
         # No lock declared: the project did not ask.
         Valid('''
             import asyncio
@@ -206,6 +249,10 @@ class MlxOutsideDeclaredLock(Rule):
                 async def generate(self, prompt):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self._mlx_executor, self.engine.generate_all, prompt)
+
+                async def count_tokens(self, prompt):
+                    async with self._generation_lock:
+                        return len(self.engine.encode(prompt))
         ''', options={**_LOCK, "owner-executors": ["self._mlx_executor"]}, files=_ENGINE),
         # A loop that runs on the owner thread, declared so.
         Valid('''
@@ -221,5 +268,9 @@ class MlxOutsideDeclaredLock(Rule):
 
                 async def _owner_main(self, prompts):  # invariants: owner-thread
                     return [len(self.engine.encode(p)) for p in prompts]
+
+                async def count_tokens(self, prompt):
+                    async with self._generation_lock:
+                        return len(self.engine.encode(prompt))
         ''', options=_LOCK, files=_ENGINE),
     ]

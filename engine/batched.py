@@ -397,14 +397,14 @@ class BatchedEngine(EngineFrontend):
             self._admission.leave()
 
     def _owner_let_go(self, stream: RequestStream) -> asyncio.Future:
-        """Resolved once the owner removed the request's row (its own terminal event) or stopped for good. A
-        stream the engine ended itself (its owner stalled, maybe inside MLX on this row) keeps its seat until
-        then: a seat freed earlier would let one request more into the batch than its bound once the owner
-        moves again."""
+        """Resolved once the owner removed the request's row (its own terminal event), stopped for good, or was
+        abandoned by a shutdown (stuck, it never will). A stream the engine ended itself (its owner stalled,
+        maybe inside MLX on this row) keeps its seat until then: a seat freed earlier would let one request
+        more into the batch than its bound once the owner moves again."""
         owner = self._owner
-        if stream.owner_let_go.done() or owner is None or owner.stopped.done():
+        if stream.owner_let_go.done() or owner is None or owner.stopped.done() or owner.abandoned.done():
             return stream.ended_future
         done = asyncio.get_running_loop().create_future()
-        for future in (stream.owner_let_go, owner.stopped):
+        for future in (stream.owner_let_go, owner.stopped, owner.abandoned):
             future.add_done_callback(lambda _: done.done() or done.set_result(None))
         return done

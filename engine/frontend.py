@@ -299,6 +299,7 @@ class EngineFrontend:
                 await asyncio.wait_for(asyncio.shield(owner.stopped), max(grace_s, 1.0) + 5.0)
             except asyncio.TimeoutError:
                 log.error("owner thread %s did not stop in time", owner.name)
+                owner.abandoned.set_result(None)
         for stream in list(self._streams.values()):
             stream.push_terminal_if_open("the engine shut down")
 

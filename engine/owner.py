@@ -56,6 +56,9 @@ class OwnerThread(threading.Thread):
         self.loaded: Optional[LoadedModel] = None
         self.ready: asyncio.Future[LoadedModel] = loop.create_future()
         self.stopped: asyncio.Future[None] = loop.create_future()
+        # Resolved by a shutdown that gave up waiting for this thread to stop (it is stuck inside a call):
+        # what waits for the thread to let go of a request lets go instead.
+        self.abandoned: asyncio.Future[None] = loop.create_future()
         self.crashed: Optional[BaseException] = None
         self.progress_at = time.monotonic()
         _release_main_thread_at_exit()

@@ -133,6 +133,7 @@ class ScenarioRun:
         self.adapter.set_point_hook(self.injector.hook)
         if not await self._started():
             return
+        self.trace.meta["stall_timeout_s"] = getattr(self.adapter, "stall_timeout_s", None)  # its promise, if any
         lag = self.loop.create_task(self._watch_lag(), name="fuzz-lag")
         for client in self.clients.values():
             if client.spec.arrival is None:
@@ -173,7 +174,9 @@ class ScenarioRun:
         called the engine healthy (with the worker wedged still), then let a wedged worker go on."""
         fault = self._lost_worker()
         healthy = getattr(self.adapter, "healthy", None)
-        if isinstance(healthy, bool):
+        # A restart or shutdown since then (it also let a wedged worker go) made the health another run's.
+        restarted = any(self.trace.of("fault", k.value) for k in (FaultKind.RESTART, FaultKind.SHUTDOWN))
+        if isinstance(healthy, bool) and not restarted:
             self.trace.record("check", "health", info={"healthy": healthy, "fault": fault})
         self.injector.release_wedged()
 
@@ -331,6 +334,10 @@ class ScenarioRun:
             self._arrive(trigger)
             return None
         kind = FaultKind(trigger.kind)
+        if kind in (FaultKind.SHUTDOWN, FaultKind.RESTART):
+            # A stuck thread outlives any shutdown: what a shutdown would leave behind then (the thread, the
+            # slots it holds, a refused restart) says nothing of the engine, so a wedge ends where one begins.
+            self.injector.release_wedged()
         rid = trigger.victim if kind.victim else trigger.at.rid
         client = self.clients[rid]
         info = {"at": str(trigger.at)}
@@ -484,8 +491,7 @@ class ScenarioRun:
             if self.trace.of("fault", FaultKind.WORKER_WEDGES.value):
                 # A wedged worker is parked by design: the engine gets its own stall bound to notice, then ours.
                 nothing_runs = False
-                bound = self.trace.meta["stall_timeout_s"] = getattr(self.adapter, "stall_timeout_s", None)
-                watch.stall_s = self.settings.stall_s + (bound or 0.0)
+                watch.stall_s = self.settings.stall_s + (self.trace.meta.get("stall_timeout_s") or 0.0)
             if watch.stalled(self.loop.time(), nothing_runs):
                 self._record_stall("stalled", [c.spec.rid for c in self._unfinished()])
                 return False

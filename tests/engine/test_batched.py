@@ -9,6 +9,7 @@ import pytest
 from mlx_invariants.engine import BatchedEngine, Busy, Failed, SimpleEngine, StartupError
 from mlx_invariants.engine.points import Point
 
+from ..conftest import WAIT_S
 from .conftest import consume, request, run_engine, wait_until
 
 
@@ -238,6 +239,24 @@ def test_shutdown_ends_every_open_stream(points):
         await asyncio.gather(*readers)
         assert [s.result.reason for s in streams] == ["abort"] * 3
         assert not engine.healthy
+
+    run_engine(BatchedEngine, body)
+
+
+def test_shutdown_with_its_owner_stuck_in_a_call_ends_every_stream_and_frees_every_seat(points):
+    """A seat is kept until the owner lets go of its row, even when the stall watch ended the stream: but an
+    owner stuck for good never will, so a shutdown that gave up waiting for it lets every seat go."""
+    async def body(engine):
+        stuck = points.hold(Point.BEFORE_DECODE, "r0", step=2)
+        streams = [await engine.submit(request(engine, f"r{i}", max_tokens=1000)) for i in range(2)]
+        readers = [asyncio.create_task(consume(s)) for s in streams]
+        assert await asyncio.to_thread(stuck.reached.wait, WAIT_S)
+        try:
+            await engine.shutdown(grace_s=0.05)  # the owner never stops: the shutdown gives up on it
+            await asyncio.wait_for(asyncio.gather(*readers), WAIT_S)  # each reader's close returned: seats free
+            assert all(s.ended for s in streams) and engine.status()["active"] == 0, engine.status()
+        finally:
+            stuck.release.set()
 
     run_engine(BatchedEngine, body)
 

@@ -66,3 +66,16 @@ def test_wedging_is_drawn_only_when_asked_for_and_then_the_reference_engine_gets
         finally:
             await adapter.shutdown()
     assert asyncio.run(built()) == WEDGE_STALL_TIMEOUT_S
+
+
+@pytest.mark.parametrize("route", ["simple", "batched"])
+def test_a_restart_at_the_wedge_lets_the_worker_go_and_judges_nothing_the_stuck_thread_caused(route):
+    """Found on the H100 (runner profile, batched): a restart delivered where the worker wedged. A stuck thread
+    outlives any shutdown, and what that leaves behind (the thread, the seats it held, a refused restart) is
+    the fault's doing, so the restart lets the worker go; the engine's health is then the restarted one's."""
+    at = At("r1", "BEFORE_DECODE", 3)
+    scenario = Scenario((RequestSpec("r0", 5, 40, False), RequestSpec("r1", 6, 10, True, route="chat")),
+                        (FaultSpec("restart", at), FaultSpec("worker-wedges", at)))
+    trace = run_scenario(reference_engine(route, stall_timeout_s=WEDGE_STALL_TIMEOUT_S), scenario)
+    assert judge(trace) == [], judge(trace)
+    assert trace.of("check", "health") == []

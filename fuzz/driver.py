@@ -83,7 +83,7 @@ class Client:
     handle: Optional[Handle] = None
     disconnected: bool = False
     abort_pending: bool = False
-    answered: bool = False  # its outcome is known (refused, ended, failed); only the handle's close may remain
+    answered: bool = False  # its outcome is known (refused, ended, failed) or it went away; only its close may remain
     tokens: list[Any] = field(default_factory=list)
 
 
@@ -140,7 +140,7 @@ class ScenarioRun:
                 self._launch(client)
         live = await self._wait_clients()
         if self._lost_worker() is not None:
-            self._after_worker_fault()
+            await self._after_worker_fault()
             live = live and await self._wait_clients()  # the closes a wedged worker held up end once it goes on
         gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
@@ -169,13 +169,20 @@ class ScenarioRun:
         """The worker fault ("worker-dies", "worker-wedges") delivered in this scenario, if any."""
         return next((kind for kind in WORKER_FAULTS if self.trace.of("fault", kind)), None)
 
-    def _after_worker_fault(self) -> None:
-        """Once the requests were answered or stalled after a worker fault: record whether the adapter still
-        called the engine healthy (with the worker wedged still), then let a wedged worker go on."""
+    async def _after_worker_fault(self) -> None:
+        """Once the requests were answered, went away or stalled after a worker fault: record whether the
+        adapter still called the engine healthy, then let a wedged worker go on. A wedged worker's engine is
+        given its declared stall bound (the fuzzer's, if it declares none) from the wedge, plus a second, to
+        stop calling itself healthy: health read earlier says nothing."""
         fault = self._lost_worker()
-        healthy = getattr(self.adapter, "healthy", None)
         # A restart or shutdown since then (it also let a wedged worker go) made the health another run's.
         restarted = any(self.trace.of("fault", k.value) for k in (FaultKind.RESTART, FaultKind.SHUTDOWN))
+        wedge = self.trace.first("fault", FaultKind.WORKER_WEDGES.value)
+        if wedge is not None and not self.injector.wedge_released and not restarted:
+            bound = self.trace.meta.get("stall_timeout_s") or self.settings.stall_s
+            while getattr(self.adapter, "healthy", None) is True and self.trace.now() < wedge.t + bound + 1.0:
+                await asyncio.sleep(TICK_S)
+        healthy = getattr(self.adapter, "healthy", None)
         if isinstance(healthy, bool) and not restarted:
             self.trace.record("check", "health", info={"healthy": healthy, "fault": fault})
         self.injector.release_wedged()
@@ -292,7 +299,6 @@ class ScenarioRun:
             outcome = client.handle.outcome()
             end = {"outcome": outcome.kind, "reason": outcome.reason, "message": outcome.message,
                    "tokens": len(client.tokens), **_answer_info(outcome.answer)}
-            client.answered = True
         except asyncio.CancelledError:
             end = {"outcome": "disconnected" if client.disconnected else "cancelled"}
             if not client.disconnected:
@@ -301,6 +307,7 @@ class ScenarioRun:
         except Exception as exc:
             end, stack = _crashed(exc)
         finally:
+            client.answered = True  # it has its answer, or went away: only the close is left
             try:
                 if client.handle is not None:
                     await client.handle.close()
@@ -461,7 +468,8 @@ class ScenarioRun:
                 seen = len(self.trace.events)
                 watch.saw_progress(self.loop.time())
             # With its worker wedged an engine answers each request (ends it with an error) but may rightly keep
-            # the request's slot until the worker returns, so a close still waiting for that is not a hang.
+            # the request's slot until the worker returns, so a close still waiting for that (also a gone
+            # client's, whose handler drains the worker) is not a hang.
             wedged = bool(self.trace.of("fault", FaultKind.WORKER_WEDGES.value)) and not self.injector.wedge_released
             pending = [c.task for c in self._unfinished() if not (wedged and c.answered)]
             if not pending:

@@ -79,3 +79,18 @@ def test_a_restart_at_the_wedge_lets_the_worker_go_and_judges_nothing_the_stuck_
     trace = run_scenario(reference_engine(route, stall_timeout_s=WEDGE_STALL_TIMEOUT_S), scenario)
     assert judge(trace) == [], judge(trace)
     assert trace.of("check", "health") == []
+
+
+@pytest.mark.parametrize("kind, route", [("cancel-in-call", "simple"), ("disconnect", "batched")])
+def test_a_client_gone_while_its_worker_is_wedged_is_no_hang_and_health_waits_for_the_stall_bound(kind, route):
+    """Found on the H100 (runner profile, simple): a cancel and a wedge at one point. The gone client's handler
+    rightly drains the wedged worker, which is no hang; and the engine is asked about its health only once its
+    own stall bound has passed since the wedge (it was asked at once, and was still healthy)."""
+    at = At("r0", "PREFILL_DONE", 0)
+    scenario = Scenario((RequestSpec("r0", 12, 3, False, route="chat"),),
+                        (FaultSpec(kind, at), FaultSpec("worker-wedges", at)), "pool")
+    trace = run_scenario(reference_engine(route, stall_timeout_s=WEDGE_STALL_TIMEOUT_S), scenario)
+    assert judge(trace) == [], judge(trace)
+    assert [c.info for c in trace.of("check", "health")] == [{"healthy": False, "fault": "worker-wedges"}]
+    deaf = [v.kind for v in judge(run_scenario(dead_owner_engine.make_stall_deaf, scenario))]
+    assert deaf == ["health-lies"], deaf

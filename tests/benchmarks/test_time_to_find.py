@@ -19,5 +19,6 @@ def test_a_row_gives_the_median_of_the_finds_and_each_seed():
     mutant = hunted(["M01"])[0]
     runs = [{"mutant": mutant.id, "profile": "ci", "seed": s, "s": t} for s, t in ((1, 4.0), (2, None), (3, 2.0))]
     runs += [{"mutant": mutant.id, "profile": "runner", "seed": s, "s": t} for s, t in ((1, None), (2, None), (3, 9.0))]
+    runs[4]["kind"] = "stalled"  # runner seed 2 stopped at another kind than the entry names
     line = row(mutant, runs, seeds=3)
-    assert "| 2/3 | 3.0 | 4.0, miss, 2.0 |" in line and "| 1/3 | - | miss, miss, 9.0 |" in line
+    assert "| 2/3 | 3.0 | 4.0, miss, 2.0 |" in line and "| 1/3 | - | miss, other: `stalled`, 9.0 |" in line

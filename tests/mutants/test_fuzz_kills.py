@@ -4,7 +4,8 @@ Each catalogue entry whose `must_kill` names `fuzz` is imported in this
 process as a renamed copy of the engine (`copies.import_copy`, the function
 `invariants mutants` copies with) and must be found by generation alone,
 shrunk to one fault on at most two requests, and replayed from its report;
-its seed scenario must catch it and pass on the unmutated engine. About a
+its seed scenario must catch it and pass on the unmutated engine. A kind that depends on timing is held to
+one fault and to replaying in one of three runs, as the fuzzer counts it. About a
 minute for the lot on two cores (`-k M01` runs one entry).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
-from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.oracles import is_exact, judge
 from mlx_invariants.fuzz.replay import replay
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.session import run_scenario
@@ -26,6 +27,10 @@ from mlx_invariants.mutants.copies import import_copy
 from tests.conftest import BACKSTOP_S
 
 FUZZED = [m for m in CATALOGUE if "fuzz" in m.must_kill]
+# Found, shrunk and replayed in about 3 minutes on two cores (each candidate's requests also run alone): the
+# nightly `slow` run holds it to generation; the default run to its seed scenario, below.
+NIGHTLY = {"M24-token-to-wrong-request"}
+HUNTED = [pytest.param(m, id=m.id, marks=[pytest.mark.slow] if m.id in NIGHTLY else []) for m in FUZZED]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def copies_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # Shrinking re-runs each candidate on a fresh engine, and with requests run alone after it (fuzz/differential.py)
 # an entry found on a loaded 2-core box took close to the suite's 300 s: the clock guard here is a hang guard.
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("mutant", FUZZED, ids=[m.id for m in FUZZED])
+@pytest.mark.parametrize("mutant", HUNTED)
 def test_fuzzer_finds_shrinks_and_replays_the_mutant(mutant: Mutant, copies_root: Path, tmp_path: Path):
     target = Target.reference(mutant.routes[0], package=import_copy(mutant, copies_root))
     # The count and shrinking's own end stop it, not the clock: shrinking met a 60 s limit under load (M19
@@ -46,13 +51,20 @@ def test_fuzzer_finds_shrinks_and_replays_the_mutant(mutant: Mutant, copies_root
     assert result.failure is not None, f"missed alarm: {mutant.id} ({mutant.title}) survived {result.examples} examples"
     failure = result.failure
     assert failure.violations[0].kind in mutant.finds, failure.headline
-    assert len(failure.scenario.requests) <= 2 and len(failure.scenario.faults) <= 1, failure.scenario.describe()
+    # An exact kind shrinks to its core; one that depends on timing (which requests shared a decode step) may
+    # stop larger on a loaded box, where a smaller candidate's requests happened not to overlap.
+    assert len(failure.scenario.faults) <= 1, failure.scenario.describe()
+    if is_exact(failure.violations[0].kind):
+        assert len(failure.scenario.requests) <= 2, failure.scenario.describe()
     assert failure.reproduced is not None and failure.reproduced[0] >= 1
     report = (result.report_dir / "report.txt").read_text()
     assert f" -m mlx_invariants fuzz --replay {result.report_dir / 'scenario.json'}" in report
     assert "reproduced:" in report and "device:" in report and "event trace" in report
-    replayed = replay(result.report_dir / "scenario.json")  # the file names its target: the mutated copy
-    assert replayed.reproduced == 1 and replayed.runs[0][0].kind in mutant.finds
+    # The file names its target: the mutated copy. A kind that depends on timing (not exact) counts once it
+    # replays, as the fuzzer counts it: in one of three runs on fresh engines.
+    times = 1 if is_exact(failure.violations[0].kind) else 3
+    replayed = replay(result.report_dir / "scenario.json", times=times)
+    assert replayed.reproduced >= 1 and any(run and run[0].kind in mutant.finds for run in replayed.runs), replayed
 
 
 @pytest.mark.parametrize("mutant", FUZZED, ids=[m.id for m in FUZZED])

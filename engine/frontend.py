@@ -216,9 +216,16 @@ class EngineFrontend:
         if self._stall_watch is not None:
             self._stall_watch.cancel()
             self._stall_watch = None
-        if owner is not self._owner or owner.stopping or self._shutting_down:
+        if owner is not self._owner or owner.stopping:
             return
-        down = self.unavailable
+        if self._shutting_down and owner.ready.done() and not owner.ready.cancelled() \
+                and owner.ready.exception() is None:
+            # It died during the shutdown's grace, before being told to stop: end what it held now, not after
+            # the grace periods spent waiting for a thread that is gone.
+            down: Optional[Unavailable] = Unavailable(
+                "the engine's owner thread died while the engine was shutting down", Unavailable.DEAD)
+        else:
+            down = self.unavailable
         if down is None:
             return  # startup failed: `start()` reports it
         log.critical("owner thread %s ended while serving: %s", owner.name, down)

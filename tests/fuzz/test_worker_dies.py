@@ -67,3 +67,23 @@ def test_worker_dies_is_drawn_only_when_asked_for(capsys):
     assert "--faults: nap; choose from " in capsys.readouterr().err
     assert main(["fuzz", "--server-cmd", "python -m srv --port {port}", "--faults", "worker-dies"]) == 2
     assert "an HTTP target takes the fault kinds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("route", ["simple", "batched"])
+def test_a_worker_that_dies_during_the_shutdowns_grace_ends_what_it_held_at_once(route: str, tmp_path):
+    """Found on this box (runner profile, every fault kind): the owner died while a shutdown was waiting out its
+    grace, and the engine, reading the death as the shutdown's own stop, left r2 waiting through the grace
+    periods for a thread that was gone (4 s). Replayed as the fuzzer replays it (a baseline first)."""
+    from mlx_invariants.fuzz.case import dumps_case
+    from mlx_invariants.fuzz.replay import replay
+    from mlx_invariants.fuzz.target import Target
+
+    scenario = Scenario((RequestSpec("r0", 6, 8, True), RequestSpec("r1", 11, 5, False),
+                         RequestSpec("r2", 296, 9, False, route="chat")),
+                        (FaultSpec("shutdown", At("r2", "SLOT_ACQUIRED")), FaultSpec("worker-dies", At("r2", "PREFILL_DONE"))),
+                        "alternate")
+    target = Target.reference(route)
+    case = tmp_path / "scenario.json"
+    case.write_text(dumps_case(scenario, target))
+    replayed = replay(case, target)
+    assert replayed.reproduced == 0, replayed.runs

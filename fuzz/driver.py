@@ -178,7 +178,7 @@ class ScenarioRun:
         # A restart or shutdown since then (it also let a wedged worker go) made the health another run's.
         restarted = any(self.trace.of("fault", k.value) for k in (FaultKind.RESTART, FaultKind.SHUTDOWN))
         wedge = self.trace.first("fault", FaultKind.WORKER_WEDGES.value)
-        if wedge is not None and not self.injector.wedge_released and not restarted:
+        if self.injector.wedged and not restarted:
             bound = self.trace.meta.get("stall_timeout_s") or self.settings.stall_s
             while getattr(self.adapter, "healthy", None) is True and self.trace.now() < wedge.t + bound + 1.0:
                 await asyncio.sleep(TICK_S)
@@ -470,7 +470,7 @@ class ScenarioRun:
             # With its worker wedged an engine answers each request (ends it with an error) but may rightly keep
             # the request's slot until the worker returns, so a close still waiting for that (also a gone
             # client's, whose handler drains the worker) is not a hang.
-            wedged = bool(self.trace.of("fault", FaultKind.WORKER_WEDGES.value)) and not self.injector.wedge_released
+            wedged = self.injector.wedged
             pending = [c.task for c in self._unfinished() if not (wedged and c.answered)]
             if not pending:
                 late = [c for c in self.clients.values() if c.task is None]
@@ -496,7 +496,7 @@ class ScenarioRun:
             # Let what is ready run first: the fuzzer's own lag watcher wakes every 20 ms, in step with this
             # 100 ms tick, and a wakeup of it found in the ready queue is not the engine doing anything.
             nothing_runs = await wait_loop_idle() and quiescent(self.loop, self.injector)
-            if self.trace.of("fault", FaultKind.WORKER_WEDGES.value):
+            if wedged:
                 # A wedged worker is parked by design: the engine gets its own stall bound to notice, then ours.
                 nothing_runs = False
                 watch.stall_s = self.settings.stall_s + (self.trace.meta.get("stall_timeout_s") or 0.0)

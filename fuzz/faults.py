@@ -112,6 +112,7 @@ class Injector:
         self.paused = 0
         self._settle = False
         self._unwedge = threading.Event()  # set by `release_wedged`: a wedged worker goes on
+        self._wedged = False
 
     @property
     def undelivered(self) -> list[Trigger]:
@@ -160,6 +161,7 @@ class Injector:
         if raises and not on_loop:
             order = (FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value)  # the first of these, else a raise
             fault = next((f for kind in order for f in raises if f.kind == kind), raises[0])
+            self._wedged = self._wedged or fault.kind == FaultKind.WORKER_WEDGES.value  # before the loop can see it
             self.trace.record("fault", fault.kind, rid, info={"at": str(fault.at)})
             if fault.kind == FaultKind.WORKER_DIES.value:
                 raise WorkerKilled(f"injected worker death at {fault.at}")
@@ -174,8 +176,9 @@ class Injector:
         self._unwedge.set()
 
     @property
-    def wedge_released(self) -> bool:
-        return self._unwedge.is_set()
+    def wedged(self) -> bool:
+        """A "worker-wedges" fault holds a worker in the hook now (delivered, not yet let go)."""
+        return self._wedged and not self._unwedge.is_set()
 
     def _cancel_in_call(self, cancels: list[FaultSpec], now: bool) -> None:
         """Deliver the cancels without pausing anyone: `now` (on the loop, or from a worker with no MLX

@@ -9,14 +9,13 @@ import sys
 
 import pytest
 
-from mlx_invariants.fuzz.adapters.http import HttpAdapter, ServerProcess
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.scenario import At, RequestSpec, Scenario
 from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.settings import FuzzSettings
-from mlx_invariants.fuzz.target import Engines, Target
+from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
 from tests.conftest import BACKSTOP_S
 
@@ -33,8 +32,7 @@ REMOTE = DriverSettings(quiet_ticks=50, stall_s=10.0, step_s=0.01)
 
 def _served(command: str, model: str = "default_model") -> Trace:
     """`BOTH_BUSY` on the server `command`, started for it."""
-    target, server = Target.server(command, model=model), ServerProcess(command)
-    engines = Engines(target, lambda: HttpAdapter("", server, target.model, target.routes), server)
+    engines = Target.server(command, model=model).build()
     try:
         return run_scenario(engines, BOTH_BUSY, settings=REMOTE)
     finally:
@@ -78,8 +76,7 @@ def test_servers_that_answer_both_transports_alike_are_clean(command, model, ans
 def test_the_fuzzer_confirms_the_planted_server_and_reports_both_answers():
     """The busy kind judges concurrency, so it counts once it replays: each re-run meets a new server."""
     command = f"{ERROR_FRAME_SERVER} --busy-frames --mlx"
-    target, server = Target.server(command), ServerProcess(command)
-    engines = Engines(target, lambda: HttpAdapter("", server, target.model, target.routes), server)
+    engines = Target.server(command).build()  # one server, each re-run on a new process
     try:
         result = run_fuzz(engines, FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(BOTH_BUSY,),
                                                 debug_run=False, replays=2, shrink=False))

@@ -326,6 +326,11 @@ class ScenarioRun:
             return False
         got = FollowupOutcome.of(self.trace.of("request", "end", "followup")[-1].info, client.tokens)
         self.trace.meta["followup"] = got.to_json()
+        if self.shutdown_task is not None:
+            # A shutdown delivered at a point its request reached after its client ended (the owner's last
+            # point comes after the answer): the follow-up met a shutdown the scenario asked for, so whatever
+            # it got says nothing of the engine. What the shutdown leaves behind is judged as any other.
+            return True
         # After its worker died or wedged an engine cannot answer as a fresh one does: the follow-up must only end
         # or be refused (a hang is a stall, judged by `hang-after-worker-fault`), whatever it returned.
         if self.expected_followup is not None and self._lost_worker() is None:

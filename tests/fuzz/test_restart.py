@@ -4,6 +4,11 @@ is found through it, and only through it."""
 
 from __future__ import annotations
 
+import asyncio
+import queue
+import threading
+import time
+
 import pytest
 
 from mlx_invariants.fuzz.followup import FollowupOutcome
@@ -112,4 +117,44 @@ def test_an_engine_with_no_declared_owner_may_enter_mlx_from_its_new_thread_afte
                         (FaultSpec("restart", At("r0", "CHUNK_SENT", 1)),))
     trace = run_scenario(make_drain, scenario)
     assert trace.first("engine", "restarted") is not None
+    assert judge(trace) == [], judge(trace)
+
+
+class _LateLastPoints(ReferenceAdapter):
+    """Its engine reports a request's last points (FINISHED, then SLOT_RELEASED) a while after the answer
+    went out, in order, from a thread of its own, as a loaded box can make it: a fault placed there is
+    delivered once the follow-up is on its way."""
+
+    def set_point_hook(self, hook) -> None:
+        def late(point, rid, info):
+            if getattr(point, "name", "") in ("FINISHED", "SLOT_RELEASED") and not rid.startswith("followup"):
+                self._late.put(lambda: hook(point, rid, info))
+            else:
+                hook(point, rid, info)
+        super().set_point_hook(late if hook is not None else None)
+
+    async def start(self) -> None:
+        self._late: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._reporter = threading.Thread(target=self._report_late, name="late-points", daemon=True)
+        self._reporter.start()
+        await super().start()
+
+    def _report_late(self) -> None:
+        for report in iter(self._late.get, None):
+            time.sleep(0.3)
+            report()
+
+    async def shutdown(self) -> None:
+        await super().shutdown()
+        self._late.put(None)
+        while self._reporter.is_alive():  # it may wait for this loop to deliver the fault it reports
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("kind", ["shutdown", "restart"])
+def test_a_fault_delivered_after_its_client_ended_never_fails_the_follow_up(kind: str):
+    factory = lambda: _LateLastPoints(reference_engine("simple")().factory)  # noqa: E731
+    scenario = Scenario((RequestSpec("r0", 3, 2, True),), (FaultSpec(kind, At("r0", "FINISHED")),))
+    trace = run_scenario(factory, scenario, expected_followup=_followup(factory))
+    assert trace.first("fault", kind) is not None
     assert judge(trace) == [], judge(trace)

@@ -500,7 +500,7 @@ class ScenarioRun:
                 continue
             # Let what is ready run first: the fuzzer's own lag watcher wakes every 20 ms, in step with this
             # 100 ms tick, and a wakeup of it found in the ready queue is not the engine doing anything.
-            nothing_runs = await wait_loop_idle() and quiescent(self.loop, self.injector)
+            nothing_runs = await wait_loop_idle() and quiescent(self.loop, self.injector, watch.stall_s)
             if wedged:
                 # A wedged worker is parked by design: the engine gets its own stall bound to notice, then ours.
                 nothing_runs = False

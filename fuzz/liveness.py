@@ -19,7 +19,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from mlx_invariants.fuzz.faults import wait_loop_idle
 
@@ -43,9 +43,40 @@ def parked(frame: Any) -> bool:
     return bool(_PARKED_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
 
 
-def quiescent(loop: asyncio.AbstractEventLoop, injector: "Injector") -> bool:
-    """Nothing can run: the loop has nothing ready, no fault is in flight, every other thread is parked."""
+def _timer_task(handle: asyncio.TimerHandle) -> Optional[asyncio.Task]:
+    """The task an `asyncio.sleep` timer wakes (its future's one waiter), if it is one."""
+    future = handle._args[0] if handle._args and isinstance(handle._args[0], asyncio.Future) else None
+    for callback, _context in getattr(future, "_callbacks", None) or ():
+        if isinstance(getattr(callback, "__self__", None), asyncio.Task):
+            return callback.__self__
+    return None
+
+
+def engine_timer_due(loop: asyncio.AbstractEventLoop, within_s: float) -> bool:
+    """A timer the engine set (not the fuzzer's own) fires within `within_s`: something will run then.
+
+    A batching window (`await asyncio.sleep(0.5)` to gather arrivals), a `wait_for` before a busy
+    refusal or a poll interval leave the loop idle and every thread parked while a request waits, and
+    the engine is not stuck. The fuzzer's own tasks are named "fuzz-..."; a client task runs the
+    adapter's code, so its timers are the engine's. A timer whose owner cannot be told counts as the
+    engine's: the no-progress backstop still catches a stall, only later."""
+    deadline = loop.time() + within_s
+    for handle in loop._scheduled:  # type: ignore[attr-defined]  # CPython's timer heap
+        if handle.cancelled() or handle.when() > deadline:
+            continue
+        task = _timer_task(handle)
+        name = task.get_name() if task is not None else ""
+        if not name.startswith("fuzz-") or name.startswith("fuzz-client-"):
+            return True
+    return False
+
+
+def quiescent(loop: asyncio.AbstractEventLoop, injector: "Injector", within_s: float = 0.0) -> bool:
+    """Nothing can run: the loop has nothing ready and no engine timer due within `within_s`, no fault is
+    in flight, every other thread is parked."""
     if loop._ready or injector.deliveries or injector.paused:  # type: ignore[attr-defined]
+        return False
+    if within_s and engine_timer_due(loop, within_s):
         return False
     me = threading.get_ident()
     return all(parked(frame) for ident, frame in sys._current_frames().items() if ident != me)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import sys
 import threading
@@ -12,7 +13,7 @@ from typing import Callable
 import pytest
 
 from mlx_invariants.fuzz import liveness
-from mlx_invariants.fuzz.liveness import StallWatch, parked, quiescent
+from mlx_invariants.fuzz.liveness import StallWatch, engine_timer_due, parked, quiescent
 
 WAIT_S = 10.0   # how long a thread gets to reach its blocking call (a loaded box is slow, never this slow)
 
@@ -129,3 +130,56 @@ def test_progress_resets_the_quiet_ticks_and_the_backstop() -> None:
     watch.saw_progress(4.5)
     assert not watch.stalled(9.4, nothing_runs=False)  # under stall_s since the progress at 4.5
     assert watch.stalled(9.6, nothing_runs=False)
+
+
+def test_a_timer_the_engine_set_means_something_will_run_and_the_fuzzers_own_do_not() -> None:
+    async def look() -> dict[str, bool]:
+        loop = asyncio.get_running_loop()
+        seen = {}
+
+        async def timer(name: str, delay: float = 0.5) -> asyncio.Task:
+            task = asyncio.create_task(asyncio.sleep(delay), name=name)
+            await asyncio.sleep(0)  # it reaches its sleep: the timer is set
+            return task
+
+        harness = await timer("fuzz-lag")
+        seen["the fuzzer's lag watcher"] = engine_timer_due(loop, 1.0)
+        client = await timer("fuzz-client-r0")  # a client task runs the adapter's code
+        seen["a client task's wait"] = engine_timer_due(loop, 1.0)
+        client.cancel()
+        await asyncio.sleep(0)
+        window = await timer("batch-window")
+        seen["an engine task's sleep, due within"] = engine_timer_due(loop, 1.0)
+        seen["an engine task's sleep, due beyond"] = engine_timer_due(loop, 0.1)
+        window.cancel()
+        await asyncio.sleep(0)  # its sleep's finally cancels the timer
+        handle = loop.call_later(0.5, lambda: None)  # a wait_for's timeout, a poll: no task to name it
+        seen["a bare call_later"] = engine_timer_due(loop, 1.0)
+        handle.cancel()
+        seen["all cancelled but the lag watcher"] = engine_timer_due(loop, 1.0)
+        harness.cancel()
+        return seen
+
+    seen = asyncio.run(look())
+    assert seen == {"the fuzzer's lag watcher": False, "a client task's wait": True,
+                    "an engine task's sleep, due within": True, "an engine task's sleep, due beyond": False,
+                    "a bare call_later": True, "all cancelled but the lag watcher": False}, seen
+
+
+def test_a_correct_engine_waiting_out_a_batching_window_is_not_stalled() -> None:
+    from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
+    from mlx_invariants.fuzz.oracles import judge
+    from mlx_invariants.fuzz.scenario import RequestSpec, Scenario
+    from mlx_invariants.fuzz.session import run_scenario
+
+    class Windowed(ReferenceAdapter):
+        """Gathers arrivals for a while before posting them (loop idle, owner parked, nothing stuck)."""
+
+        async def submit(self, spec):
+            await asyncio.sleep(1.0)
+            return await super().submit(spec)
+
+    trace = run_scenario(lambda: Windowed(reference_engine("simple")().factory),
+                         Scenario((RequestSpec("r0", 3, 2, True),), followup=False))
+    assert trace.first("request", "end", "r0").info["outcome"] == "completed"
+    assert judge(trace) == [], judge(trace)

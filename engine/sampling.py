@@ -8,13 +8,39 @@ from mlx_invariants.engine.messages import SamplingParams
 
 
 def make_request_sampler(params: SamplingParams) -> Callable[[Any], Any]:
-    """mlx-lm's sampler for these params; seeds MLX's RNG when a seed is given (owner thread only)."""
-    import mlx.core as mx
+    """mlx-lm's sampler for these params, or, with a seed, one drawing from the request's own key (owner
+    thread only)."""
     from mlx_lm.sample_utils import make_sampler
 
-    if params.seed is not None:
-        mx.random.seed(params.seed)
-    return make_sampler(temp=params.temperature, top_p=params.top_p)
+    if params.seed is None or params.temperature == 0:
+        return make_sampler(temp=params.temperature, top_p=params.top_p)
+    return SeededSampler(params.seed, params.temperature, params.top_p)
+
+
+class SeededSampler:
+    """Samples as mlx-lm's sampler does (top-p, then a categorical draw at the temperature), from a key of
+    its own split once a token, so a seeded request's tokens depend on its seed and its prompt alone.
+
+    Seeding MLX's global RNG instead breaks that promise on the batched route: every row of a step draws
+    from the one global state in turn, so a seeded request beside others got other tokens than alone (6 of
+    6 runs on the embedded model, against 0 of 6 on the serialized route, which runs one at a time).
+    """
+
+    def __init__(self, seed: int, temperature: float, top_p: float):
+        import mlx.core as mx
+
+        self._key = mx.random.key(seed)
+        self._scale = 1.0 / temperature
+        self._top_p = top_p
+
+    def __call__(self, logprobs: Any) -> Any:
+        import mlx.core as mx
+        from mlx_lm.sample_utils import apply_top_p
+
+        if 0 < self._top_p < 1.0:
+            logprobs = apply_top_p(logprobs, self._top_p)
+        self._key, key = mx.random.split(self._key)
+        return mx.random.categorical(logprobs * self._scale, key=key)
 
 
 def logprob_of(logprobs: Any, token: int) -> float:

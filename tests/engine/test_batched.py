@@ -47,6 +47,31 @@ def test_batched_output_matches_serialized_output():
     assert len(outputs["simple"]) == 20
 
 
+async def submitted(engine, pending) -> list:
+    return await consume(await engine.submit(pending))
+
+
+def test_a_seeded_request_samples_the_same_tokens_alone_beside_others_and_on_both_routes():
+    """A seed is the request's own: sampled beside other sampling requests (its batch rows draw in turn) it
+    returns what it returns alone, and both routes return the same."""
+    seeded = {"temperature": 1.0, "top_p": 0.9, "seed": 7}
+    outputs = {}
+
+    for cls in (SimpleEngine, BatchedEngine):
+        async def body(engine, cls=cls):
+            alone = await consume(await engine.submit(request(engine, "a", 16, **seeded)))
+            beside = (request(engine, "b", 16, **seeded),
+                      request(engine, "c", 16, "other words", temperature=1.0, seed=99),
+                      request(engine, "d", 16, "more words", temperature=0.8))
+            together = await asyncio.gather(*(submitted(engine, p) for p in beside))
+            outputs[cls.name] = [t.token for t in alone]
+            assert [t.token for t in together[0]] == outputs[cls.name]
+
+        run_engine(cls, body, admission="wait", max_queue=4, max_wait_ms=60_000)
+    assert outputs["simple"] == outputs["batched"]
+    assert len(outputs["simple"]) == 16
+
+
 def test_concurrent_requests_all_complete_in_one_batch(points):
     async def body(engine):
         streams = [await engine.submit(request(engine, f"r{i}", 10 + i)) for i in range(6)]

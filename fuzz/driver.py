@@ -107,8 +107,10 @@ class ScenarioRun:
         self.suffix = f"~{next(_RUNS)}"
         # A launched server's records reader (its MLX is seen afterwards, from a file); None in-process.
         self.collect = getattr(self.adapter, "collect", None)
+        # A launched server with the sentinel's worker switch: worker faults are armed in it (fuzz/worker_switch.py).
+        arm = self.adapter.arm_worker_fault if getattr(self.adapter, "arms_worker_faults", False) else None
         self.injector = Injector(trace, self.loop, triggers, self._deliver, cap_s=self.settings.cap_s,
-                                 suffix=self.suffix, live_mlx=self.collect is None)
+                                 suffix=self.suffix, live_mlx=self.collect is None, arm=arm)
         self.shutdown_task: Optional[asyncio.Task] = None
         self.restart_task: Optional[asyncio.Task] = None  # the latest "restart": True once it serves again
         self.shutdown_stalled = False  # a shutdown never returned: nothing after it is waited for
@@ -139,6 +141,7 @@ class ScenarioRun:
             if client.spec.arrival is None:
                 self._launch(client)
         live = await self._wait_clients()
+        await self.injector.disarm_unfired()  # a worker fault armed in a server fired by now, or never will
         if self._lost_worker() is not None:
             await self._after_worker_fault()
             live = live and await self._wait_clients()  # the closes a wedged worker held up end once it goes on
@@ -249,7 +252,9 @@ class ScenarioRun:
         if self.collect is not None:
             self.collect(self.trace)  # a server's spans count before deciding
             self._record_server_rest()
-        if judge(self.trace) or not getattr(self.adapter, "healthy", True) or self.executor.busy:
+        # An engine whose worker was lost is not kept, however it recovered (`healthy` None: not known).
+        if judge(self.trace) or getattr(self.adapter, "healthy", True) is False or self.executor.busy \
+                or self._lost_worker() is not None:
             return False
         if self.restart_task is not None and not self.restart_task.done():
             return False  # a restart delivered late (after the last client ended) is still on its way

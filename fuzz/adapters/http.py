@@ -14,6 +14,11 @@ SERVER_STEP(k); half the body sent = BODY_PART). An error frame inside an HTTP
 error with that message, and so does an error status. How each failed request
 was answered (its status, where the error was, its code) goes into its outcome
 as a `fuzz.transport.Answer`, for the oracle that compares the two transports.
+
+A launched server asked for worker faults ("worker-dies", "worker-wedges") gets the sentinel's worker
+switch: at a point of a scenario the fuzzer arms the fault there (`arm_worker_fault`), for the server's
+next MLX call (fuzz/worker_switch.py), and a server whose worker was hit is replaced when the next
+adapter starts, so the next scenario meets a new one. Its declared health route (`health`) is what `healthy` reads.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from mlx_invariants.fuzz.scenario import ROUTES, FaultKind, RequestSpec
 from mlx_invariants.fuzz.sentinel import read_records
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.transport import Answer
+from mlx_invariants.fuzz.worker_switch import ArmedFault, switch_port
 from mlx_invariants.points import Point
 
 # The fault kinds and points a client of a server can use, declared on `FaultKind` and `Point` (`over_http`).
@@ -52,6 +58,8 @@ _ERROR_LINE = re.compile(r"\w(Error|Exception)\b|No module named|not found|[Aa]d
 # Simplest first (shrinking moves towards the front): SERVER_STEP needs a launched server's records, and
 # BODY_PART sends the server a request it cannot parse.
 HTTP_POINTS = tuple(point.name for point in Point if point.over_http)
+# A health route that has not answered by then is not answering healthy (a wedged server's may never answer).
+HEALTH_TIMEOUT_S = 2.0
 # How often a client waiting for its response reads the server's sentinel records (SERVER_STEP).
 RECORDS_POLL_S = 0.003
 # Body fields that change how a token is chosen: with any of them in `--request-body`, the answer may not
@@ -75,7 +83,7 @@ class ServerProcess:
     """A server command on a free 127.0.0.1 port, with the sentinel injected; stopped at exit, and when this
     process is killed (`fuzz.lifeline`)."""
 
-    def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = 180.0):
+    def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = 180.0, switch: bool = False):
         self.command = command
         # No owner unless declared: the first thread into MLX is then remembered as the loader, and what
         # another thread does is judged by the MLX version's thread rules (`ownership.mlx_only_on_loader`).
@@ -84,19 +92,25 @@ class ServerProcess:
         self.folder = Path(tempfile.mkdtemp(prefix="mlx-invariants-server-"))
         self.records = self.folder / "sentinel.jsonl"
         self.log = self.folder / "server.log"
+        # With `switch`, the sentinel's worker switch writes its port here (fuzz/worker_switch.py).
+        self.control: Optional[Path] = self.folder / "switch.port" if switch else None
         self.process: Optional[subprocess.Popen] = None
         self.lifeline: Optional[Lifeline] = None
         self.url = ""
         self.ready_s = 0.0  # how long the last start took until the port answered
         self.starts = 0     # processes started so far (a server is restarted after a violating scenario)
         self.rest = RestSeries()  # the running process's rest state, scenario after scenario (`fuzz.rest`)
+        self.worker_lost = False  # a worker fault armed in its sentinel fired: the next use starts a new one
 
     def ensure(self) -> str:
-        if self.process is not None and self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None and not self.worker_lost:
             return self.url
+        self.worker_lost = False
         self.stop()  # a server that died: let its watchdog go
         port = _free_port()
-        env = sentinel_env(self.records, self.owner)
+        if self.control is not None:
+            self.control.unlink(missing_ok=True)  # the last process's port
+        env = sentinel_env(self.records, self.owner, control=self.control)
         argv = shlex.split(self.command.replace("{port}", str(port)))
         started = time.monotonic()
         try:
@@ -251,12 +265,13 @@ class HttpAdapter:
     """
 
     def __init__(self, url: str, server: Optional[ServerProcess], model: str, routes: tuple[str, ...] = ROUTES,
-                 extra: Optional[dict[str, Any]] = None):
+                 extra: Optional[dict[str, Any]] = None, health: str = ""):
         self.url = url
         self.extra = extra or {}  # merged into every body, over the fuzzer's own fields
         self.server = server
         self.routes = routes
         self.owner = None  # this process only runs the client; the server's sentinel has its own owner
+        self.health = health  # the server's health route ("/health"), if the target declares one
         self.name = f"http {server.command if server else url}"
         self.busy_bound_s = 5.0
         self.model = model
@@ -270,6 +285,7 @@ class HttpAdapter:
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
 
+        self._armed: list[ArmedFault] = []  # worker faults armed in the server through this adapter
     def reach(self, point: Point, rid: str, **info: Any) -> None:
         if self._hook is not None:
             self._hook(point, rid, info)
@@ -342,6 +358,40 @@ class HttpAdapter:
             return {}
         import httpx
 
+        if any(armed.hit for armed in self._armed) and self.server is not None:
+            # Its worker died or wedged: whatever it does now, the next scenario must meet a new server (stopped
+            # then, not now: a request still waiting on it is judged as it waits, not as a cut connection).
+            self.server.worker_lost = True
+        self._armed.clear()
+
+    @property
+    def arms_worker_faults(self) -> bool:
+        """Whether this adapter's server has the sentinel's worker switch (it was asked for worker faults)."""
+        return self.server is not None and self.server.control is not None
+
+    async def arm_worker_fault(self, kind: str, at: str) -> ArmedFault:
+        """Arm `kind` in the launched server's worker switch, for its next MLX call (fuzz/worker_switch.py);
+        `ConnectionError` if the server has no switch listening."""
+        port = switch_port(self.server.control) if self.arms_worker_faults else None
+        if port is None:
+            raise ConnectionError("the launched server has no worker switch listening")
+        armed = await ArmedFault.arm(port, kind, at)
+        self._armed.append(armed)
+        return armed
+
+    @property
+    def healthy(self) -> Optional[bool]:
+        """Whether the declared health route answers 200 now (one short blocking GET, read after a scenario
+        and after a worker fault); an error status, no answer within `HEALTH_TIMEOUT_S` or a refused
+        connection is not healthy. None with no health route declared: nothing is judged by it."""
+        if not self.health or self._client is None:
+            return None
+        import httpx
+
+        try:
+            return httpx.get(f"{self.url}{self.health}", timeout=HEALTH_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            return False
         try:
             response = httpx.get(f"{self.url}/v1/status", timeout=5.0)
             body = response.json() if response.status_code == 200 else None

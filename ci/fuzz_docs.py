@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the ci/ scripts shar
 from docblocks import DocError, GeneratedDoc, stale_blocks  # noqa: E402,F401  (stale_blocks: for the tests)
 
 from mlx_invariants.fuzz.oracles import declared_kinds
-from mlx_invariants.fuzz.scenario import Delivery, FaultKind
+from mlx_invariants.fuzz.scenario import RAISE_POINTS, Delivery, FaultKind, aimable
 from mlx_invariants.fuzz.trace import EVENTS
 from mlx_invariants.points import Point, Side
 
@@ -73,12 +73,20 @@ DELIVERED = {
 }
 
 
-def fault_kinds_block() -> str:
+def _where(kind: FaultKind) -> str:
+    """The points a fault of `kind` may be aimed at (`aimable`), as the table says it."""
+    if not kind.inside_mlx:
+        return "any point"
     raising = ", ".join(f"`{p.name}`" for p in Point if p.may_raise)
+    armed = ", ".join(f"`{p.name}`" for p in Point if p.name not in RAISE_POINTS and aimable(kind.value, p.name))
+    return f"in process {raising}; in a launched server, armed in its sentinel at {armed}" if armed else f"only {raising}"
+
+
+def fault_kinds_block() -> str:
     rows = ["| kind | takes a victim (`rid`) | delivered | where | over HTTP | what it does |",
             "|---|---|---|---|---|---|"]
     rows += [f"| `{k.value}` | {_yes(k.victim)} | {DELIVERED[k.delivery]} | "
-             f"{'only ' + raising if k.inside_mlx else 'any point'} | {_yes(k.over_http)} | {_cell(k.doc)} |"
+             f"{_where(k)} | {_yes(k.over_http)} | {_cell(k.doc)} |"
              for k in FaultKind]
     return "\n".join(rows) + "\n"
 

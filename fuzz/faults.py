@@ -12,7 +12,11 @@ fault is due:
   there, a `BaseException` that escapes the worker's loop and kills it; a
   "worker-wedges" fault blocks the worker there, as an MLX call that never
   returns, until the driver lets it go (`release_wedged`, once the requests
-  ended or stalled);
+  ended or stalled); against a launched server, whose worker no hook of ours runs in, a
+  worker fault reached at any point of its scenario is armed in the server's sentinel
+  instead (`arm`, fuzz/worker_switch.py) and fires at the server's next MLX call: it is
+  recorded when the server says it fired, and disarmed (recorded as such) if the
+  scenario's requests ended first (`disarm_unfired`);
 - a "cancel-in-call" fault is a cancel that never pauses the worker: on an
   owner-side point before MLX work (`RAISE_POINTS`) the worker only schedules
   it and goes on into the call that follows (the prefill after WORKER_STARTED,
@@ -45,8 +49,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Union
 
 from mlx_invariants.fuzz.errors import InjectedFault, WorkerKilled
-from mlx_invariants.fuzz.scenario import INDEXED_POINTS, RAISE_POINTS, At, Delivery, FaultKind, FaultSpec
+from mlx_invariants.fuzz.scenario import (INDEXED_POINTS, RAISE_POINTS, WORKER_FAULTS, At, Delivery, FaultKind,
+                                           FaultSpec)
 from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
+from mlx_invariants.fuzz.worker_switch import CONNECT_S, ArmedFault
 
 IN_CALL = FaultKind.CANCEL_IN_CALL.value  # the fault kind that never pauses the worker
 IN_CALL_POLL_S = 0.0002     # how often the loop looks whether the worker entered MLX (it sends no event)
@@ -67,6 +73,8 @@ class Arrival:
 Trigger = Union[FaultSpec, Arrival]
 # Delivers a trigger at once; returns the rest of the delivery (e.g. a second cancel) to await, if any.
 Action = Callable[[Trigger], Optional[Awaitable[None]]]
+# Arms a worker fault (kind, where) in a launched server's sentinel (`HttpAdapter.arm_worker_fault`).
+Arm = Callable[[str, str], Awaitable[ArmedFault]]
 
 
 def delivery(trigger: Trigger) -> Delivery:
@@ -84,6 +92,12 @@ async def wait_loop_idle(max_turns: int = 1000) -> bool:
     return False
 
 
+def _first_of(raises: list[FaultSpec]) -> FaultSpec:
+    """Of the worker-delivered faults due at one point, the one delivered: a death, else a wedge, else a raise."""
+    order = (FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value)
+    return next((f for kind in order for f in raises if f.kind == kind), raises[0])
+
+
 def _worker_went_on(worker: int) -> Callable[[Event], bool]:
     """An event of `worker` entering MLX or reaching its next point."""
     return lambda e: e.thread == worker and e.kind in ("mlx", "point")
@@ -99,8 +113,10 @@ class Injector:
     """The points hook for one scenario run."""
 
     def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[Trigger],
-                 deliver: Action, cap_s: float = 2.0, suffix: str = "", live_mlx: bool = True):
+                 deliver: Action, cap_s: float = 2.0, suffix: str = "", live_mlx: bool = True,
+                 arm: Optional[Arm] = None):
         self.trace = trace
+        self._arm = arm  # a launched server's: worker faults are armed in it, not raised here
         self.live_mlx = live_mlx  # the sentinel's MLX spans reach the trace as they happen (in-process)
         self.suffix = suffix
         self.loop = loop
@@ -113,6 +129,9 @@ class Injector:
         self._settle = False
         self._unwedge = threading.Event()  # set by `release_wedged`: a wedged worker goes on
         self._wedged = False
+        self._arming: set[asyncio.Task] = set()  # worker faults armed in a server, until they fire or are disarmed
+        self._armed: list[ArmedFault] = []
+        self._disarming = False
 
     @property
     def undelivered(self) -> list[Trigger]:
@@ -158,9 +177,11 @@ class Injector:
             self._cancel_in_call(in_call, on_loop or name not in RAISE_POINTS)
         if across:
             self._cancel_in_call(across, True)
+        armable = [f for f in raises if f.kind in WORKER_FAULTS]  # a server has no spot for a plain raise
+        if armable and on_loop and self._arm is not None:
+            self._arm_in_server(_first_of(armable), rid)
         if raises and not on_loop:
-            order = (FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value)  # the first of these, else a raise
-            fault = next((f for kind in order for f in raises if f.kind == kind), raises[0])
+            fault = _first_of(raises)
             self._wedged = self._wedged or fault.kind == FaultKind.WORKER_WEDGES.value  # before the loop can see it
             self.trace.record("fault", fault.kind, rid, info={"at": str(fault.at)})
             if fault.kind == FaultKind.WORKER_DIES.value:
@@ -172,8 +193,55 @@ class Injector:
 
     def release_wedged(self) -> None:
         """Let a worker wedged by a "worker-wedges" fault go on (it is judged by then), and any later one
-        pass straight through, so shutdown can join it."""
+        pass straight through, so shutdown can join it; in a launched server, close each arming (it lets
+        go of the call it wedged, and disarms one that never fired)."""
         self._unwedge.set()
+        self._disarming = True
+        for armed in self._armed:
+            armed.release()
+
+    def _arm_in_server(self, fault: FaultSpec, rid: str) -> None:
+        """Arm a worker fault a server scenario reached in the server's sentinel (`Injector.hook`, on the
+        loop); at most one: once the worker is lost, a second fault says nothing more."""
+        if self._arming or self._armed or self._disarming:
+            self.trace.record("fault", "armed", rid, info={"at": str(fault.at), "kind": fault.kind, "delivered": False})
+            return
+        task = self.loop.create_task(self._armed_in_server(fault, rid), name="fuzz-arming")
+        self._arming.add(task)
+        task.add_done_callback(self._arming.discard)
+
+    async def _armed_in_server(self, fault: FaultSpec, rid: str) -> None:
+        """Arm it, then record it as delivered once the server says it fired (its worker is lost from then
+        on), or as disarmed if the scenario's requests ended first."""
+        info = {"at": str(fault.at), "kind": fault.kind}
+        try:
+            armed = await self._arm(fault.kind, str(fault.at))
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.trace.record("fault", "armed", rid, info={**info, "delivered": False, "error": str(exc)})
+            return
+        self._armed.append(armed)
+        self.trace.record("fault", "armed", rid, info=info)
+        if self._disarming:
+            armed.disarm()
+        fired = await armed.fired()
+        if fired is None:
+            self.trace.record("fault", "disarmed", rid, info=info)
+            armed.release()
+            return
+        self._wedged = self._wedged or fault.kind == FaultKind.WORKER_WEDGES.value
+        self.trace.record("fault", fault.kind, rid, info={"at": str(fault.at), "server_thread": fired.get("thread"),
+                                                          "call": fired.get("call")})
+        if fault.kind == FaultKind.WORKER_DIES.value:
+            armed.release()  # nothing to hold: the call raised
+
+    async def disarm_unfired(self) -> None:
+        """Once the scenario's requests ended: a worker fault armed in the server that has not fired is
+        disarmed, so the follow-up is not its victim; returns once each arming fired or was disarmed."""
+        self._disarming = True
+        for armed in self._armed:
+            armed.disarm()
+        if self._arming:
+            await asyncio.wait(set(self._arming), timeout=CONNECT_S)
 
     @property
     def wedged(self) -> bool:

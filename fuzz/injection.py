@@ -23,12 +23,16 @@ ENV_VAR = "MLX_INVARIANTS_SENTINEL"
 
 
 def sentinel_env(out: Path, owner: Optional[str], base: Optional[Mapping[str, str]] = None,
-                 observe: bool = True) -> dict[str, str]:
+                 observe: bool = True, control: Optional[Path] = None) -> dict[str, str]:
     """`base` (default: this process's environment) with the sentinel injected, recording into `out`;
-    `observe` adds the drop-in observation (locks, work handed to threads, cancellation)."""
+    `observe` adds the drop-in observation (locks, work handed to threads, cancellation); `control` the
+    worker switch, whose port the child writes there (fuzz/worker_switch.py)."""
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), env.get("PYTHONPATH")]))
     packages = [[name, list(module.__path__)] for name, module in (("mlx_invariants", mlx_invariants),
                                                                    ("mlx_invariants.fuzz", mlx_invariants.fuzz))]
-    env[ENV_VAR] = json.dumps({"out": str(out), "owner": owner, "observe": observe, "packages": packages})
+    config = {"out": str(out), "owner": owner, "observe": observe, "packages": packages}
+    if control is not None:
+        config["control"] = str(control)
+    env[ENV_VAR] = json.dumps(config)
     return env

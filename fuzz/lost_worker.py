@@ -18,7 +18,9 @@ from mlx_invariants.fuzz.violation import Violation, ViolationKind, yields
 
 HANG_WHY = ("Judged from a stall the driver recorded after the delivered fault: when a quiet wait counts as "
             "stalled depends on timing and load, as for `stalled`.")
-IN_PROCESS = "In-process targets only: the fault is delivered in the worker by the points hook."
+IN_PROCESS = ("In process the fault is delivered in the worker by the points hook; in a launched server (`--server-cmd`) "
+              "it is armed in the injected sentinel and hits the server's next MLX call, on whichever thread makes "
+              "it; a server at a URL takes no worker fault.")
 # Stall records that are not a request: the scenario as a whole, a shutdown or restart that never returned.
 NOT_REQUESTS = ("scenario", "shutdown", "restart")
 
@@ -82,7 +84,8 @@ def _lost(trace: Trace) -> Optional[Event]:
     exact=False,
     why="Read once the requests had ended or stalled after the fault; for a wedge, whether the engine's stall "
         "bound had passed by then depends on timing and load.",
-    known_problems=IN_PROCESS + " Read from the adapter's `healthy`; an adapter without one is not judged."))
+    known_problems=IN_PROCESS + " Read from the adapter's `healthy` (a server's: its declared health route, "
+                                "`--health`); an adapter without one is not judged."))
 def health_tells_lost_worker(trace: Trace) -> Iterator[Violation]:
     """After the worker is lost, health stops answering healthy: a load balancer or a readiness probe that
     reads it keeps sending traffic to an engine that can never answer."""

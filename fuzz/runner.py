@@ -51,8 +51,8 @@ from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
 from mlx_invariants.fuzz.profiles import SEARCH, PROFILES, Profile, Requests, hypothesis_settings, requests_for
 from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.rest import DRIFT_SCENARIOS, REPEATED_KINDS
-from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, At, FaultKind,
-                                           FaultSpec, RequestSpec, Scenario)
+from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, FAULT_KINDS, INDEXED_POINTS, POINTS, At,
+                                           FaultSpec, RequestSpec, Scenario, aimable)
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.summary import RunSummary
 from mlx_invariants.fuzz.session import EngineSession
@@ -430,6 +430,7 @@ class _Fuzz:
         if strategy is None:
             self.requests = requests_for(self.profile, self.settings.capacity, self.capacity)
             strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points, routes=self.target.routes,
+                                 armed=self.target.arms_worker_faults,
                                  **{**self.profile.shapes, "max_requests": self.requests.most})
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
@@ -573,17 +574,17 @@ class _Fuzz:
 
 
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = DEFAULT_KINDS,
-                         points: Iterable[str] = POINTS) -> list[Scenario]:
+                         points: Iterable[str] = POINTS, armed: bool = False) -> list[Scenario]:
     """Every single-fault scenario, at every point (and index), for one streaming request, two, and a streaming
     one beside a plain one: a refusal then meets both transports (`fuzz.transport`) next to the streaming
-    follow-up."""
+    follow-up. `armed`: worker faults are armed in a launched server (`aimable`)."""
     out: list[Scenario] = []
     for transports in ((True,), (True, True), (True, False)):
         requests = tuple(RequestSpec(f"r{i}", 4, max_tokens, stream) for i, stream in enumerate(transports))
         for kind in kinds:
             for request in requests:
                 for point in points:
-                    if FaultKind(kind).inside_mlx and point not in RAISE_POINTS:
+                    if not aimable(kind, point, armed):
                         continue
                     for index in range(max_tokens if point in INDEXED_POINTS else 1):
                         out.append(Scenario(requests, (FaultSpec(kind, At(request.rid, point, index)),)))
@@ -600,7 +601,8 @@ def run_exhaustive(target: Target | Engines, settings: FuzzSettings = FuzzSettin
         sentinel = Sentinel(strict=settings.strict).install()
         fuzz = _Fuzz(engines, settings, PROFILES[settings.profile], float("inf"), None, progress, sentinel, startup_s)
         fuzz.seed_label = "exhaustive"
-        todo = exhaustive_scenarios(max_tokens, engines.target.fault_kinds, engines.target.points)
+        todo = exhaustive_scenarios(max_tokens, engines.target.fault_kinds, engines.target.points,
+                                    engines.target.arms_worker_faults)
         return _conclude(fuzz, sentinel, lambda: fuzz.enumerate(todo), settings)
     finally:
         if engines is not target:

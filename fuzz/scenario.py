@@ -31,6 +31,9 @@ RAISE_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.may_raise)
 # for the response, half the request body sent. Drawn for HTTP targets only.
 CLIENT_POINTS: tuple[str, ...] = tuple(p.name for p in Point if p.side is Side.CLIENT)
 INDEXED_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.indexed)
+# Points a client of a server reaches: where a worker fault against a launched server is armed in its
+# sentinel, to fire at the server's next MLX call (fuzz/worker_switch.py).
+SERVER_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.over_http)
 
 
 class Delivery(enum.Enum):
@@ -62,12 +65,15 @@ class FaultKind(enum.Enum):
     WORKER_DIES = ("worker-dies", False, Delivery.WORKER, False, True,
                    "raises `WorkerKilled` (a `BaseException`, past every per-request `except Exception`) out of "
                    "the hook in the worker, so the owner/generation thread dies as with an uncaught bug; every "
-                   "request in flight must then end and every new one be refused or fail, none may hang")
+                   "request in flight must then end and every new one be refused or fail, none may hang; in a "
+                   "launched server, reached at any of its points, it is armed in the injected sentinel and raised "
+                   "out of the server's next MLX call")
     WORKER_WEDGES = ("worker-wedges", False, Delivery.WORKER, False, True,
                      "blocks the worker in the hook, standing for an MLX call that never returns (a deadlock "
                      "inside `eval`), until the scenario's requests have ended or stalled; within the engine's "
                      "declared stall bound (the adapter's `stall_timeout_s`) every request in flight must end, "
-                     "new ones be refused and its health stop answering healthy")
+                     "new ones be refused and its health stop answering healthy; in a launched server, reached at any "
+                     "of its points, it is armed in the injected sentinel and blocks the server's next MLX call")
     SHUTDOWN = ("shutdown", False, Delivery.LOOP, False, False,
                 "starts the adapter's `shutdown()` in a task; every request must then end and nothing may be "
                 "left waiting, running or alive")
@@ -105,6 +111,15 @@ FAULT_KINDS: tuple[str, ...] = tuple(k.value for k in FaultKind)
 # correct engines is measured against it yet), so a default run never fails an engine for it.
 OPT_IN_KINDS: frozenset[str] = frozenset({FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value})
 WORKER_FAULTS: tuple[str, ...] = (FaultKind.WORKER_DIES.value, FaultKind.WORKER_WEDGES.value)  # the owner is lost
+
+
+def aimable(kind: str, point: str, armed: bool = True) -> bool:
+    """Whether a fault of `kind` may be aimed at `point`: a fault inside MLX only at `RAISE_POINTS`, where the
+    worker runs the hook, or, for a worker fault with `armed` (a launched server's sentinel arms it), at
+    any point a server scenario has."""
+    if not FaultKind(kind).inside_mlx:
+        return True
+    return point in RAISE_POINTS or (armed and kind in WORKER_FAULTS and point in SERVER_POINTS)
 DEFAULT_KINDS: tuple[str, ...] = tuple(k for k in FAULT_KINDS if k not in OPT_IN_KINDS)
 # Kinds that act on one request's client: they may hit another request than the one whose point triggers
 # them (`FaultSpec.rid`). The others act on the engine or the worker at the point.
@@ -227,8 +242,9 @@ class Scenario:
                 raise ValueError(f"{fault}: its victim {fault.rid!r} names no request of this scenario")
             if fault.rid is not None and fault.kind not in VICTIM_KINDS:
                 raise ValueError(f"{fault}: only {sorted(VICTIM_KINDS)} hit a request; a {fault.kind} takes no rid")
-            if FaultKind(fault.kind).inside_mlx and fault.at.point not in RAISE_POINTS:
-                raise ValueError(f"{fault}: a raise fault needs one of {sorted(RAISE_POINTS)}")
+            if not aimable(fault.kind, fault.at.point):
+                where = sorted(RAISE_POINTS) + (sorted(SERVER_POINTS) if fault.kind in WORKER_FAULTS else [])
+                raise ValueError(f"{fault}: a {fault.kind} fault needs one of {where}")
 
 
 def _check_at(at: At, rids: list[str]) -> None:

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator
 from mlx_invariants.fuzz.errors import SentinelError
 from mlx_invariants.fuzz.observe import Observer
 from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
+from mlx_invariants.fuzz.worker_switch import WorkerSwitch
 
 DEFAULT_TARGETS: tuple[str, ...] = (
     "mlx.core:eval",
@@ -74,14 +75,17 @@ class Sentinel:
     `sample_rest` (a sentinel injected into a server), each outermost span
     carries the process's thread count and MLX active memory at its entry
     (`info["rest"]`), from which `fuzz.rest` reads the server's rest state.
+    With a `switch`, each outermost entry is counted by it first, so an armed
+    worker fault dies or wedges inside that MLX call.
     """
 
     def __init__(self, targets: Iterable[str] = DEFAULT_TARGETS, *, owner: str | None = None,
                  strict: bool = False, trace: Trace | None = None,
                  emit: Callable[[Event], None] | None = None, observe: bool | None = None,
-                 sample_rest: bool = False):
+                 sample_rest: bool = False, switch: WorkerSwitch | None = None):
         self.targets = tuple(targets)
         self.sample_rest = sample_rest
+        self.switch = switch  # a launched server's: worker faults the fuzzer arms (fuzz/worker_switch.py)
         self.owner = owner
         self.strict = strict
         self.trace = trace or Trace()
@@ -323,6 +327,8 @@ class Sentinel:
                 return fn(*args, **kwargs)
             span = sentinel._enter(label)
             try:
+                if span is not None and sentinel.switch is not None:
+                    sentinel.switch.on_call(label)
                 return fn(*args, **kwargs)
             except BaseException as exc:
                 sentinel._failed(label, exc)
@@ -372,6 +378,8 @@ class _GuardedGenerator:
     def _resume(self, step: Callable[..., Any], *args: Any) -> Any:
         span = self._sentinel._enter(self._label)
         try:
+            if span is not None and self._sentinel.switch is not None:
+                self._sentinel.switch.on_call(self._label)
             return step(*args)
         except StopIteration:
             raise

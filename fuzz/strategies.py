@@ -35,19 +35,14 @@ from typing import Optional
 from hypothesis import strategies as st
 
 from mlx_invariants.fuzz.faults import IN_CALL
-from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, RAISE_POINTS, ROUTES,
-                                          VICTIM_KINDS, At, FaultKind, FaultSpec, RequestSpec, Scenario)
+from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, ROUTES,
+                                          VICTIM_KINDS, At, FaultSpec, RequestSpec, Scenario, aimable)
 from mlx_invariants.points import Point
 
 
 def _first_index(point: str) -> int:
     """Decode step k follows k produced tokens: the first is step 1 (the prefill samples token 0)."""
     return Point[point].first_index
-
-
-def _inside_mlx(kind: str) -> bool:
-    """Whether a fault of `kind` may only be aimed inside the worker's MLX work (`RAISE_POINTS`): a raise."""
-    return FaultKind(kind).inside_mlx
 
 
 SHORT_PROMPT = 12   # prompt words drawn when a length is short
@@ -87,11 +82,11 @@ def _resolve(aim: Aim, candidates: list[RequestSpec]) -> At:
 
 @st.composite
 def _fault(draw: st.DrawFn, kinds: tuple[str, ...], points: tuple[str, ...], max_requests: int,
-           max_tokens: int, long_tokens: int, long_prompt: int) -> tuple[str, Aim, bool, Optional[int]]:
+           max_tokens: int, long_tokens: int, long_prompt: int, armed: bool) -> tuple[str, Aim, bool, Optional[int]]:
     """A kind, an aim, whether it rides on the fault before it instead (one time in `TOGETHER_ODDS`), and
     for a cancel-in-call now and then a long prompt for the request it aims at (None: leave it)."""
     kind = draw(st.sampled_from(kinds))
-    allowed = tuple(p for p in points if p in RAISE_POINTS) if _inside_mlx(kind) else points
+    allowed = tuple(p for p in points if aimable(kind, p, armed))
     aim = draw(_aim(allowed, max_requests, max_tokens, long_tokens))
     together = draw(st.integers(0, TOGETHER_ODDS - 1)) == TOGETHER_ODDS - 1
     prompt = None
@@ -101,12 +96,12 @@ def _fault(draw: st.DrawFn, kinds: tuple[str, ...], points: tuple[str, ...], max
     return kind, aim, together, prompt
 
 
-def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec]) -> tuple[FaultSpec, ...]:
+def _faults(drawn: list[tuple[str, Aim, bool]], requests: list[RequestSpec], armed: bool = False) -> tuple[FaultSpec, ...]:
     """Faults at their aims; one drawn "together" is delivered right after the fault before it, at its point,
     in the same loop turn: a second cancel before the first is taken, a cancel while shutdown is closing."""
     faults: list[FaultSpec] = []
     for kind, aim, together in drawn:
-        same = together and bool(faults) and (not _inside_mlx(kind) or faults[-1].at.point in RAISE_POINTS)
+        same = together and bool(faults) and aimable(kind, faults[-1].at.point, armed)
         faults.append(FaultSpec(kind, faults[-1].at if same else _resolve(aim, requests)))
     return tuple(faults)
 
@@ -141,13 +136,15 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
               kinds: tuple[str, ...] = DEFAULT_KINDS, points: tuple[str, ...] = POINTS,
               executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
               routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
-              long_tokens: int = 0, across: bool = True) -> Scenario:
+              long_tokens: int = 0, across: bool = True, armed: bool = False) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
     Prompts run to `SHORT_PROMPT` words and budgets to `max_tokens`, now and then
     to `long_prompt` / `long_tokens` (0: never longer). "raise" faults are only
     aimed at points inside the worker's MLX work, where they stand for an
     error inside an MLX call. `across`: faults may hit another request than the one at their point.
+    `armed`: the target is a launched server whose sentinel arms worker faults, so those may be aimed at
+    any of its points (`aimable`).
     """
     aim = _aim(points, max_requests, max_tokens, long_tokens)
     shapes = draw(st.lists(st.tuples(
@@ -157,11 +154,10 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     for i, (prompt_len, budget, stream, route, arrival) in enumerate(shapes):
         requests.append(RequestSpec(f"r{i}", prompt_len=prompt_len, max_tokens=budget, stream=stream, route=route,
                                     arrival=_resolve(arrival, requests) if arrival and requests else None))
-    if not any(p in RAISE_POINTS for p in points):
-        kinds = tuple(k for k in kinds if not _inside_mlx(k))
-    drawn = draw(st.lists(_fault(kinds, points, max_requests, max_tokens, long_tokens, long_prompt),
+    kinds = tuple(k for k in kinds if any(aimable(k, p, armed) for p in points))
+    drawn = draw(st.lists(_fault(kinds, points, max_requests, max_tokens, long_tokens, long_prompt, armed),
                           min_size=min_faults, max_size=max_faults))
-    faults = _faults([d[:3] for d in drawn], requests)
+    faults = _faults([d[:3] for d in drawn], requests, armed)
     requests = _lengthen(requests, faults, [d[3] for d in drawn])
     executor = draw(st.sampled_from(executors))
     return Scenario(tuple(requests), draw(_victims(faults, requests)) if across else faults, executor)

@@ -22,7 +22,8 @@ from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapt
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.scenario import CLIENT_POINTS, DEFAULT_KINDS, FAULT_KINDS, POINTS, ROUTES, FaultKind
+from mlx_invariants.fuzz.scenario import (CLIENT_POINTS, DEFAULT_KINDS, FAULT_KINDS, POINTS, ROUTES, WORKER_FAULTS,
+                                           FaultKind)
 
 # The reference engine's stall bound when "worker-wedges" is asked for (its default, 120 s, is a server's):
 # long enough that the injector's own pauses at points (up to `cap_s`, 2 s) never read as a stall.
@@ -48,9 +49,11 @@ class Target:
     first thread to enter MLX), `model` (the model field sent) and `routes` (the OpenAI routes the
     server answers: a chat-only server 404s on completions, and the follow-up must not be sent
     there) and `request_body` (JSON object text merged into every request body: sampling fields a server
-    requires, extra fields; it wins over what the fuzzer sends) to HTTP targets. `fault_kinds` and
+    requires, extra fields; it wins over what the fuzzer sends) and `health` (the server's health route,
+    "/health": read after a worker fault, and between scenarios) to HTTP targets. `fault_kinds` and
     `points` are what scenarios may aim at it: a server is not restarted per scenario (only after one
-    that showed a violation) and shows only the points a client sees.
+    that showed a violation, or lost its worker) and shows only the points a client sees; a launched one
+    also takes the worker faults, armed in its sentinel (fuzz/worker_switch.py).
     """
 
     kind: TargetKind
@@ -62,6 +65,7 @@ class Target:
     points: tuple[str, ...] = POINTS
     routes: tuple[str, ...] = ROUTES
     request_body: str = ""
+    health: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, TargetKind):
@@ -93,9 +97,13 @@ class Target:
             raise TargetError(f"fault kinds must be some of {FAULT_KINDS}, got {self.fault_kinds}")
         if self.kind.http and "restart" in self.fault_kinds:
             raise TargetError("a server cannot be restarted inside a scenario: leave out the restart fault kind")
-        if self.kind.http and not set(self.fault_kinds) <= set(HTTP_KINDS):
-            raise TargetError(f"an HTTP target takes the fault kinds {', '.join(HTTP_KINDS)}; "
-                              f"not {', '.join(sorted(set(self.fault_kinds) - set(HTTP_KINDS)))}")
+        takes = HTTP_KINDS + (WORKER_FAULTS if self.kind is TargetKind.SERVER else ())
+        if self.kind.http and not set(self.fault_kinds) <= set(takes):
+            raise TargetError(f"an HTTP target takes the fault kinds {', '.join(HTTP_KINDS)}, and a launched server "
+                              f"(--server-cmd) {', '.join(WORKER_FAULTS)} too; "
+                              f"not {', '.join(sorted(set(self.fault_kinds) - set(takes)))}")
+        if self.health and (not self.kind.http or not self.health.startswith("/")):
+            raise TargetError(f"a health route is a path such as /health, for HTTP targets only; got {self.health!r}")
         known = POINTS + (CLIENT_POINTS if self.kind.http else ())  # only a client of a server reaches those
         if not self.points or not set(self.points) <= set(known):
             raise TargetError(f"points must be some of {known}, got {self.points}")
@@ -117,17 +125,17 @@ class Target:
 
     @classmethod
     def url(cls, url: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
-            routes: tuple[str, ...] = ROUTES, request_body: str = "") -> "Target":
+            routes: tuple[str, ...] = ROUTES, request_body: str = "", health: str = "") -> "Target":
         kinds, points = _aims(TargetKind.URL)
         return cls(TargetKind.URL, url, owner=owner, model=model, fault_kinds=kinds, points=points,
-                   routes=tuple(routes), request_body=request_body)
+                   routes=tuple(routes), request_body=request_body, health=health)
 
     @classmethod
     def server(cls, command: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
-               routes: tuple[str, ...] = ROUTES, request_body: str = "") -> "Target":
+               routes: tuple[str, ...] = ROUTES, request_body: str = "", health: str = "") -> "Target":
         kinds, points = _aims(TargetKind.SERVER)
         return cls(TargetKind.SERVER, command, owner=owner, model=model, fault_kinds=kinds, points=points,
-                   routes=tuple(routes), request_body=request_body)
+                   routes=tuple(routes), request_body=request_body, health=health)
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +147,8 @@ class Target:
             data.update(owner=self.owner, model=self.model, routes=list(self.routes))
             if self.request_body:
                 data["request_body"] = self.request_body
+            if self.health:
+                data["health"] = self.health
         data.update(fault_kinds=list(self.fault_kinds), points=list(self.points))
         return data
 
@@ -156,9 +166,14 @@ class Target:
             return cls(kind, data["name"], data.get("package", ENGINE_PACKAGE), data.get("owner"),
                        data.get("model", HTTP_MODEL), tuple(data.get("fault_kinds", kinds)),
                        tuple(data.get("points", points)), tuple(data.get("routes", ROUTES)),
-                       data.get("request_body", ""))
+                       data.get("request_body", ""), data.get("health", ""))
         except TypeError as exc:
             raise TargetError(f"not a target: {data!r} ({exc})") from None
+
+    @property
+    def arms_worker_faults(self) -> bool:
+        """Whether worker faults are armed in a launched server's sentinel: it was asked for one."""
+        return self.kind is TargetKind.SERVER and bool(set(WORKER_FAULTS) & set(self.fault_kinds))
 
     # -- what it is called, what it builds ----------------------------------------------
     @property
@@ -190,10 +205,11 @@ class Target:
             return Engines(self, reference_engine(self.name, self.package, **config))
         if self.kind is TargetKind.FACTORY:
             return Engines(self, _module_factory(self.name))
-        server = ServerProcess(self.name, self.owner) if self.kind is TargetKind.SERVER else None
+        server = ServerProcess(self.name, self.owner, switch=self.arms_worker_faults) \
+            if self.kind is TargetKind.SERVER else None
         url = check_loopback(self.name) if self.kind is TargetKind.URL else ""
         body = extra_body(self.request_body)
-        return Engines(self, lambda: HttpAdapter(url, server, self.model, self.routes, body), server)
+        return Engines(self, lambda: HttpAdapter(url, server, self.model, self.routes, body, self.health), server)
 
 
 def extra_body(text: str) -> dict[str, Any]:

@@ -78,7 +78,10 @@ EVENTS: dict[str, EventKind] = {
         "abort-deferred": "an abort aimed at a request not submitted yet: sent once `submit` returns",
         "cancel-again": "the second cancel of `cancel-twice`, once the first was taken",
         "in-call": "a `cancel-in-call` let go: at once, or once the worker entered MLX (info: worker)",
-        "resume-capped": "a paused worker resumed after `cap_s` although the loop never went idle"}),
+        "resume-capped": "a paused worker resumed after `cap_s` although the loop never went idle",
+        "armed": "a worker fault armed in a launched server's sentinel, for its next MLX call (info: kind; "
+                 "`delivered: false`: the server had no switch, or a worker fault was already armed)",
+        "disarmed": "a worker fault armed in a launched server that had not fired once the requests ended"}),
     "request": EventKind("a client's request (info: the outcome at its end)", {
         "submit": "the client sent it", "end": "the client saw it end: completed, cancelled, disconnected, "
                                                "aborted, refused, error or crashed"}),

@@ -2,15 +2,17 @@
 
 The fuzz runner sets MLX_INVARIANTS_SENTINEL to a JSON object: {"out": file,
 "owner": glob or "sticky" or null, "strict": bool, "targets": [...] or null,
-"observe": bool (default true), "packages": [[name, [folder, ...]], ...]}
-(`fuzz/injection.py` writes it).
+"observe": bool (default true), "control": file or absent,
+"packages": [[name, [folder, ...]], ...]} (`fuzz/injection.py` writes it).
 The packages are loaded from those folders, parents first, so the child needs
 no other entry on its path to import the sentinel.
 Every finished MLX span (with the process's threads and MLX active memory
 at its entry) and every "no Stream" error is appended to `out` as one JSON
 line, and so (with "observe") is every lock, thread-work and cancellation
 event of the drop-in observation, so the runner sees violations inside a
-server nobody here wrote. A sitecustomize further down sys.path still runs afterwards.
+server nobody here wrote. With "control", the sentinel's worker switch listens on
+127.0.0.1 and writes its port to that file: the fuzzer arms worker faults there
+(fuzz/worker_switch.py). A sitecustomize further down sys.path still runs afterwards.
 """
 
 import json
@@ -27,14 +29,19 @@ def _install() -> None:
         _load_packages(config.get("packages") or [])
         from mlx_invariants.fuzz.sentinel import DEFAULT_TARGETS, Sentinel, file_emitter
         from mlx_invariants.fuzz.trace import Trace
+        from mlx_invariants.fuzz.worker_switch import WorkerSwitch
     except ImportError as exc:
         with open(config["out"], "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"injection_error": f"cannot import the fuzz package: {exc}"}) + "\n")
         return
+    switch = None
+    if config.get("control"):
+        switch = WorkerSwitch()
+        switch.start(config["control"])
     sentinel = Sentinel(config.get("targets") or DEFAULT_TARGETS, owner=config.get("owner"),
                         strict=bool(config.get("strict")), trace=Trace(keep=False),
                         emit=file_emitter(config["out"]), observe=config.get("observe", True),
-                        sample_rest=True)
+                        sample_rest=True, switch=switch)
     sentinel.install()
     sys.modules[__name__].sentinel = sentinel
 

@@ -48,9 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--request-body", metavar="JSON",
                         help="--url/--server-cmd: a JSON object merged into every request body, over the fuzzer's "
                              "own fields (e.g. '{\"temperature\": 0.1}' for a server that rejects 0.0)")
+    target.add_argument("--health", metavar="PATH",
+                        help="--url/--server-cmd: the server's health route (e.g. /health); after a worker fault "
+                             "it must stop answering 200 (health-lies), and between scenarios a server whose "
+                             "route does not answer 200 is replaced")
     target.add_argument("--faults", metavar="KIND,...",
                         help="the fault kinds scenarios draw, comma-separated (default: every kind the target "
-                             "takes but the opt-in ones, which kill or wedge the engine's worker: worker-dies, worker-wedges); "
+                             "takes but the opt-in ones, which kill or wedge the engine's worker: worker-dies, worker-wedges; "
+                             "with --server-cmd they are armed in the server's sentinel); "
                              "docs/fuzz-reference.md says what each does")
     target.add_argument("--capacity", type=int, metavar="N",
                         help="requests the target holds at once (slots and queue); scenarios draw a few more. "
@@ -150,9 +155,9 @@ def target_of(args: argparse.Namespace) -> Optional[Target]:
     if len(chosen) > 1:
         raise UsageError(f"choose one of {', '.join(chosen)}")
     http = {"owner": args.owner, "model": args.model or HTTP_MODEL, "routes": _routes(args.routes),
-            "request_body": args.request_body or ""}
-    if (args.owner or args.model or args.request_body) and not (args.url or args.server_cmd):
-        raise UsageError("--owner, --model and --request-body go with --url or --server-cmd")
+            "request_body": args.request_body or "", "health": args.health or ""}
+    if (args.owner or args.model or args.request_body or args.health) and not (args.url or args.server_cmd):
+        raise UsageError("--owner, --model, --request-body and --health go with --url or --server-cmd")
     if args.routes and not (args.url or args.server_cmd):
         raise UsageError("--routes goes with --url or --server-cmd")
     if args.url:

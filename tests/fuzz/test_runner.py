@@ -69,7 +69,7 @@ def test_the_ci_profile_finds_nothing_on_the_reference_engine(engine: str, examp
     (["--examples", "0"], "examples must be at least 1"),
     (["--replays", "-1"], "must not be negative"),
     (["--jobs", "-1"], "--jobs"),
-    (["--engine", "simple", "--owner", "x*"], "--owner, --model and --request-body go with --url or --server-cmd"),
+    (["--engine", "simple", "--owner", "x*"], "--owner, --model, --request-body and --health go with --url or --server-cmd"),
     (["--server-cmd", "serve --port {port}", "--request-body", "[1]"], "must be a JSON object"),
     (["--url", "http://192.168.1.10:8000"], "loopback"),
     (["--replay", "/nonexistent/scenario.json"], "cannot read"),

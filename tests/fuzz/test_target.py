@@ -26,6 +26,7 @@ TARGETS = [
     Target.engine("mypkg.fuzzing:make"),
     Target.url("http://127.0.0.1:8080", owner="worker*", model="m"),
     Target.server("python -m mlx_lm.server --port {port}"),
+    Target.server("python -m mlx_lm.server --port {port}", health="/health"),
 ]
 
 
@@ -52,6 +53,9 @@ def test_the_engine_flag_names_a_route_or_a_module_factory_and_http_targets_aim_
     (lambda: Target(TargetKind.ROUTE, "simple", owner="x*"), "HTTP targets"),
     (lambda: Target(TargetKind.FACTORY, "a:b", package="elsewhere"), "only a route"),
     (lambda: Target(TargetKind.ROUTE, "simple", fault_kinds=("explode",)), "fault kinds"),
+    (lambda: Target(TargetKind.URL, "http://127.0.0.1:9", fault_kinds=("worker-dies",)), "a launched server"),
+    (lambda: Target(TargetKind.ROUTE, "simple", health="/health"), "health route"),
+    (lambda: Target.server("cmd {port}", health="health"), "health route"),
     (lambda: Target.from_dict({"kind": "carrier-pigeon", "name": "x"}), "target kind"),
     (lambda: Target.from_dict("simple"), "kind and a name"),
     (lambda: Target.reference("turbo").build(), "has no route 'turbo'"),

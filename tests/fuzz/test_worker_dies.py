@@ -48,7 +48,8 @@ def test_an_engine_deaf_to_its_dead_worker_is_found(point: str, index: int):
 
 def test_worker_dies_is_drawn_only_when_asked_for(capsys):
     """A default run never kills an engine's worker: an engine may fairly not be built to survive that,
-    so `--faults` (or `Target(fault_kinds=...)`) asks for it; a server cannot take it."""
+    so `--faults` (or `Target(fault_kinds=...)`) asks for it; a server at a URL, with no sentinel of ours
+    inside, cannot take it (a launched one can: tests/fuzz/test_server_worker_faults.py)."""
     import argparse
 
     from mlx_invariants.cli import main
@@ -65,7 +66,7 @@ def test_worker_dies_is_drawn_only_when_asked_for(capsys):
     assert asked.fault_kinds == ("worker-dies", "cancel")
     assert main(["fuzz", "--engine", "batched", "--faults", "worker-dies,nap"]) == 2
     assert "--faults: nap; choose from " in capsys.readouterr().err
-    assert main(["fuzz", "--server-cmd", "python -m srv --port {port}", "--faults", "worker-dies"]) == 2
+    assert main(["fuzz", "--url", "http://127.0.0.1:9", "--faults", "worker-dies"]) == 2
     assert "an HTTP target takes the fault kinds" in capsys.readouterr().err
 
 

@@ -16,6 +16,8 @@ MUTEXES = frozenset({
     "asyncio.Lock", "asyncio.locks.Lock", "threading.Lock", "threading.RLock", "anyio.Lock",
     "asyncio.Condition", "threading.Condition", "multiprocessing.Lock", "trio.Lock",
 })
+# The mutexes a coroutine awaits (a thread's wait on the others blocks the thread).
+AWAITED_MUTEXES = MUTEXES - {"threading.Lock", "threading.RLock", "threading.Condition", "multiprocessing.Lock"}
 SEMAPHORES = frozenset({
     "asyncio.Semaphore", "asyncio.BoundedSemaphore", "asyncio.locks.Semaphore", "threading.Semaphore",
     "threading.BoundedSemaphore", "anyio.Semaphore", "anyio.CapacityLimiter", "trio.Semaphore",

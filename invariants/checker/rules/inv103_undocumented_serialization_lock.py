@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
-from mlx_invariants.checker.locks import MUTEXES
+from mlx_invariants.checker.locks import AWAITED_MUTEXES
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
@@ -18,18 +18,28 @@ class UndocumentedSerializationLock(Rule):
     admission gate, so admission stays a separate, fail-fast decision. Code that
     already refuses a request when the lock is held (`if lock.locked(): raise
     Busy(...)` before acquiring it) states that contract in behaviour, which
-    outranks any comment: such a lock is not judged."""
+    outranks any comment: such a lock is not judged.
+
+    The contract is asked of the locks coroutines await (asyncio's, anyio's, trio's): awaiting
+    one costs a request nothing but time, so `async with lock` is what a later change reaches
+    for as a queue. A threading lock is not judged here: taken on the event loop it blocks
+    the loop, which INV114 reports as the defect it is, and taken on worker threads it is
+    those threads' serialization, waited on only by the threads the server hands work to.
+    On the HEADs of ten MLX servers this rule's two findings were threading locks (a worker
+    lock shared with a batch scheduler, whose one wait on the loop INV114 reports; a lock
+    that requests poll with a timeout and a cancel check), both graded no defect (issue 23)."""
 
     id = "INV103"
-    catches = ("an MLX serialization lock with neither a comment saying it is not an admission gate "
-               "nor fail-fast admission (`if lock.locked(): raise Busy`)")
+    catches = ("an MLX serialization lock that coroutines await with neither a comment saying it is not an "
+               "admission gate nor fail-fast admission (`if lock.locked(): raise Busy`)")
     message = (
         "say in a comment above `{name}` that it serializes Metal command-buffer (MLX) access "
         "and is not an admission gate ({missing})"
     )
     known_problems = (
         "Checks the comment's words, not its truth; only locks whose names match `names` are checked, "
-        "and only where they are created. A lock counts as having fail-fast admission when this file "
+        "and only where they are created. Only awaited lock types are judged (asyncio, anyio, trio): a "
+        "threading lock that a thread-per-request server makes its requests queue on is missed. A lock counts as having fail-fast admission when this file "
         "tests its `locked()` in an `if` whose block raises or returns (the `if` may test other things too, "
         "such as an admission mode that can be switched to waiting); admission decided in another file is "
         "not seen."
@@ -70,9 +80,9 @@ class UndocumentedSerializationLock(Rule):
                         return await self._run(request)
         '''),
         Invalid('''
-            import threading
+            import asyncio
 
-            MLX_LOCK = threading.Lock()  # expect: INV103
+            MLX_LOCK = asyncio.Lock()  # expect: INV103
         '''),
     ]
     VALID = [
@@ -86,9 +96,9 @@ class UndocumentedSerializationLock(Rule):
                     self._generation_lock = asyncio.Lock()
         '''),
         Valid('''
-            import threading
+            import asyncio
 
-            MLX_LOCK = threading.Lock()  # serializes Metal command buffers; not an admission gate
+            MLX_LOCK = asyncio.Lock()  # serializes Metal command buffers; not an admission gate
         '''),
         Valid('''
             import asyncio
@@ -103,6 +113,23 @@ class UndocumentedSerializationLock(Rule):
                         raise EngineBusy("the serialized route is busy; retry later")
                     async with self._generation_lock:
                         return await self._run(request)
+        '''),
+        Valid('''
+            import threading
+            from queue import Queue
+
+            class Runner:
+                """Two worker threads (the batch loop and a single-request fallback) share the model."""
+
+                def __init__(self, model):
+                    self.model = model
+                    self.jobs = Queue(maxsize=16)
+                    self.mlx_lock = threading.RLock()
+
+                def _fallback_worker(self):
+                    while (job := self.jobs.get()) is not None:
+                        with self.mlx_lock:
+                            job.finish(self.model(job.prompt))
         '''),
     ]
 
@@ -131,7 +158,7 @@ class UndocumentedSerializationLock(Rule):
                 targets, value = [small.target], small.value
             else:
                 continue
-            if not isinstance(value, cst.Call) or self.ctx.resolve(value.func) not in MUTEXES:
+            if not isinstance(value, cst.Call) or self.ctx.resolve(value.func) not in AWAITED_MUTEXES:
                 continue
             for target in targets:
                 name = dotted(target)

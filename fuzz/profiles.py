@@ -7,7 +7,9 @@ database (so failures found once are tried first next time), and a long
 budget. Both draw scenarios past the engine's capacity (`requests_for`):
 up to `PAST_CAPACITY` more requests than it holds at once, slots and queue,
 as the adapter's `capacity()` or `invariants fuzz --capacity` says (at most
-`MOST_REQUESTS`); where neither says, up to the profile's `max_requests`,
+`MOST_REQUESTS`; a target holding more than the profile's `max_requests` has one
+scenario in four filled past its capacity, `Requests.crowd`); where neither says,
+up to the profile's `max_requests`,
 chosen past the simple engine's one slot and queue of four. `runner` also
 draws, now and then, prompts and budgets of hundreds of tokens (the tiny
 model's context is 1024 tokens; a prompt word is about two), which `ci`
@@ -65,7 +67,7 @@ class Profile:
 
 UNBOUNDED = 1_000_000   # an example count that means "no cap" (the budget ends the run)
 PAST_CAPACITY = 2    # requests drawn beyond what the target holds at once
-MOST_REQUESTS = 16   # ... but never more than this many in one scenario, to stay fast
+MOST_REQUESTS = 64   # ... but never more than this many in one scenario, to stay fast
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,12 @@ class Requests:
             return f"up to {self.most} requests per scenario (capacity unknown: the profile's number)"
         origin = "given with --capacity" if self.source == "given" else "read from the engine"
         return f"up to {self.most} requests per scenario (capacity {self.capacity}, {origin})"
+
+    def crowd(self, usual: int) -> int:
+        """How many requests a scenario is now and then filled up to (`fuzz.strategies._crowd`): one past
+        the capacity, where the target holds `usual` (the profile's number) or more, which drawn lists of a
+        handful of requests seldom reach; else 0, none."""
+        return self.capacity + 1 if self.capacity is not None and self.capacity >= usual else 0
 
     def to_json(self) -> dict[str, Any]:
         return {"most": self.most, "capacity": self.capacity, "source": self.source}

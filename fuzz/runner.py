@@ -431,6 +431,7 @@ class _Fuzz:
             self.requests = requests_for(self.profile, self.settings.capacity, self.capacity)
             strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points, routes=self.target.routes,
                                  armed=self.target.arms_worker_faults,
+                                 crowd=self.requests.crowd(self.profile.max_requests),
                                  **{**self.profile.shapes, "max_requests": self.requests.most})
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))

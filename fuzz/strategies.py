@@ -131,12 +131,35 @@ def _lengthen(requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
     return [replace(r, prompt_len=longest[r.rid]) for r in requests]
 
 
+CROWD_ODDS = 4      # one scenario in this many fills a target that holds more than lists usually draw (`_crowd`)
+
+
+@st.composite
+def _crowd(draw: st.DrawFn, drawn: int, crowd: int, max_requests: int, max_tokens: int,
+           routes: tuple[str, ...]) -> list[RequestSpec]:
+    """Plain requests after the `drawn` ones, one time in `CROWD_ODDS`, so that the scenario holds `crowd`
+    to `max_requests` in all (none where it has `crowd` already, or `crowd` is 0).
+
+    A Hypothesis list has a handful of elements on average, so a target holding dozens (the batched
+    reference engine: 28) would almost never meet a full queue and the requests past it. Sent with the
+    others, after them: the drawn requests take the seats, the crowd fills the queue behind them and
+    overflows it. Drawn after the faults and their victims, so no fault aims at the crowd; the selector
+    shrinks to "no crowd"."""
+    if not crowd or drawn >= crowd or draw(st.integers(0, CROWD_ODDS - 1)) != CROWD_ODDS - 1:
+        return []
+    count = draw(st.integers(crowd, max(crowd, max_requests))) - drawn
+    shapes = draw(st.lists(st.tuples(_length(SHORT_PROMPT, 0), _length(max_tokens, 0), st.booleans(),
+                                     st.sampled_from(routes)), min_size=count, max_size=count))
+    return [RequestSpec(f"r{drawn + i}", prompt_len=prompt_len, max_tokens=budget, stream=stream, route=route)
+            for i, (prompt_len, budget, stream, route) in enumerate(shapes)]
+
+
 @st.composite
 def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, max_faults: int = 2,
               kinds: tuple[str, ...] = DEFAULT_KINDS, points: tuple[str, ...] = POINTS,
               executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
               routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
-              long_tokens: int = 0, across: bool = True, armed: bool = False) -> Scenario:
+              long_tokens: int = 0, across: bool = True, armed: bool = False, crowd: int = 0) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
     Prompts run to `SHORT_PROMPT` words and budgets to `max_tokens`, now and then
@@ -144,7 +167,8 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     aimed at points inside the worker's MLX work, where they stand for an
     error inside an MLX call. `across`: faults may hit another request than the one at their point.
     `armed`: the target is a launched server whose sentinel arms worker faults, so those may be aimed at
-    any of its points (`aimable`).
+    any of its points (`aimable`). `crowd`: now and then plain requests are added up to at least this many
+    (0: never; `_crowd`).
     """
     aim = _aim(points, max_requests, max_tokens, long_tokens)
     shapes = draw(st.lists(st.tuples(
@@ -160,4 +184,6 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     faults = _faults([d[:3] for d in drawn], requests, armed)
     requests = _lengthen(requests, faults, [d[3] for d in drawn])
     executor = draw(st.sampled_from(executors))
-    return Scenario(tuple(requests), draw(_victims(faults, requests)) if across else faults, executor)
+    faults = draw(_victims(faults, requests)) if across else faults
+    requests += draw(_crowd(len(requests), crowd, max_requests, max_tokens, routes))
+    return Scenario(tuple(requests), faults, executor)

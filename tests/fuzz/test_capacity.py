@@ -9,13 +9,17 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from mlx_invariants.cli import main
+from mlx_invariants.engine.base import EngineConfig
 from mlx_invariants.fuzz.adapters.base import capacity_of
 from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.profiles import MOST_REQUESTS, PAST_CAPACITY, PROFILES, Requests, requests_for
 from mlx_invariants.fuzz.runner import FuzzResult, Progress, run_fuzz
+from mlx_invariants.fuzz.scenario import Scenario
 from mlx_invariants.fuzz.settings import FuzzSettings
+from mlx_invariants.fuzz.strategies import scenarios
 from mlx_invariants.fuzz.target import Target, TargetKind
 from tests.conftest import BACKSTOP_S
 from tests.fuzz import toy_adapter
@@ -75,6 +79,42 @@ def test_the_reference_engine_reports_its_slot_and_queue():
 def test_a_large_capacity_is_drawn_past_only_up_to_the_cap():
     assert requests_for(CI, None, 100) == Requests(MOST_REQUESTS, 100, "engine")
     assert requests_for(CI, 3, 100) == Requests(3 + PAST_CAPACITY, 3, "given")
+
+
+def test_the_batched_reference_engine_is_drawn_past_its_capacity_of_dozens():
+    result = run_fuzz(Target.reference("batched"), FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(),
+                                                                 replays=0, debug_run=False))
+    batched = EngineConfig()  # eight seats and sixteen waiting for one
+    assert result.requests == Requests(batched.max_batch + batched.max_batch_queue + PAST_CAPACITY,
+                                       batched.max_batch + batched.max_batch_queue, "engine")
+    assert result.requests.most > 16  # the old cap, under which this engine was never drawn past
+
+
+def test_only_a_target_holding_more_than_the_profile_draws_is_filled_now_and_then():
+    assert requests_for(CI, None, 24).crowd(CI.max_requests) == 25
+    assert requests_for(CI, None, CI.max_requests - 1).crowd(CI.max_requests) == 0  # lists reach it themselves
+    assert requests_for(CI, None, None).crowd(CI.max_requests) == 0
+
+
+def test_a_crowd_fills_past_the_capacity_now_and_then_and_no_fault_aims_at_it():
+    crowd, most = 25, 26
+    drawn: list[Scenario] = []
+
+    @settings(max_examples=120, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios(max_requests=most, crowd=crowd))
+    def draw(scenario: Scenario) -> None:
+        drawn.append(scenario)
+
+    draw()
+    sizes = [len(s.requests) for s in drawn]
+    filled = [s for s in drawn if len(s.requests) >= crowd]
+    assert max(sizes) <= most and 0.04 < len(filled) / len(drawn) < 0.5, sizes
+    assert sorted(sizes)[len(sizes) // 2] < 10  # most scenarios stay small
+    for scenario in filled:  # the drawn requests are fewer than `crowd`: from r24 on, every one is the crowd's
+        aimed = {f.at.rid for f in scenario.faults} | {f.rid for f in scenario.faults if f.rid}
+        crowd_only = scenario.requests[crowd - 1:]
+        assert not aimed & {r.rid for r in crowd_only}, scenario.describe()
+        assert all(r.arrival is None for r in crowd_only), scenario.describe()
 
 
 class _Says:

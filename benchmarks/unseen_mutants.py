@@ -337,9 +337,14 @@ def _cell(result, layer: str, fuzzed: bool) -> str:
     return bad[0] if bad else "survived"
 
 
-def render(results, sites: Sequence[Site], layers: Sequence[str]) -> str:
-    """A markdown table: one row per mutant, a cell per layer, who killed it and the time it took."""
-    head = ["mutant", "operator", "file:line", *(LAYER_NAMES[name] for name in layers), "killed by", "time"]
+def render(results, sites: Sequence[Site], layers: Sequence[str], kind: str = "operator",
+           place: str = "file:line") -> str:
+    """A markdown table: one row per mutant, a cell per layer, who killed it and the time it took.
+
+    `sites` need only `operator` (shown under `kind`), `where` (under `place`) and `change`:
+    benchmarks/planted/run.py passes its regressions' class, files and title.
+    """
+    head = ["mutant", kind, place, *(LAYER_NAMES[name] for name in layers), "killed by", "time"]
     rows = [head, ["---"] * len(head)]
     for result, site in zip(results, sites):
         fuzzed = bool(result.mutant.routes)
@@ -390,11 +395,8 @@ def _context(args: argparse.Namespace) -> str:
     return f"{now:%Y-%m-%d %H:%M} UTC, {tree}, {os.cpu_count()} cores, load average {load}"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--list", action="store_true", help="print every candidate site and the sample; run nothing")
-    parser.add_argument("--sample", type=int, default=14, metavar="N", help="mutants to run (default 14)")
-    parser.add_argument("--seed", type=int, default=1, help="picks the sample (default 1)")
+def add_layer_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a run through the layers, shared with benchmarks/planted/run.py."""
     parser.add_argument("--fuzz-budget", type=float, default=40.0, metavar="SECONDS",
                         help="the fuzzer's wall budget per route, ci profile otherwise (default 40)")
     parser.add_argument("--layers", default="static,tests,fuzz", metavar="LIST",
@@ -402,14 +404,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="mutants checked at once (default 1)")
     parser.add_argument("--full-tests", action="store_true", help="the whole tests/engine per mutant")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the repository holding engine/ (default: this one)")
-    args = parser.parse_args(argv)
+
+
+def chosen_layers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """`--layers` as a list, after the checks every run needs (a usage error otherwise)."""
     layers = [name.strip() for name in args.layers.split(",") if name.strip()]
     if not layers or any(name not in LAYER_NAMES for name in layers):
         parser.error(f"--layers takes a comma-separated subset of {','.join(LAYER_NAMES)}, got {args.layers!r}")
-    if args.sample < 1 or args.fuzz_budget <= 0:
-        parser.error("--sample and --fuzz-budget must be positive")
+    if args.fuzz_budget <= 0:
+        parser.error("--fuzz-budget must be positive")
     if not (args.repo / "engine" / "__init__.py").is_file():
         parser.error(f"{args.repo} has no engine package; pass --repo")
+    return layers
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print every candidate site and the sample; run nothing")
+    parser.add_argument("--sample", type=int, default=14, metavar="N", help="mutants to run (default 14)")
+    parser.add_argument("--seed", type=int, default=1, help="picks the sample (default 1)")
+    add_layer_options(parser)
+    args = parser.parse_args(argv)
+    layers = chosen_layers(parser, args)
+    if args.sample < 1:
+        parser.error("--sample must be positive")
     with tempfile.TemporaryDirectory(prefix="unseen-mutants-") as tmp:
         return _measure(args, layers, snapshot(args.repo.resolve(), Path(tmp)))
 
@@ -444,7 +462,14 @@ def _measure(args: argparse.Namespace, layers: list[str], repo: Path) -> int:
     print(f"\nsample (seed {args.seed}): " + ", ".join(f"{m.id} {s.where}" for m, s in zip(mutants, picked)))
     if args.list:
         return 0
+    return measure(args, layers, repo, mutants, picked)[0]
 
+
+def measure(args: argparse.Namespace, layers: list[str], repo: Path, mutants: Sequence, sites: Sequence,
+            kind: str = "operator", place: str = "file:line"):
+    """Run `mutants` through `layers` (every layer on every one) on the snapshot `repo`; print the table and
+    the summary. Returns the exit code and the runner's report (None when nothing ran); `sites` describe
+    the mutants one for one (see `render`). Shared with benchmarks/planted/run.py."""
     from mlx_invariants.mutants.errors import MutantsError
     from mlx_invariants.mutants.layers import Settings
     from mlx_invariants.mutants.runner import Runner
@@ -456,20 +481,20 @@ def _measure(args: argparse.Namespace, layers: list[str], repo: Path) -> int:
     try:
         report = runner.run(mutants)
     except MutantsError as exc:
-        print(f"unseen_mutants: {exc}", file=sys.stderr)
-        return 2
+        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        return 2, None
     print(f"ended:   {_context(args)}\n")
     if not report.baseline_clean:
         failing = "; ".join(f"{o.layer} {o.verdict} {o.by}" for o in report.baseline.outcomes
                             if o.verdict != "survived")
         print(f"the unmutated engine fails its own checks ({failing}); no mutant result would mean anything")
-        return 1
+        return 1, report
     for layer, why in report.skipped_layers.items():
         print(f"note: the {layer} layer did not run: {why}")
-    print(render(report.results, picked, runner.layers))
+    print(render(report.results, sites, runner.layers, kind, place))
     print()
-    print(summarize(report.results, picked, runner.layers))
-    return 0
+    print(summarize(report.results, sites, runner.layers))
+    return 0, report
 
 
 if __name__ == "__main__":

@@ -241,7 +241,9 @@ class Injector:
         for armed in self._armed:
             armed.disarm()
         if self._arming:
-            await asyncio.wait(set(self._arming), timeout=CONNECT_S)
+            _, silent = await asyncio.wait(set(self._arming), timeout=CONNECT_S)
+            for task in silent:  # a server that answers neither way: its arming ends with the scenario
+                task.cancel()
 
     @property
     def wedged(self) -> bool:

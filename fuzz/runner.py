@@ -425,12 +425,15 @@ class _Fuzz:
         the run's first example. The search's rounds then only write to it (a failure replayed again in a
         later round, its signature settled, would pass there and be deleted). Hypothesis keeps no database
         in a derandomized round, so the `ci` profile's first round runs on the fixed seed 0 instead."""
-        from mlx_invariants.fuzz.strategies import scenarios
+        from mlx_invariants.fuzz.strategies import TOP_LOGPROBS, scenarios
 
         if strategy is None:
             self.requests = requests_for(self.profile, self.settings.capacity, self.capacity)
             strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points, routes=self.target.routes,
                                  armed=self.target.arms_worker_faults,
+                                 # over HTTP the sampled token's log-probability only: the reference server
+                                 # refuses top_logprobs (docs/http.md), and a refusal tests nothing here
+                                 top_logprobs=0 if self.target.kind.http else TOP_LOGPROBS,
                                  crowd=self.requests.crowd(self.profile.max_requests),
                                  **{**self.profile.shapes, "max_requests": self.requests.most})
         derandomize = self.profile.derandomize and seed is None

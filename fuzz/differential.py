@@ -13,7 +13,11 @@ Free of false alarms where it judges:
 - Greedy only, and only what is comparable: streamed requests (the tokens are
   seen), ended completed (the whole answer) or cancelled, disconnected or
   aborted (a prefix of it); an error, a refusal or a crash is not compared,
-  nor anything after the worker died or wedged.
+  nor anything after the worker died or wedged. A seeded request's tokens are
+  its engine's promise too (the reference engine keeps it on both routes, alone
+  and in a batch: tests/engine/test_batched.py), but a sampled token has no
+  lead by which to tell batch-shape rounding from another answer, so it is not
+  compared. The lone run asks for what the request asked (its stop strings).
 - A batched engine computes with other batch shapes than a lone request, and
   near-ties in the logits are real, so a different token is a finding only at
   a step where the lone run's likeliest token led the second by at least
@@ -88,10 +92,10 @@ class Alone:
 
 @dataclass
 class AloneCache:
-    """Lone runs by (request id, prompt length, route), for one engine's life: under greedy decoding a
+    """Lone runs by (request id, prompt length, route, stop strings), for one engine's life: under greedy decoding a
     longer run's first n tokens are the n-token run."""
 
-    runs: dict[tuple[str, int, str], Alone] = field(default_factory=dict)
+    runs: dict[tuple[str, int, str, tuple[str, ...]], Alone] = field(default_factory=dict)
 
     def get(self, spec: RequestSpec) -> Optional[Alone]:
         alone = self.runs.get(_key(spec))
@@ -101,16 +105,18 @@ class AloneCache:
         self.runs[_key(spec)] = alone
 
 
-def _key(spec: RequestSpec) -> tuple[str, int, str]:
-    return (spec.rid.split("~", 1)[0], spec.prompt_len, spec.route)
+def _key(spec: RequestSpec) -> tuple[str, int, str, tuple[str, ...]]:
+    """What a greedy answer depends on besides its budget: the prompt, the route, the stop strings."""
+    return (spec.rid.split("~", 1)[0], spec.prompt_len, spec.route, spec.stop)
 
 
 def comparable(trace: Trace, spec: RequestSpec, tokens: list[Any]) -> bool:
-    """Streamed (its tokens were seen) and ended in a way whose tokens are the lone answer (completed) or a
-    prefix of it (stopped, with something to compare)."""
+    """Greedy (a sampled answer, even a seeded one, has no decided step to judge a difference at), streamed
+    (its tokens were seen) and ended in a way whose tokens are the lone answer (completed) or a prefix of it
+    (stopped, with something to compare)."""
     ends = trace.of("request", "end", spec.rid)
     outcome = ends[0].info.get("outcome") if len(ends) == 1 else None
-    return spec.stream and (outcome == "completed" or (outcome in PREFIX_OUTCOMES and bool(tokens)))
+    return spec.greedy and spec.stream and (outcome == "completed" or (outcome in PREFIX_OUTCOMES and bool(tokens)))
 
 
 async def compare_alone(run: "ScenarioRun") -> None:

@@ -283,7 +283,8 @@ class ScenarioRun:
 
     async def _client(self, client: Client) -> None:
         rid, spec = client.spec.rid, client.spec
-        self.trace.record("request", "submit", rid, info={"stream": spec.stream, "max_tokens": spec.max_tokens})
+        self.trace.record("request", "submit", rid, info={"stream": spec.stream, "max_tokens": spec.max_tokens,
+                                                          **_asked(spec)})
         started = self.loop.time()
         end: dict[str, Any] = {"outcome": "cancelled"}
         stack: tuple[str, ...] = ()
@@ -319,7 +320,9 @@ class ScenarioRun:
             except Exception as exc:
                 end, stack = _crashed(exc, "close: ")
             finally:
-                self.trace.record("request", "end", rid, info=end, stack=stack)
+                returned = getattr(client.handle, "returned", None)  # what it saw, also of a cancelled answer
+                self.trace.record("request", "end", rid, info={**end, **(returned.to_info() if returned else {})},
+                                  stack=stack)
 
     async def _followup(self) -> bool:
         """One greedy request after the scenario; its tokens must match a fresh engine's."""
@@ -583,6 +586,15 @@ class ScenarioRun:
 def _answer_info(answer: Optional[Answer]) -> dict[str, Any]:
     """How an HTTP server answered a failed request, for `fuzz.transport` (nothing in-process)."""
     return {"answer": answer.to_json()} if answer is not None else {}
+
+
+def _asked(spec: RequestSpec) -> dict[str, Any]:
+    """What a request asked for beyond its length that a client can see honoured (fuzz/surface.py): its stop
+    strings and log-probabilities, only where it asked."""
+    asked: dict[str, Any] = {"stop": list(spec.stop)} if spec.stop else {}
+    if spec.logprobs or spec.top_logprobs:
+        asked.update(logprobs=True, top_logprobs=spec.top_logprobs)
+    return asked
 
 
 def _crashed(exc: BaseException, prefix: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:

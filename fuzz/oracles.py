@@ -20,6 +20,7 @@ from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.lost_worker import LOST_WORKER_ORACLES
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.rest import REST_ORACLES
+from mlx_invariants.fuzz.surface import SURFACE_ORACLES
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.transport import TRANSPORT_ORACLES
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, declared_by, yields
@@ -365,6 +366,7 @@ ORACLES: tuple[Oracle, ...] = (
     nothing_leaked,
     *REST_ORACLES,  # threads and MLX memory back at rest, no climb over scenarios (fuzz/rest.py)
     *TRANSPORT_ORACLES,  # a refusal answered 200 on one transport, an error status on the other (fuzz/transport.py)
+    *SURFACE_ORACLES,  # stop strings and log-probabilities as the request asked (fuzz/surface.py)
     followup_matches_fresh,
     *DIFFERENTIAL_ORACLES,  # a request's output with others in flight against its output alone (fuzz/differential.py)
     busy_answers_fast,

@@ -152,6 +152,34 @@ class RequestSpec:
     stream: bool = True
     route: str = "completions"
     arrival: At | None = None
+    # What else the client asks for, in the reference engine's terms (`engine.SamplingParams`); the defaults
+    # are the plain greedy request, which is all a scenario file written before these fields asks for.
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        """Its tokens are the likeliest ones, so the same request on the same engine answers the same."""
+        return self.temperature == 0
+
+    def asks(self) -> str:
+        """The fields it sets beyond the plain greedy request, as `describe()` shows them ("" if none)."""
+        shown = [f"t{self.temperature:g}" if self.temperature else "",
+                 f"top_p{self.top_p:g}" if self.top_p != 1.0 else "",
+                 f"seed{self.seed}" if self.seed is not None else "",
+                 f"logprobs{self.top_logprobs or ''}" if self.logprobs or self.top_logprobs else "",
+                 f"stop{list(self.stop)}" if self.stop else ""]
+        return " ".join(part for part in shown if part)
+
+
+# A request's fields past `arrival`, left out of its JSON at these values (an old file's request reads the same).
+SURFACE_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "seed": None, "logprobs": False,
+                                    "top_logprobs": 0, "stop": ()}
+MAX_STOPS = 4  # stop strings a request may carry (OpenAI's limit, the reference server's too)
 
 
 @dataclass(frozen=True)
@@ -187,7 +215,8 @@ class Scenario:
     def describe(self) -> str:
         reqs = ", ".join(
             f"{r.rid}(p{r.prompt_len} m{r.max_tokens}{' stream' if r.stream else ''}"
-            f"{' ' + r.route if r.route != 'completions' else ''}{' after ' + str(r.arrival) if r.arrival else ''})"
+            f"{' ' + r.route if r.route != 'completions' else ''}{' ' + r.asks() if r.asks() else ''}"
+            f"{' after ' + str(r.arrival) if r.arrival else ''})"
             for r in self.requests)
         faults = "; ".join(str(f) for f in self.faults) or "no faults"
         return f"[{reqs}] {faults} executor={self.executor}{' debug' if self.debug else ''}"
@@ -195,6 +224,12 @@ class Scenario:
     # -- JSON -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        for request in data["requests"]:
+            for name, default in SURFACE_DEFAULTS.items():
+                if request[name] == default or (name == "stop" and not request[name]):
+                    del request[name]  # the plain request: the file reads as one written before these fields
+            if "stop" in request:
+                request["stop"] = list(request["stop"])
         for fault in data["faults"]:
             if fault["rid"] is None:
                 del fault["rid"]  # same request: the file reads as one written before victims existed
@@ -205,7 +240,8 @@ class Scenario:
         if "scenario" in data and "requests" not in data:
             data = data["scenario"]  # a report.json names its scenario
         requests = tuple(
-            RequestSpec(**{**r, "arrival": At(**r["arrival"]) if r.get("arrival") else None})
+            RequestSpec(**{**r, "arrival": At(**r["arrival"]) if r.get("arrival") else None,
+                           "stop": tuple(r.get("stop") or ())})
             for r in data["requests"])
         faults = tuple(FaultSpec(f["kind"], At(**f["at"]), f.get("rid")) for f in data.get("faults", ()))
         scenario = cls(requests, faults, data.get("executor", "owner"), data.get("followup", True),
@@ -232,6 +268,7 @@ class Scenario:
                 raise ValueError(f"{request.rid}: prompt_len and max_tokens must be at least 1")
             if request.route not in ROUTES:
                 raise ValueError(f"{request.rid}: route must be one of {ROUTES}")
+            _check_surface(request)
             if request.arrival:
                 _check_at(request.arrival, rids)
         for fault in self.faults:
@@ -245,6 +282,19 @@ class Scenario:
             if not aimable(fault.kind, fault.at.point):
                 where = sorted(RAISE_POINTS) + (sorted(SERVER_POINTS) if fault.kind in WORKER_FAULTS else [])
                 raise ValueError(f"{fault}: a {fault.kind} fault needs one of {where}")
+
+
+def _check_surface(request: RequestSpec) -> None:
+    """The sampling, log-probability and stop fields within what the reference server accepts."""
+    if not 0 <= request.temperature <= 2 or not 0 < request.top_p <= 1:
+        raise ValueError(f"{request.rid}: temperature must be in 0..2 and top_p in (0, 1]")
+    if request.seed is not None and (isinstance(request.seed, bool) or not isinstance(request.seed, int)
+                                     or request.seed < 0):
+        raise ValueError(f"{request.rid}: seed must be a whole number from 0, or null")
+    if request.top_logprobs < 0 or (request.top_logprobs and not request.logprobs):
+        raise ValueError(f"{request.rid}: top_logprobs must be at least 0, and above 0 only with logprobs")
+    if len(request.stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in request.stop):
+        raise ValueError(f"{request.rid}: stop must be up to {MAX_STOPS} non-empty strings")
 
 
 def _check_at(at: At, rids: list[str]) -> None:

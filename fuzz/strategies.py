@@ -25,6 +25,12 @@ can cancel it while it waits. Victims are drawn last (`_victims`) and shrink
 to "the same request". (The odds and the placement were chosen so that the
 derandomized ci draws still shrink every catalogue mutant to one fault on two
 requests: tests/mutants/test_fuzz_kills.py.)
+
+Each request also draws what it asks for beyond the plain greedy answer
+(`_asks`, in the reference engine's terms, `RequestSpec`): now and then
+sampling, log-probabilities and stop strings, now and then an edge length (a
+one-word prompt, a one-token budget, the profile's longest prompt). Each draw's
+0 is the plain request, so shrinking drops whatever a finding does not need.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from hypothesis import strategies as st
 
 from mlx_invariants.fuzz.faults import IN_CALL
 from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, ROUTES,
-                                          VICTIM_KINDS, At, FaultSpec, RequestSpec, Scenario, aimable)
+                                          MAX_STOPS, VICTIM_KINDS, At, FaultSpec, RequestSpec, Scenario,
+                                          aimable)
 from mlx_invariants.points import Point
 
 
@@ -131,6 +138,56 @@ def _lengthen(requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
     return [replace(r, prompt_len=longest[r.rid]) for r in requests]
 
 
+SURFACE_ODDS = 4    # one request in this many asks for more than the plain greedy answer (`_asks`)
+EDGE_ODDS = 8       # one request in this many gets an edge length: a one-word prompt, one token, the longest
+TOP_LOGPROBS = 5    # most alternatives asked for per token, where the target takes them (0: none)
+TEMPERATURES = (0.0, 0.7, 1.0, 1.5)
+TOP_PS = (1.0, 0.9, 0.5)
+# Short strings that the embedded model's gibberish (and any English) often produces, so a stop is often hit.
+STOPS = ("e", " ", "a", "th", "in", "\n")
+
+
+Ask = tuple[dict, Optional[str]]  # a request's fields beyond the plain greedy one, and an edge length to take
+
+
+@st.composite
+def _asks(draw: st.DrawFn, top_logprobs: int, long_prompt: int) -> Ask:
+    """One time in `SURFACE_ODDS` sampling (temperature, top-p, a seed), log-probabilities and stop strings,
+    one time in `EDGE_ODDS` an edge length. Every draw's 0 is the plain greedy request, so a found bug that
+    needs none of them shrinks back to it; drawn with the request's shape, so deleting a request deletes
+    its asks too."""
+    fields: dict = {}
+    if draw(st.integers(0, SURFACE_ODDS - 1)) == SURFACE_ODDS - 1:
+        temperature = draw(st.sampled_from(TEMPERATURES))
+        if temperature:
+            fields.update(temperature=temperature, top_p=draw(st.sampled_from(TOP_PS)),
+                          seed=draw(st.none() | st.integers(0, 2**31 - 1)))
+        if draw(st.booleans()):
+            fields.update(logprobs=True, top_logprobs=draw(st.integers(0, top_logprobs)) if top_logprobs else 0)
+        fields["stop"] = tuple(draw(st.lists(st.sampled_from(STOPS), max_size=MAX_STOPS, unique=True)))
+    edge = None
+    if draw(st.integers(0, EDGE_ODDS - 1)) == EDGE_ODDS - 1:
+        edge = draw(st.sampled_from(("one-word prompt", "one token") + (("longest",) if long_prompt else ())))
+    return fields, edge
+
+
+def _ask(request: RequestSpec, ask: Optional[Ask], aims: tuple[At, ...], long_prompt: int,
+         long_tokens: int) -> RequestSpec:
+    """`request` asking for what `ask` drew; a budget cut to one token only where no fault or arrival aims
+    at a later step of it."""
+    if ask is None:
+        return request
+    fields, edge = ask
+    request = replace(request, **fields)
+    if edge == "one-word prompt":
+        return replace(request, prompt_len=1)
+    if edge == "one token" and not any(at.rid == request.rid and at.index > 0 for at in aims):
+        return replace(request, max_tokens=1)
+    if edge == "longest":
+        return replace(request, prompt_len=long_prompt, max_tokens=max(request.max_tokens, long_tokens))
+    return request
+
+
 CROWD_ODDS = 4      # one scenario in this many fills a target that holds more than lists usually draw (`_crowd`)
 
 
@@ -159,7 +216,8 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
               kinds: tuple[str, ...] = DEFAULT_KINDS, points: tuple[str, ...] = POINTS,
               executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
               routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
-              long_tokens: int = 0, across: bool = True, armed: bool = False, crowd: int = 0) -> Scenario:
+              long_tokens: int = 0, across: bool = True, armed: bool = False, surface: bool = True,
+              top_logprobs: int = TOP_LOGPROBS, crowd: int = 0) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
     Prompts run to `SHORT_PROMPT` words and budgets to `max_tokens`, now and then
@@ -167,15 +225,17 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     aimed at points inside the worker's MLX work, where they stand for an
     error inside an MLX call. `across`: faults may hit another request than the one at their point.
     `armed`: the target is a launched server whose sentinel arms worker faults, so those may be aimed at
-    any of its points (`aimable`). `crowd`: now and then plain requests are added up to at least this many
-    (0: never; `_crowd`).
+    any of its points (`aimable`). `surface`: requests may ask for sampling, log-probabilities (up to
+    `top_logprobs` alternatives) and stop strings, and take edge lengths (`_asks`). `crowd`: now and then
+    plain requests are added up to at least this many (0: never; `_crowd`).
     """
     aim = _aim(points, max_requests, max_tokens, long_tokens)
     shapes = draw(st.lists(st.tuples(
         _length(SHORT_PROMPT, long_prompt), _length(max_tokens, long_tokens), st.booleans(), st.sampled_from(routes),
-        st.none() | aim if arrivals else st.none()), min_size=1, max_size=max_requests))
+        st.none() | aim if arrivals else st.none(), _asks(top_logprobs, long_prompt) if surface else st.none()),
+        min_size=1, max_size=max_requests))
     requests: list[RequestSpec] = []
-    for i, (prompt_len, budget, stream, route, arrival) in enumerate(shapes):
+    for i, (prompt_len, budget, stream, route, arrival, _) in enumerate(shapes):
         requests.append(RequestSpec(f"r{i}", prompt_len=prompt_len, max_tokens=budget, stream=stream, route=route,
                                     arrival=_resolve(arrival, requests) if arrival and requests else None))
     kinds = tuple(k for k in kinds if any(aimable(k, p, armed) for p in points))
@@ -185,5 +245,7 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     requests = _lengthen(requests, faults, [d[3] for d in drawn])
     executor = draw(st.sampled_from(executors))
     faults = draw(_victims(faults, requests)) if across else faults
+    aims = tuple(f.at for f in faults) + tuple(r.arrival for r in requests if r.arrival)
+    requests = [_ask(r, shape[-1], aims, long_prompt, long_tokens) for r, shape in zip(requests, shapes)]
     requests += draw(_crowd(len(requests), crowd, max_requests, max_tokens, routes))
     return Scenario(tuple(requests), faults, executor)

@@ -17,7 +17,7 @@ engine instead, which the restart then does not test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Protocol
 
 from mlx_invariants.fuzz.errors import TargetError
@@ -47,12 +47,33 @@ class Outcome:
     answer: Optional["Answer"] = None  # over HTTP, how a failure was answered (status, where the error was)
 
 
+@dataclass
+class Returned:
+    """What a client saw of its answer beyond the tokens: the text of each token (in-process) or chunk (over
+    HTTP) that carried some, whether a log-probability came with it, and how many top alternatives (the
+    fewest among a chunk's tokens). Judged against what the request asked for (fuzz/surface.py)."""
+
+    texts: list[str] = field(default_factory=list)
+    logprobs: list[bool] = field(default_factory=list)
+    alternatives: list[int] = field(default_factory=list)
+
+    def add(self, text: str, logprob: bool, alternatives: int = 0) -> None:
+        if text:
+            self.texts.append(text)
+            self.logprobs.append(logprob)
+            self.alternatives.append(alternatives)
+
+    def to_info(self) -> dict[str, Any]:
+        return {"text": "".join(self.texts), "logprobs": list(self.logprobs), "alternatives": list(self.alternatives)}
+
+
 class Handle(Protocol):
     def __aiter__(self) -> AsyncIterator[Any]: ...   # the tokens, as the engine yields them
     async def wait_ended(self) -> None: ...           # non-streaming: until the terminal event
     def outcome(self) -> Outcome: ...                 # once ended
     def abort(self) -> bool: ...                      # True if the engine acknowledged it
     async def close(self) -> None: ...                # must be awaited in a finally
+    # Optional: `returned` (a `Returned`), what the client saw of the text and log-probabilities so far.
 
 
 class Adapter(Protocol):

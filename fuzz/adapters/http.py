@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Optional, TypeVar
 from urllib.parse import urlparse
 
-from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
+from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Returned, prompt_text
 from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
 from mlx_invariants.fuzz.lifeline import Lifeline
@@ -194,6 +194,7 @@ class HttpHandle:
         self._chunks = 0
         self._lines: Any = None
         self.leads: list[Optional[float]] = []  # per chunk, from the top log-probabilities it carried (`_lead`)
+        self.returned = Returned()  # the text and log-probabilities the answer came with
 
     def __aiter__(self) -> "HttpHandle":
         return self
@@ -220,6 +221,7 @@ class HttpHandle:
             if text is None:
                 text = (choice.get("delta") or {}).get("content") or ""
             self.leads.append(_lead(choice.get("logprobs")))
+            self.returned.add(text, *_logprobs_seen(choice.get("logprobs")))
             self.adapter.reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
             self._chunks += 1
             await asyncio.sleep(0)  # a fault delivered at this chunk lands here, before the next read
@@ -231,6 +233,8 @@ class HttpHandle:
             status, payload = await self.body
             choice = (payload.get("choices") or [{}])[0]
             self.finish_reason = choice.get("finish_reason")
+            text = choice.get("text") if "text" in choice else (choice.get("message") or {}).get("content")
+            self.returned.add(text if isinstance(text, str) else "", *_logprobs_seen(choice.get("logprobs")))
             # An error status is an error whatever its body says (`{"detail": ...}` is FastAPI's).
             error = payload.get("error") or (status >= 400 and (payload.get("detail") or payload))
             if error:
@@ -267,11 +271,11 @@ class HttpAdapter:
     def __init__(self, url: str, server: Optional[ServerProcess], model: str, routes: tuple[str, ...] = ROUTES,
                  extra: Optional[dict[str, Any]] = None, health: str = ""):
         self.url = url
+        self.health = health  # the server's health route ("/health"), if the target declares one
         self.extra = extra or {}  # merged into every body, over the fuzzer's own fields
         self.server = server
         self.routes = routes
         self.owner = None  # this process only runs the client; the server's sentinel has its own owner
-        self.health = health  # the server's health route ("/health"), if the target declares one
         self.name = f"http {server.command if server else url}"
         self.busy_bound_s = 5.0
         self.model = model
@@ -281,11 +285,11 @@ class HttpAdapter:
         self._speaks_status = True  # until /v1/status is missing or not in the reference engine's schema
         # A launched server notices a gone client when its next write fails: a release may come this late.
         self.release_grace_s = 2.0 if server is not None else 0.0
+        self._armed: list[ArmedFault] = []  # worker faults armed in the server through this adapter
 
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
 
-        self._armed: list[ArmedFault] = []  # worker faults armed in the server through this adapter
     def reach(self, point: Point, rid: str, **info: Any) -> None:
         if self._hook is not None:
             self._hook(point, rid, info)
@@ -310,12 +314,17 @@ class HttpAdapter:
 
     async def submit(self, spec: RequestSpec, scored: Optional[dict[str, Any]] = None) -> HttpHandle:
         text = prompt_text(spec)
-        common = {"model": self.model, "max_tokens": spec.max_tokens, "temperature": 0.0, "stream": spec.stream}
+        common = {"model": self.model, "max_tokens": spec.max_tokens, "temperature": spec.temperature,
+                  "stream": spec.stream, **_sampling_fields(spec)}
         route = spec.route if spec.route in self.routes else self.routes[0]
         if route == "chat":
             path, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
+            if spec.logprobs or spec.top_logprobs:
+                body.update({"logprobs": True, **({"top_logprobs": spec.top_logprobs} if spec.top_logprobs else {})})
         else:
             path, body = "/v1/completions", {**common, "prompt": text}
+            if spec.logprobs or spec.top_logprobs:
+                body["logprobs"] = spec.top_logprobs  # OpenAI's completions: how many alternatives, 0 for none
         content = json.dumps({**body, **(scored or {}), **self.extra}).encode()
         waiting = _Waiting(self, spec)
         # The full Content-Length up front, the body in two parts (BODY_PART in between).
@@ -349,15 +358,6 @@ class HttpAdapter:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
-
-    def status(self) -> dict[str, int]:
-        """What a launched server says it holds at `GET /v1/status`, if that speaks the reference engine's
-        schema (a `held` object); {} otherwise: another server's status fields mean other things, and a URL
-        target may be shared with other clients. One short blocking GET, read once every request ended."""
-        if self.server is None or not self._speaks_status:
-            return {}
-        import httpx
-
         if any(armed.hit for armed in self._armed) and self.server is not None:
             # Its worker died or wedged: whatever it does now, the next scenario must meet a new server (stopped
             # then, not now: a request still waiting on it is judged as it waits, not as a cut connection).
@@ -392,6 +392,15 @@ class HttpAdapter:
             return httpx.get(f"{self.url}{self.health}", timeout=HEALTH_TIMEOUT_S).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def status(self) -> dict[str, int]:
+        """What a launched server says it holds at `GET /v1/status`, if that speaks the reference engine's
+        schema (a `held` object); {} otherwise: another server's status fields mean other things, and a URL
+        target may be shared with other clients. One short blocking GET, read once every request ended."""
+        if self.server is None or not self._speaks_status:
+            return {}
+        import httpx
+
         try:
             response = httpx.get(f"{self.url}/v1/status", timeout=5.0)
             body = response.json() if response.status_code == 200 else None
@@ -474,6 +483,35 @@ class _Waiting:
                     self.adapter.reach(Point.SERVER_STEP, self.rid, index=self.steps)
                     self.steps += 1
                     await asyncio.sleep(0)  # a fault delivered here lands before the next entry is reached
+
+
+def _sampling_fields(spec: RequestSpec) -> dict[str, Any]:
+    """The body fields for what `spec` asks for beyond greedy decoding, each only where it is not the default,
+    so a plain request's body is what it was before these fields were drawn."""
+    fields: dict[str, Any] = {}
+    if spec.top_p != 1.0:
+        fields["top_p"] = spec.top_p
+    if spec.seed is not None:
+        fields["seed"] = spec.seed
+    if spec.stop:
+        fields["stop"] = list(spec.stop)
+    return fields
+
+
+def _logprobs_seen(logprobs: Any) -> tuple[bool, int]:
+    """Whether a chunk (or a whole answer) carried log-probabilities, and the fewest top alternatives any of its
+    tokens came with: chat's `content[i].top_logprobs`, completions' `token_logprobs` and `top_logprobs[i]`."""
+    if logprobs is None:
+        return False, 0
+    if not isinstance(logprobs, dict):
+        return True, 0  # something came, in no shape this reads: present
+    if isinstance(logprobs.get("content"), list):
+        entries = [e for e in logprobs["content"] if isinstance(e, dict)]
+        counts = [len(e.get("top_logprobs") or ()) for e in entries]
+        return bool(entries), min(counts, default=0)
+    tops = logprobs.get("top_logprobs")
+    counts = [len(top) for top in tops if isinstance(top, dict)] if isinstance(tops, list) else []
+    return bool(logprobs.get("token_logprobs")), min(counts, default=0)
 
 
 def _lead(logprobs: Any) -> Optional[float]:

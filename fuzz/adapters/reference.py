@@ -16,7 +16,7 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, Optional
 
-from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, prompt_text
+from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Returned, prompt_text
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, REFERENCE_OWNER
 from mlx_invariants.fuzz.errors import Refused, TargetError
 from mlx_invariants.fuzz.rest import held_counts
@@ -29,11 +29,13 @@ FUZZ_CONFIG: dict[str, dict[str, Any]] = {"simple": {"admission": "wait", "max_q
 
 class StreamHandle:
     """One `RequestStream`, yielding token ids; `leads` has, per token, how far its likeliest token led the
-    second in log-probability (None where the engine reported no top log-probabilities)."""
+    second in log-probability (None where the engine reported no top log-probabilities), and `returned` the
+    text and log-probabilities each token came with."""
 
     def __init__(self, stream: Any):
         self.stream = stream
         self.leads: list[Optional[float]] = []
+        self.returned = Returned()
 
     def __aiter__(self) -> "StreamHandle":
         return self
@@ -42,6 +44,7 @@ class StreamHandle:
         token = await self.stream.__anext__()
         top = getattr(token, "top_logprobs", ())
         self.leads.append(top[0][1] - top[1][1] if len(top) > 1 else None)
+        self.returned.add(getattr(token, "text", ""), getattr(token, "logprob", None) is not None, len(top))
         return token.token
 
     async def wait_ended(self) -> None:
@@ -97,12 +100,19 @@ class ReferenceAdapter:
         await self.engine.start()
 
     async def submit(self, spec: RequestSpec) -> StreamHandle:
-        return await self._submit(spec, self._package.SamplingParams(max_tokens=spec.max_tokens))
+        return await self._submit(spec, self._params(spec))
 
     async def submit_scored(self, spec: RequestSpec) -> StreamHandle:
-        """`submit`, with the two likeliest tokens' log-probabilities at each step (the handle's `leads`):
-        what the concurrency oracle needs to tell a near-tie from a different answer (fuzz/differential.py)."""
-        return await self._submit(spec, self._package.SamplingParams(max_tokens=spec.max_tokens, top_logprobs=2))
+        """`submit`, with at least the two likeliest tokens' log-probabilities at each step (the handle's
+        `leads`): what the concurrency oracle needs to tell a near-tie from a different answer
+        (fuzz/differential.py)."""
+        return await self._submit(spec, self._params(spec, top_logprobs=max(2, spec.top_logprobs)))
+
+    def _params(self, spec: RequestSpec, **override: Any) -> Any:
+        """The engine's own `SamplingParams` for what `spec` asks for."""
+        return self._package.SamplingParams(**{
+            "max_tokens": spec.max_tokens, "temperature": spec.temperature, "top_p": spec.top_p, "seed": spec.seed,
+            "stop": spec.stop, "logprobs": spec.logprobs, "top_logprobs": spec.top_logprobs, **override})
 
     async def _submit(self, spec: RequestSpec, params: Any) -> StreamHandle:
         m = self._package

@@ -6,7 +6,7 @@ import pytest
 
 from mlx_invariants.fuzz.oracles import ORACLES, judge
 from mlx_invariants.fuzz import lost_worker, oracles
-from mlx_invariants.fuzz import differential, transport
+from mlx_invariants.fuzz import differential, surface, transport
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.trace import Event, Trace
 
@@ -165,6 +165,29 @@ def test_a_request_with_others_in_flight_returns_its_lone_answer_where_decided(c
     assert kinds(differential.outputs_match_alone, trace_of(check_)) == (["output-differs-alone"] if found else [])
 
 
+def answered(asked: dict, text: str = "", logprobs: tuple = (), alternatives: tuple = ()) -> Trace:
+    """One request that asked for `asked` and saw `text` in pieces with (or without) log-probabilities."""
+    return trace_of(request("submit", stream=True, **asked),
+                    request("end", outcome="completed", text=text, logprobs=list(logprobs),
+                            alternatives=list(alternatives or [0] * len(logprobs))))
+
+
+@pytest.mark.parametrize("trace_, found", [
+    (answered({"stop": ["e", "th"]}, "abc the"), ["stop-string-returned"]),
+    (answered({"stop": ["e", "th"]}, "abc t"), []),
+    (answered({}, "the end"), []),
+    (answered({}, "text", logprobs=(False, False)), []),
+    (answered({}, "text", logprobs=(False, True)), ["logprobs-not-as-asked"]),
+    (answered({"logprobs": True, "top_logprobs": 0}, "text", logprobs=(True, True)), []),
+    (answered({"logprobs": True, "top_logprobs": 0}, "text", logprobs=(True, False)), ["logprobs-not-as-asked"]),
+    (answered({"logprobs": True, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 3)), []),
+    (answered({"logprobs": True, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 2)),
+     ["logprobs-not-as-asked"]),
+])
+def test_a_request_sees_its_stop_strings_and_logprobs_honoured(trace_, found):
+    assert [v.kind for oracle in surface.SURFACE_ORACLES for v in oracle(trace_)] == found
+
+
 def test_a_hang_after_the_worker_died_is_reported_and_one_before_it_or_without_it_is_not():
     death = {"kind": "fault", "name": "worker-dies", "rid": "r0", "info": {"at": "r0@BEFORE_DECODE#1"}}
     stall = check("stalled", rids=["r0", "followup"], stacks="--- thread x")
@@ -240,8 +263,8 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 27  # 15 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
-    # + rest.py's one + differential.py's one
+    assert len(ORACLES) == 29  # 15 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
+    # + rest.py's one + differential.py's one + surface.py's two
 
 
 BUSY = {"code": "text_generation_busy", "type": "server_busy", "message": "busy"}

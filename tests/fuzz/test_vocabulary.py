@@ -52,7 +52,8 @@ REACHERS = (ROOT / "engine", FUZZ / "adapters")
 # depend on timing. Changing this set is a decision about findings, so it is spelt out here.
 DECIDED_EXACT = frozenset({"mlx-concurrent", "mlx-off-owner", "mlx-no-stream", "lock-reentered",
                            "request-ended-twice", "request-crashed", "unclear-error", "abort-completed",
-                           "loop-error", "startup-failed", "refusal-differs-by-transport"})
+                           "loop-error", "startup-failed", "refusal-differs-by-transport",
+                           "stop-string-returned", "logprobs-not-as-asked"})
 
 
 # -- the scanners ------------------------------------------------------------------------------------

@@ -79,19 +79,36 @@ def _lost(trace: Trace) -> Optional[Event]:
     return trace.first("fault", "worker-dies") or trace.first("fault", "worker-wedges")
 
 
+def _served_after(trace: Trace, fault: Event, health: Event) -> Optional[str]:
+    """In a launched server (the fault names the thread it hit), a request sent after the fault fired that was
+    answered in full (after a wedge: before health was read, with the thread still blocked): the thread hit
+    was not one the server's serving rests on (a thread per request), so healthy was the truth. Its id."""
+    if "server_thread" not in fault.info:
+        return None
+    for end in trace.of("request", "end"):
+        sent = trace.first("request", "submit", end.rid)
+        if sent is None or sent.seq < fault.seq or end.info.get("outcome") != "completed":
+            continue
+        if fault.name == "worker-dies" or end.seq < health.seq:
+            return end.rid
+    return None
+
+
 @yields(ViolationKind(
     "health-lies", "The engine still called itself healthy after its worker died or stayed wedged.",
     exact=False,
     why="Read once the requests had ended or stalled after the fault; for a wedge, whether the engine's stall "
         "bound had passed by then depends on timing and load.",
     known_problems=IN_PROCESS + " Read from the adapter's `healthy` (a server's: its declared health route, "
-                                "`--health`); an adapter without one is not judged."))
+                                "`--health`); an adapter without one is not judged. A launched server that "
+                                "answered in full a request sent after the fault (after a wedge: while still "
+                                "wedged) is not judged: the thread hit was not one its serving rests on."))
 def health_tells_lost_worker(trace: Trace) -> Iterator[Violation]:
     """After the worker is lost, health stops answering healthy: a load balancer or a readiness probe that
     reads it keeps sending traffic to an engine that can never answer."""
     fault = _lost(trace)
     for check in trace.of("check", "health"):
-        if fault is not None and check.info.get("healthy") is True:
+        if fault is not None and check.info.get("healthy") is True and _served_after(trace, fault, check) is None:
             what = "died" if fault.name == "worker-dies" else "wedged"
             yield Violation("health-lies", f"the worker {what} at {fault.info.get('at')} (#{fault.seq}) and the "
                                            "engine still called itself healthy once its requests were over")

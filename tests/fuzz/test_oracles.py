@@ -222,6 +222,24 @@ def test_health_that_still_says_healthy_after_the_worker_was_lost_is_reported():
     assert kinds(lost_worker.health_tells_lost_worker, trace_of(check("health", healthy=True))) == []
 
 
+def test_a_launched_server_still_serving_after_the_thread_hit_is_not_said_to_lie_about_its_health():
+    """Armed in a server, the fault hits whichever thread makes the next MLX call: in a server with a thread
+    per request that is no worker the server rests on, and a request sent afterwards is answered in full."""
+    dies = {"kind": "fault", "name": "worker-dies", "rid": "r0", "info": {"at": "r0@ADMITTED", "server_thread": "h"}}
+    healthy = check("health", healthy=True)
+    served = (request("submit", "followup"), request("end", "followup", outcome="completed"))
+    oracle = lost_worker.health_tells_lost_worker
+    assert kinds(oracle, trace_of(request("submit"), dies, healthy, *served)) == []
+    assert kinds(oracle, trace_of(request("submit"), dies, healthy, served[0],
+                                  request("end", "followup", outcome="refused"))) == ["health-lies"]
+    assert kinds(oracle, trace_of(request("submit", "followup"), dies, served[1], healthy)) == ["health-lies"]
+    in_process = {**dies, "info": {"at": "r0@PREFILL_DONE"}}
+    assert kinds(oracle, trace_of(in_process, healthy, *served)) == ["health-lies"]
+    wedge = {**dies, "name": "worker-wedges"}
+    assert kinds(oracle, trace_of(wedge, *served, healthy)) == []  # served while the thread hit was blocked
+    assert kinds(oracle, trace_of(wedge, healthy, *served)) == ["health-lies"]  # only once it was let go
+
+
 def test_stall_is_reported_with_stacks():
     found = list(oracles.stays_live(trace_of(check("stalled", rids=["r0"], stacks="--- thread x"))))
     assert [v.kind for v in found] == ["stalled"] and "thread x" in found[0].detail

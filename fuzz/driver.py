@@ -593,7 +593,7 @@ def _asked(spec: RequestSpec) -> dict[str, Any]:
     strings and log-probabilities, only where it asked."""
     asked: dict[str, Any] = {"stop": list(spec.stop)} if spec.stop else {}
     if spec.logprobs or spec.top_logprobs:
-        asked.update(logprobs=True, top_logprobs=spec.top_logprobs)
+        asked.update(logprobs=True, top_logprobs=spec.top_logprobs, route=spec.route)
     return asked
 
 

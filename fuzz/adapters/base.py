@@ -53,6 +53,7 @@ class Returned:
     HTTP) that carried some, whether a log-probability came with it, and how many top alternatives (the
     fewest among a chunk's tokens). Judged against what the request asked for (fuzz/surface.py)."""
 
+    unit: str = "token"  # "chunk" over HTTP, where a server may not offer log-probabilities at all
     texts: list[str] = field(default_factory=list)
     logprobs: list[bool] = field(default_factory=list)
     alternatives: list[int] = field(default_factory=list)
@@ -64,7 +65,8 @@ class Returned:
             self.alternatives.append(alternatives)
 
     def to_info(self) -> dict[str, Any]:
-        return {"text": "".join(self.texts), "logprobs": list(self.logprobs), "alternatives": list(self.alternatives)}
+        return {"text": "".join(self.texts), "logprobs": list(self.logprobs), "alternatives": list(self.alternatives),
+                "unit": self.unit}
 
 
 class Handle(Protocol):

@@ -194,7 +194,7 @@ class HttpHandle:
         self._chunks = 0
         self._lines: Any = None
         self.leads: list[Optional[float]] = []  # per chunk, from the top log-probabilities it carried (`_lead`)
-        self.returned = Returned()  # the text and log-probabilities the answer came with
+        self.returned = Returned("chunk")  # the text and log-probabilities the answer came with
 
     def __aiter__(self) -> "HttpHandle":
         return self

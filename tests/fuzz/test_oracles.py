@@ -165,27 +165,38 @@ def test_a_request_with_others_in_flight_returns_its_lone_answer_where_decided(c
     assert kinds(differential.outputs_match_alone, trace_of(check_)) == (["output-differs-alone"] if found else [])
 
 
-def answered(asked: dict, text: str = "", logprobs: tuple = (), alternatives: tuple = ()) -> Trace:
+def answered(asked: dict, text: str = "", logprobs: tuple = (), alternatives: tuple = (), rid: str = "r0",
+             unit: str = "token") -> list[dict]:
     """One request that asked for `asked` and saw `text` in pieces with (or without) log-probabilities."""
-    return trace_of(request("submit", stream=True, **asked),
-                    request("end", outcome="completed", text=text, logprobs=list(logprobs),
-                            alternatives=list(alternatives or [0] * len(logprobs))))
+    return [request("submit", rid, stream=True, **asked),
+            request("end", rid, outcome="completed", text=text, logprobs=list(logprobs),
+                    alternatives=list(alternatives or [0] * len(logprobs)), unit=unit)]
 
 
-@pytest.mark.parametrize("trace_, found", [
+LOGPROBS = {"logprobs": True, "top_logprobs": 0, "route": "chat"}
+
+
+@pytest.mark.parametrize("events, found", [
     (answered({"stop": ["e", "th"]}, "abc the"), ["stop-string-returned"]),
     (answered({"stop": ["e", "th"]}, "abc t"), []),
     (answered({}, "the end"), []),
     (answered({}, "text", logprobs=(False, False)), []),
     (answered({}, "text", logprobs=(False, True)), ["logprobs-not-as-asked"]),
-    (answered({"logprobs": True, "top_logprobs": 0}, "text", logprobs=(True, True)), []),
-    (answered({"logprobs": True, "top_logprobs": 0}, "text", logprobs=(True, False)), ["logprobs-not-as-asked"]),
-    (answered({"logprobs": True, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 3)), []),
-    (answered({"logprobs": True, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 2)),
+    (answered(LOGPROBS, "text", logprobs=(True, True)), []),
+    (answered(LOGPROBS, "text", logprobs=(True, False)), ["logprobs-not-as-asked"]),
+    (answered({**LOGPROBS, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 3)), []),
+    (answered({**LOGPROBS, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 2)),
      ["logprobs-not-as-asked"]),
+    # over HTTP: a server that offers none is no finding; one that gave them to a request asked alike is
+    (answered(LOGPROBS, "text", logprobs=(False, False), unit="chunk"), []),
+    (answered(LOGPROBS, "text", logprobs=(False, True), unit="chunk")
+     + answered(LOGPROBS, "text", logprobs=(True,), rid="r1", unit="chunk"), ["logprobs-not-as-asked"]),
+    (answered(LOGPROBS, "text", logprobs=(False,), unit="chunk")
+     + answered({**LOGPROBS, "route": "completions"}, "text", logprobs=(True,), rid="r1", unit="chunk"), []),
 ])
-def test_a_request_sees_its_stop_strings_and_logprobs_honoured(trace_, found):
-    assert [v.kind for oracle in surface.SURFACE_ORACLES for v in oracle(trace_)] == found
+def test_a_request_sees_its_stop_strings_and_logprobs_honoured(events, found):
+    trace = trace_of(*events)
+    assert [v.kind for oracle in surface.SURFACE_ORACLES for v in oracle(trace)] == found
 
 
 def test_a_hang_after_the_worker_died_is_reported_and_one_before_it_or_without_it_is_not():

@@ -12,7 +12,7 @@ many cores gets; the ci profile is derandomized, so its seeds draw the same scen
 timing.
 
     .venv/bin/python benchmarks/time_to_find.py [--seeds 5] [--budget 60] [--jobs 1] [--cores 2] [--only M07 ...]
-        [--json FILE]                     (every run's result)
+        [--profiles ci runner] [--steer] [--json FILE]   (every run's result)
     .venv/bin/python benchmarks/time_to_find.py --from-json FILE   (the table of a saved run)
 
 Not a test: it prints a markdown table for docs/benchmarks.md.
@@ -61,7 +61,7 @@ def _child(task: dict[str, Any]) -> dict[str, Any]:
     mutant = next(m for m in hunted() if m.id == task["mutant"])
     target = Target.reference(mutant.routes[0], package=import_copy(mutant, Path(task["root"])))
     result = run_fuzz(target, FuzzSettings(profile=task["profile"], budget_s=task["budget"], seed=task["seed"],
-                                           explicit=(), replays=0, shrink=False))
+                                           explicit=(), replays=0, shrink=False, steer=task.get("steer", False)))
     kind = result.failure.violations[0].kind if result.failure is not None else None
     found = kind in mutant.finds
     return {"s": result.first_failure_s if found else None, "examples": result.first_failure_examples if found else None,
@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side")
     parser.add_argument("--cores", type=int, default=2, help="CPU cores each run is pinned to")
     parser.add_argument("--only", nargs="*", default=None, help="catalogue ids (or prefixes) to hunt")
+    parser.add_argument("--profiles", nargs="*", choices=PROFILES, default=list(PROFILES), help="profiles to run")
+    parser.add_argument("--steer", action="store_true", help="runs steered by distances to firing (--steer)")
     parser.add_argument("--json", type=Path, help="also write every run's result here")
     parser.add_argument("--from-json", type=Path, help="only print the table of a saved --json run")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -148,9 +150,9 @@ def main() -> None:
         parser.error(f"no catalogue entry the fuzzer finds matches {args.only}")
     root = Path(tempfile.mkdtemp(prefix="time-to-find-"))
     # Interleaved: every mutant's seed 1 in both profiles before any seed 2, so load drifts hit all alike.
-    tasks = [{"mutant": m.id, "profile": p, "seed": seed, "budget": args.budget,
+    tasks = [{"mutant": m.id, "profile": p, "seed": seed, "budget": args.budget, "steer": args.steer,
               "root": str(root / f"{m.id}-{p}-{seed}")}
-             for seed in range(1, args.seeds + 1) for m in mutants for p in PROFILES]
+             for seed in range(1, args.seeds + 1) for m in mutants for p in args.profiles]
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, MLX {mx.__version__} on {mx.default_device()}; "
           f"{args.jobs} run(s) side by side, {args.cores} cores each; load average {os.getloadavg()[0]:.1f} at start\n")
     results = run_all(tasks, args.jobs, args.cores)

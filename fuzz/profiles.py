@@ -115,6 +115,15 @@ PROFILES: dict[str, Profile] = {
 
 PROFILE_DATABASE: Any = object()   # `hypothesis_settings(database=...)`: the profile's own (a directory or none)
 SEARCH = ("explicit", "reuse", "generate")   # the Hypothesis phases of a round, before shrinking
+STEER = "target"   # and after them, when asked (`--steer`): climbs towards `fuzz.steering`'s distances
+
+
+def search_phases(derandomize: bool, replayed: bool, steer: bool = False) -> tuple[str, ...]:
+    """A search round's Hypothesis phases before shrinking: `SEARCH`, less "reuse" where a replay round ran
+    the database's failures already, then `STEER` if asked and the round is not derandomized (steering
+    follows the timings each example measured, and a derandomized round must draw the same every run)."""
+    phases = tuple(phase for phase in SEARCH if not (replayed and phase == "reuse"))
+    return phases + (STEER,) if steer and not derandomize else phases
 
 
 def hypothesis_settings(profile: Profile, max_examples: int, derandomize: Optional[bool] = None,

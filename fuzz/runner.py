@@ -48,7 +48,8 @@ from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
 from mlx_invariants.fuzz.findings import Finding, FindingsBook, confirmed, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
 from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
-from mlx_invariants.fuzz.profiles import SEARCH, PROFILES, Profile, Requests, hypothesis_settings, requests_for
+from mlx_invariants.fuzz.profiles import (PROFILES, Profile, Requests, hypothesis_settings, requests_for,
+                                          search_phases)
 from mlx_invariants.fuzz.report import Failure, device_info
 from mlx_invariants.fuzz.rest import DRIFT_SCENARIOS, REPEATED_KINDS
 from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, FAULT_KINDS, INDEXED_POINTS, POINTS, At,
@@ -59,6 +60,7 @@ from mlx_invariants.fuzz.session import EngineSession
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.shrinking import Shrinking, lead_with, violation_type
 from mlx_invariants.fuzz.statistics import RunStatistics
+from mlx_invariants.fuzz.steering import distances
 from mlx_invariants.fuzz.target import Engines, Target
 from mlx_invariants.fuzz.trace import Trace
 
@@ -424,7 +426,9 @@ class _Fuzz:
         phase alone) before the explicit scenarios and the search: a failure another runner wrote there is
         the run's first example. The search's rounds then only write to it (a failure replayed again in a
         later round, its signature settled, would pass there and be deleted). Hypothesis keeps no database
-        in a derandomized round, so the `ci` profile's first round runs on the fixed seed 0 instead."""
+        in a derandomized round, so the `ci` profile's first round runs on the fixed seed 0 instead. With
+        `steer`, rounds that are not derandomized end in Hypothesis's target phase, which climbs towards the
+        distances to firing each example reports (`_steer`)."""
         from mlx_invariants.fuzz.strategies import TOP_LOGPROBS, scenarios
 
         if strategy is None:
@@ -439,11 +443,11 @@ class _Fuzz:
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
-        search = SEARCH
         if self.database is not None:
-            derandomize, search = False, tuple(phase for phase in SEARCH if phase != "reuse")
+            derandomize = False
             if self._searching():
                 self._round(strategy, [], REPLAY_EXAMPLES, base_seed, False, ("reuse",))
+        search = search_phases(derandomize, replayed=self.database is not None, steer=self.settings.steer)
         round_number = 0
         while self._searching():
             remaining = None if self.examples is None else self.examples - self.state.examples
@@ -499,6 +503,8 @@ class _Fuzz:
         trace, violations = self.run(scenario)
         if self.shrinking is None:
             self.state.examples += 1
+            if self.settings.steer:
+                _steer(trace)
             shrinking = self.consider(scenario, trace, violations, shrinkable=True) if violations else None
             if shrinking is None:
                 return
@@ -575,6 +581,15 @@ class _Fuzz:
             mlx_threads=sorted(stats.threads), scenario_runs=stats.runs, counts=dict(stats.counts),
             seed=self.seed_label, budget_s=self.budget_s, examples_cap=self.examples, pace=self.pace,
             target=self.target, requests=self.requests)
+
+
+def _steer(trace: Trace) -> None:
+    """Tell Hypothesis how near this example came to firing each timing oracle (`fuzz.steering`): its target
+    phase then climbs towards the nearest. Observations made while shrinking are not fed."""
+    from hypothesis import target
+
+    for label, value in distances(trace).items():
+        target(value, label=label)
 
 
 def exhaustive_scenarios(max_tokens: int = 3, kinds: Iterable[str] = DEFAULT_KINDS,

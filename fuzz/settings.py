@@ -57,6 +57,7 @@ class FuzzSettings:
     reuse: Optional[bool] = None
     debug_run: Optional[bool] = None
     strict: bool = False              # the sentinel refuses bad MLX entries (raises) instead of recording only
+    steer: bool = False               # end each round that is not derandomized in Hypothesis's target phase
     capacity: Optional[int] = None    # requests the target holds at once; None: as its adapter says, if it does
     database: Optional[str | Path] = None  # a directory or a Redis URL; None: the profile's (runner's directory, ci's none)
     database_readonly: bool = False   # read the database, write nothing (pull-request runs of a shared one)

@@ -77,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--exhaustive", action="store_true",
                            help="instead of sampling, run every single-fault scenario for one and two requests "
                                 "(two streaming, or a streaming and a plain one)")
+    run_group.add_argument("--steer", action="store_true",
+                           help="end each round that is not derandomized (runner profile, --seed) in Hypothesis's "
+                                "target phase, climbing towards scenarios that came near firing a timing oracle "
+                                "(off by default: it has not been shown to find bugs sooner, docs/fuzz.md)")
     run_group.add_argument("--fresh-engine", action="store_true",
                            help="start a fresh engine for every scenario instead of reusing one while scenarios "
                                 "leave it clean (slower; failures are always confirmed on a fresh engine anyway)")
@@ -200,6 +204,7 @@ def settings_of(args: argparse.Namespace) -> FuzzSettings:
     return FuzzSettings(profile=args.profile, budget_s=args.budget, examples=args.examples, seed=args.seed,
                         replays=args.replays, confirm=args.confirm, keep_going=args.keep_going, baseline=baseline,
                         reuse=False if args.fresh_engine else None, strict=args.strict, capacity=args.capacity,
+                        steer=args.steer,
                         database=args.database, database_readonly=args.database_readonly,
                         report_dir=str(report), workdir=str(report / "work"))
 

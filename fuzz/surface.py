@@ -5,7 +5,10 @@ sampling, log-probabilities, stop strings). What sampling returns is not
 judged (it is random, and seeded only where the engine promises it); what a
 client sees honoured is: no returned text holds a stop string it asked for,
 and log-probabilities come with the answer if and only if it asked for them,
-with as many alternatives as it asked for. Over HTTP a server may offer no
+with as many alternatives as it asked for. Over HTTP a server may ignore stop
+strings, and end at its end-of-sequence token with one in its text: there only
+an answer that stopped and ends with a stop string (returned where it should
+have been cut) is found. It may also offer no
 log-probabilities at all, or not on every route and transport (mlx_lm.server
 streams none), which is no bug: there an answer that asked and got none is
 judged only against one of its scenario asked alike that got them. The driver records what each
@@ -30,15 +33,21 @@ def _asked(trace: Trace) -> dict[str, dict[str, Any]]:
     "stop-string-returned", "A request's returned text holds a stop string it asked for.", exact=True,
     why="Outputs as the client received them: a stop string ends the answer before it, so no correct engine "
         "returns one, whatever the timing (a cancelled answer is a prefix of the whole one and holds none either).",
-    known_problems="Judges what the adapter shows (`Handle.returned`): in-process streamed requests, over HTTP "
-                   "every answer; a stop string the model never produces is never tested."))
+    known_problems="Judges what the adapter shows (`Handle.returned`): in-process streamed requests, and over "
+                   "HTTP only an answer that says it stopped (finish reason stop) and ends with a stop string, "
+                   "since a server may ignore the field (the false-alarm benchmark's servers do) and end at its "
+                   "end-of-sequence token; a stop string the model never produces is never tested."))
 def stop_strings_withheld(trace: Trace) -> Iterator[Violation]:
-    """No returned text contains one of its request's stop strings."""
+    """No returned text contains one of its request's stop strings (over HTTP: ends with one, having stopped)."""
     asked = _asked(trace)
     for end in trace.of("request", "end"):
         text = end.info.get("text")
         stops = asked.get(end.rid, {}).get("stop") or ()
-        hit = next((stop for stop in stops if isinstance(text, str) and stop in text), None)
+        if not isinstance(text, str):
+            continue
+        if end.info.get("unit") == "chunk":  # a server that ignores stop strings is no finding: one that cut there
+            stops = [stop for stop in stops if end.info.get("reason") == "stop" and text.endswith(stop)]
+        hit = next((stop for stop in stops if stop in text), None)
         if hit is not None:
             at = text.index(hit)
             yield Violation("stop-string-returned", f"{end.rid} asked to stop at {list(stops)} but returned "

@@ -187,6 +187,12 @@ LOGPROBS = {"logprobs": True, "top_logprobs": 0, "route": "chat"}
     (answered({**LOGPROBS, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 3)), []),
     (answered({**LOGPROBS, "top_logprobs": 3}, "text", logprobs=(True, True), alternatives=(3, 2)),
      ["logprobs-not-as-asked"]),
+    # over HTTP: a server that ignores stop strings is no finding; one that stopped at one and returned it is
+    (answered({"stop": ["e"]}, "the end", unit="chunk"), []),
+    ([request("submit", stop=["th"]), request("end", outcome="completed", reason="stop", text="a th", unit="chunk")],
+     ["stop-string-returned"]),
+    ([request("submit", stop=["th"]), request("end", outcome="completed", reason="stop", text="the", unit="chunk")],
+     []),
     # over HTTP: a server that offers none is no finding; one that gave them to a request asked alike is
     (answered(LOGPROBS, "text", logprobs=(False, False), unit="chunk"), []),
     (answered(LOGPROBS, "text", logprobs=(False, True), unit="chunk")

@@ -13,7 +13,7 @@ from hypothesis import find, settings
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.scenario import At, RequestSpec, Scenario
 from mlx_invariants.fuzz.session import run_scenario
-from mlx_invariants.fuzz.strategies import scenarios
+from mlx_invariants.fuzz.strategies import TOP_LOGPROBS, _asks, scenarios
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.mutants.copies import import_copy
 from mlx_invariants.mutants.mutant import Edit, Mutant
@@ -86,9 +86,8 @@ def test_a_scenario_file_keeps_the_fields_and_an_old_one_reads_as_plain_greedy()
 
 
 def test_drawn_fields_shrink_towards_the_plain_greedy_request():
-    quiet = settings(database=None, max_examples=2000)
-    smallest = find(scenarios(), lambda s: any(r.stop for r in s.requests), settings=quiet)
-    stopping = [r for r in smallest.requests if r.stop]
-    assert [r.asks() for r in stopping] == ["stop['e']"], smallest.describe()  # greedy, no seed, no logprobs
-    assert all(r.asks() == "" for r in smallest.requests if not r.stop)
-    assert all(r.asks() == "" for r in find(scenarios(), lambda s: True, settings=quiet).requests)
+    quiet = settings(database=None, max_examples=500)
+    assert find(_asks(TOP_LOGPROBS, 300), lambda ask: ask[0].get("stop"), settings=quiet) == ({"stop": ("e",)}, None)
+    assert find(_asks(TOP_LOGPROBS, 300), lambda ask: True, settings=quiet) == ({}, None)
+    smallest = find(scenarios(max_requests=1, max_faults=1), lambda s: s.requests[0].stop, settings=quiet)
+    assert smallest.requests[0].asks() == "stop['e']", smallest.describe()  # greedy, nothing else

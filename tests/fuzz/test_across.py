@@ -142,6 +142,7 @@ def _strategy(across: bool):
                      arrivals=False, across=across)
 
 
+@pytest.mark.slow  # two 40-example searches; the seed scenarios above show the same plant in the default run
 def test_only_cross_request_faults_find_the_swallowed_queued_cancel(planted: str, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    queued_until_served: None):

@@ -36,7 +36,7 @@ def make_small() -> toy_adapter.ToyAdapter:
 
 
 def _fuzz(factory: str, capacity: Optional[int] = None, report_dir: Optional[Path] = None,
-          examples: int = 40) -> tuple[FuzzResult, int]:
+          examples: int = 20) -> tuple[FuzzResult, int]:
     """A short run on the toy engine; also the most requests any scenario it ran had."""
     most = [0]
 
@@ -59,7 +59,7 @@ def test_the_capacity_the_engine_reports_is_drawn_past(tmp_path: Path):
 
 
 def test_a_given_capacity_overrides_the_engines():
-    result, most = _fuzz("tests.fuzz.test_capacity:make_small", capacity=1, examples=20)
+    result, most = _fuzz("tests.fuzz.test_capacity:make_small", capacity=1, examples=10)
     assert result.requests == Requests(1 + PAST_CAPACITY, 1, "given")
     assert most <= 1 + PAST_CAPACITY
 

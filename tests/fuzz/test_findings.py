@@ -64,7 +64,7 @@ def test_keep_going_reports_both_bugs_and_a_baseline_fails_only_on_the_new_one(t
                                                                                 unhurried_shrinking):
     first = tmp_path / "first"
     # Both are found within the first 5 examples (the seed corpus); the count, not a budget, ends the search.
-    assert fuzz("--engine", two_bugs, "--keep-going", "--examples", "30", *NO_BUDGET, "--report", str(first)) == 1
+    assert fuzz("--engine", two_bugs, "--keep-going", "--examples", "12", *NO_BUDGET, "--report", str(first)) == 1
     summary = summary_of(first)
     found = {f["oracle"]: f for f in summary["findings"]}
     assert set(found) == {"slot-freed-early", "mlx-no-stream"}, summary["findings"]
@@ -242,7 +242,9 @@ def test_a_slow_server_is_not_called_stalled_and_its_log_is_kept(tmp_path):
     assert replay(tmp_path / "case.json").runs == [[]]
 
 
-@pytest.mark.parametrize("shrink_s, shrunk", [(0.0, False), (BACKSTOP_S, True)], ids=["none", "unhurried"])
+# Shrinking to its end is M19's whole hunt (minutes on two cores): nightly, as that hunt is.
+@pytest.mark.parametrize("shrink_s, shrunk", [(0.0, False), pytest.param(BACKSTOP_S, True, marks=pytest.mark.slow)],
+                         ids=["none", "unhurried"])
 def test_a_finding_whose_shrinking_ran_out_of_time_is_not_called_shrunk(tmp_path, shrink_s, shrunk):
     """The zoo once showed a 10-request scenario as "shrunk": its shrinking had met the deadline. M19 is
     first met in a three-request scenario (the smallest example, which Hypothesis tries first, misses it)."""

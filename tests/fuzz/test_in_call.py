@@ -109,7 +109,7 @@ def test_the_toy_engines_seed_000_bug_is_found_by_cancels_in_call_alone(tmp_path
 
 
 def test_the_drained_toy_engine_is_clean_under_cancels_in_call(tmp_path: Path):
-    result = run_fuzz(toy_adapter.target("make_drain", IN_CALL), _settings(tmp_path, 40))
+    result = run_fuzz(toy_adapter.target("make_drain", IN_CALL), _settings(tmp_path, 20))
     assert result.ok, result.failure and result.failure.headline
 
 

@@ -64,6 +64,7 @@ def test_what_a_stop_leaves_behind_is_found_through_restart_and_no_other_fault(m
     assert all(kinds == [] for kinds in found.values()), {k: v for k, v in found.items() if v}
 
 
+@pytest.mark.slow  # two searches with shrinking; the scenario test above finds the same lock in the default run
 def test_the_fuzzer_finds_a_lock_a_stop_left_held_and_passes_the_fixed_engine():
     restart = scenarios(kinds=("restart",))
     broken = run_fuzz(Target.module_factory("tests.fuzz.restart_engine:make_held_lock"),

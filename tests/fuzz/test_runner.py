@@ -44,7 +44,7 @@ def cli(*argv: str) -> int:
 # MLX call, so the engines earlier tests started would slow this one down. The count, not the profile's 120 s
 # budget, ends the run: a loaded 2-core box once reached 216 of 300 in it. The default suite runs the first
 # `SHORT_CI_RUN` examples (the seed corpus and the first drawn ones); the profile's whole count is a slow test.
-SHORT_CI_RUN = 80
+SHORT_CI_RUN = 50
 
 
 @pytest.mark.parametrize("examples", [

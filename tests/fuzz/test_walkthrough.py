@@ -88,6 +88,11 @@ def start(project: Path, command: str) -> subprocess.Popen[str]:
                             cwd=project, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def runs_masked(line: str) -> str:
+    """A replay line with its count of violating runs left out."""
+    return re.sub(r"violations in \d/3 run\(s\)", "violations in N/3 run(s)", line)
+
+
 def finish(*runs: subprocess.Popen[str]) -> list[str]:
     """Each run's output, once all have ended (they run side by side: each is about one core)."""
     try:
@@ -97,7 +102,10 @@ def finish(*runs: subprocess.Popen[str]) -> list[str]:
             run.kill()
 
 
-@pytest.mark.timeout(900)  # two pytest runs side by side, one spending the ci profile's whole 120 s budget
+# Two pytest runs side by side, one spending the ci profile's whole 120 s budget: nightly. The marked-points
+# test below replays the same doc's scenarios in the default run.
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_walkthrough_fails_as_the_doc_shows_and_its_fix_passes(tmp_path: Path) -> None:
     walk = read_walkthrough(DOC.read_text())
     assert {"toyengine/__init__.py", "toyengine/fuzzing.py", "tests/test_fuzz.py"} <= set(walk.files), walk.files
@@ -150,7 +158,11 @@ def test_marked_points_make_the_doc_s_scenarios_fail_on_every_replay_until_the_f
     assert failing.splitlines()[2].startswith(verdict), failing
     assert out.splitlines()[0] == failing.splitlines()[1] and out.splitlines()[1].startswith(verdict), out
     assert fixed_out.splitlines() == clean.splitlines()[1:], fixed_out
-    assert raised.splitlines()[:2] == unretrieved.splitlines()[1:3], raised
+    # A future's unretrieved exception is reported when the collector finalizes it, which a loaded box can
+    # put off past a run's end: the doc's 3/3 may read 2/3 there, the finding itself may not change.
+    assert [runs_masked(line) for line in raised.splitlines()[:2]] == \
+        [runs_masked(line) for line in unretrieved.splitlines()[1:3]], raised
+    assert re.search(r"violations in [123]/3 run\(s\)", raised.splitlines()[0]), raised
     assert raised_fixed.splitlines() == [unretrieved.splitlines()[1].replace("in 3/3 run(s)", "in 0/3 run(s)")], \
         raised_fixed
 

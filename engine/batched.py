@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -379,6 +380,17 @@ class BatchedEngine(EngineFrontend):
 
     def _abort(self, rid: str) -> None:
         self._owner.abort(rid)
+
+    def broken_invariants(self) -> list[str]:
+        """On the owner thread: no more requests started, nor rows in the generator, than the batch's seats
+        (a burst started past them stalls every running stream for its prefills and strands its extra rows)."""
+        owner = self._owner
+        if owner is None or threading.current_thread() is not owner:
+            return []
+        held = owner.held()
+        return [f"{held[count]} {what}, more than the batch's {owner.max_batch} seats"
+                for count, what in (("running", "requests started"), ("rows", "rows in the generator"))
+                if held[count] > owner.max_batch]
 
     def status(self) -> dict[str, Any]:
         """Adds how prompts are prefilled, `padded` or `exact`, as the owner decided at startup."""

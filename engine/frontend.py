@@ -83,6 +83,11 @@ class EngineFrontend:
                 and owner.ready.exception() is None and not owner.stopping and not self._shutting_down
                 and self.unavailable is None)
 
+    def broken_invariants(self) -> list[str]:
+        """What the engine's own books say is wrong now, judged only where they are consistent (a route's owner
+        thread, between its steps); [] when every invariant holds. A harness calls it at each named point."""
+        return []
+
     @property
     def unavailable(self) -> Optional[Unavailable]:
         """Why a started owner can no longer generate: it died, or it is stalled; None otherwise (also

@@ -110,7 +110,8 @@ class ScenarioRun:
         # A launched server with the sentinel's worker switch: worker faults are armed in it (fuzz/worker_switch.py).
         arm = self.adapter.arm_worker_fault if getattr(self.adapter, "arms_worker_faults", False) else None
         self.injector = Injector(trace, self.loop, triggers, self._deliver, cap_s=self.settings.cap_s,
-                                 suffix=self.suffix, live_mlx=self.collect is None, arm=arm)
+                                 suffix=self.suffix, live_mlx=self.collect is None, arm=arm,
+                                 invariants=getattr(self.adapter, "broken_invariants", None))
         self.shutdown_task: Optional[asyncio.Task] = None
         self.restart_task: Optional[asyncio.Task] = None  # the latest "restart": True once it serves again
         self.shutdown_stalled = False  # a shutdown never returned: nothing after it is waited for

@@ -75,6 +75,7 @@ Trigger = Union[FaultSpec, Arrival]
 Action = Callable[[Trigger], Optional[Awaitable[None]]]
 # Arms a worker fault (kind, where) in a launched server's sentinel (`HttpAdapter.arm_worker_fault`).
 Arm = Callable[[str, str], Awaitable[ArmedFault]]
+Invariants = Callable[[], list[str]]  # an adapter's `broken_invariants`: what its engine says is wrong now
 
 
 def delivery(trigger: Trigger) -> Delivery:
@@ -114,8 +115,10 @@ class Injector:
 
     def __init__(self, trace: Trace, loop: asyncio.AbstractEventLoop, due: list[Trigger],
                  deliver: Action, cap_s: float = 2.0, suffix: str = "", live_mlx: bool = True,
-                 arm: Optional[Arm] = None):
+                 arm: Optional[Arm] = None, invariants: Optional[Invariants] = None):
         self.trace = trace
+        self._invariants = invariants  # asked at every point, on the thread that reached it
+        self._broken: set[str] = set()  # each broken invariant is recorded once, where it was first seen
         self._arm = arm  # a launched server's: worker faults are armed in it, not raised here
         self.live_mlx = live_mlx  # the sentinel's MLX spans reach the trace as they happen (in-process)
         self.suffix = suffix
@@ -148,6 +151,7 @@ class Injector:
         index = info.get("step", info.get("index", 0))
         on_loop = self._on_loop_thread()
         self.trace.record("point", name, rid, info=dict(info), stack=capture_stack(1))
+        self._check_invariants(name, rid)
         with self._lock:
             fired = [f for f in self._due if f.at.rid == rid and f.at.point == name
                      and (name not in INDEXED_POINTS or f.at.index == index)]
@@ -190,6 +194,17 @@ class Injector:
                 self._unwedge.wait()
                 return
             raise InjectedFault(f"injected MLX error at {fault.at}")
+
+    def _check_invariants(self, point: str, rid: str) -> None:
+        """Record each invariant the engine declares broken at this point, the first time it is."""
+        if self._invariants is None:
+            return
+        for broken in self._invariants():
+            with self._lock:
+                new = broken not in self._broken
+                self._broken.add(broken)
+            if new:
+                self.trace.record("check", "invariant", rid, info={"at": f"{rid}@{point}", "broken": broken})
 
     def release_wedged(self) -> None:
         """Let a worker wedged by a "worker-wedges" fault go on (it is judged by then), and any later one

@@ -253,6 +253,19 @@ def followup_matches_fresh(trace: Trace) -> Iterator[Violation]:
 
 
 @yields(ViolationKind(
+    "engine-invariant-broken", "An invariant the engine declares (its adapter's `broken_invariants`) did not "
+                               "hold at a point it reached.", exact=False,
+    why="State at a point: whether a schedule reaches it depends on which requests arrived together and shared "
+        "a step, so it counts once it replays.",
+    known_problems="Only as strong as what the engine declares, and judged only at its points, where it says its "
+                   "books are consistent (the batched reference engine: on its owner thread)."))
+def declared_invariants_hold(trace: Trace) -> Iterator[Violation]:
+    """Every invariant the engine declares holds at each point it reaches."""
+    for check in trace.of("check", "invariant"):
+        yield Violation("engine-invariant-broken", f"at {check.info['at']}: {check.info['broken']}", rid=check.rid)
+
+
+@yields(ViolationKind(
     "stalled", "Nothing could run but requests were unfinished: a deadlock, reported with every stack.",
     exact=False,
     why="Timing: judged by quiet ticks (every thread parked, the loop idle) and a wall-clock bound scaled "
@@ -363,6 +376,7 @@ ORACLES: tuple[Oracle, ...] = (
     slot_kept_until_worker_done,
     acknowledged_abort_never_completes,
     every_request_ends_once,
+    declared_invariants_hold,
     nothing_leaked,
     *REST_ORACLES,  # threads and MLX memory back at rest, no climb over scenarios (fuzz/rest.py)
     *TRANSPORT_ORACLES,  # a refusal answered 200 on one transport, an error status on the other (fuzz/transport.py)

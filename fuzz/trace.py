@@ -102,6 +102,7 @@ EVENTS: dict[str, EventKind] = {
         "stalled": "nothing could run but requests were unfinished (with every stack)",
         "waiters-after-shutdown": "requests still waiting once shutdown returned",
         "followup": "the follow-up's answer next to a fresh engine's",
+        "invariant": "an invariant the engine declares broken at a point, the first time (info: at, broken)",
         "alone": "a request's tokens next to its tokens alone on the same engine, with the lone run's leads",
         "health": "the adapter's `healthy` once the requests ended or stalled after a worker fault",
         "clients-gone": "every client had ended, some gone: the MLX watch begins",

@@ -94,6 +94,8 @@ class Adapter(Protocol):
     # output with others in flight is not compared with its output alone (fuzz/differential.py).
     # Optional: `capacity()` (int or None): requests the engine holds at once, slots and queue; scenarios
     # then draw past it (`capacity_of`).
+    # Optional: `broken_invariants()` (list of str): the engine's own invariants that do not hold now, asked at
+    # every point on the thread that reached it ([] where it cannot judge); each is `engine-invariant-broken`.
 
 
 def capacity_of(adapter: Adapter) -> Optional[int]:

@@ -85,6 +85,11 @@ class ReferenceAdapter:
         self._package: Optional[ModuleType] = None  # the engine's package: its public surface
         self._shutdown: Optional[asyncio.Task] = None
 
+    def broken_invariants(self) -> list[str]:
+        """The engine's own (`broken_invariants`, where its class declares them)."""
+        declared = getattr(self.engine, "broken_invariants", None)
+        return declared() if declared is not None else []
+
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
         if self._package is not None:

@@ -1,0 +1,48 @@
+"""Invariants an engine declares (`broken_invariants`) are asked at every point it reaches, and one that
+does not hold is `engine-invariant-broken`: the batched reference engine's seats, judged on its owner thread."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from mlx_invariants.fuzz.oracles import judge
+from mlx_invariants.fuzz.scenario import RequestSpec, Scenario
+from mlx_invariants.fuzz.session import run_scenario
+from mlx_invariants.fuzz.target import Target
+from mlx_invariants.mutants import CATALOGUE
+from mlx_invariants.mutants.copies import import_copy
+from mlx_invariants.mutants.mutant import Edit
+
+# More requests at once than the batch's 8 seats, each long enough to still run when the next ones start.
+BURST = Scenario(tuple(RequestSpec(f"r{i}", 3, 30, True) for i in range(14)), followup=False)
+
+
+@pytest.fixture(scope="module")
+def one_seat_too_many(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched engine, its admission loop counting `<=` where it means `<`: one request more than the
+    batch's seats is started, and decodes in it."""
+    edit = Edit("engine/batched.py", """
+        while self._waiting and len(self._active) + len(started) < self.max_batch:
+        """, """
+        while self._waiting and len(self._active) + len(started) <= self.max_batch:
+        """)
+    base = next(m for m in CATALOGUE if "batched" in m.routes)
+    plant = dataclasses.replace(base, id="one-seat-too-many", edits=(edit,), routes=("batched",))
+    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+
+
+def _burst(package: str | None) -> list:
+    target = Target.reference("batched", **({"package": package} if package else {}))
+    return judge(run_scenario(target.build(), BURST))
+
+
+def test_a_burst_started_past_the_batchs_seats_breaks_the_invariant_the_engine_declares(one_seat_too_many: str):
+    found = [v for v in _burst(one_seat_too_many) if v.kind == "engine-invariant-broken"]
+    assert found and "more than the batch's 8 seats" in found[0].message, found
+
+
+def test_the_reference_engine_holds_its_seats_through_the_same_burst():
+    assert _burst(None) == []

@@ -73,7 +73,10 @@ def test_the_reference_server_ends_what_its_wedged_owner_held_within_its_stall_b
     assert trace.first("fault", "worker-wedges") is not None
     assert [c.info for c in trace.of("check", "health")] == [{"healthy": False, "fault": "worker-wedges"}]
     ends = _ends(trace)
-    assert ends["r0"]["outcome"] == "error" and "engine_stalled" in ends["r0"]["message"], ends
+    # The server runs ahead of its client's reads: on a loaded box r0 may be made whole before the wedge is
+    # armed at its client's second chunk, and the wedge then holds r1. Whichever it held ends, as stalled.
+    held = {rid: end for rid, end in ends.items() if rid != "followup" and end["outcome"] != "completed"}
+    assert held and all("engine_stalled" in f"{end.get('code')} {end['message']}" for end in held.values()), ends
     assert ends["followup"]["outcome"] == "completed", ends  # let go, the owner moved again
 
 

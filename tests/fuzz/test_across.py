@@ -108,14 +108,17 @@ def test_an_abort_across_requests_stops_the_victim_only(queued_until_served: Non
 
 def test_the_strategy_draws_victims_now_and_then_and_only_for_kinds_that_hit_a_client():
     drawn: list[Scenario] = []
+    # Three derandomized runs, not one: Hypothesis draws a small integer's top value far less often than one
+    # time in its range, and whatever else a scenario draws moves which run meets it (the surface draws left
+    # seed 15's run with none).
+    for run in (1, 2, 3):
+        @hypothesis.seed(run)
+        @hypothesis.settings(max_examples=150, derandomize=True, database=None)
+        @hypothesis.given(scenarios())
+        def draw(scenario: Scenario) -> None:
+            drawn.append(scenario)
 
-    @hypothesis.seed(15)
-    @hypothesis.settings(max_examples=150, derandomize=True, database=None)
-    @hypothesis.given(scenarios())
-    def draw(scenario: Scenario) -> None:
-        drawn.append(scenario)
-
-    draw()
+        draw()
     across = [f for s in drawn for f in s.faults if f.rid is not None]
     assert across and len(across) / sum(len(s.faults) for s in drawn) < 0.25  # now and then, never most
     assert all(f.rid != f.at.rid and f.kind in VICTIM_KINDS for f in across)

@@ -246,8 +246,7 @@ def test_a_slow_server_is_not_called_stalled_and_its_log_is_kept(tmp_path):
 @pytest.mark.parametrize("shrink_s, shrunk", [(0.0, False), pytest.param(BACKSTOP_S, True, marks=pytest.mark.slow)],
                          ids=["none", "unhurried"])
 def test_a_finding_whose_shrinking_ran_out_of_time_is_not_called_shrunk(tmp_path, shrink_s, shrunk):
-    """The zoo once showed a 10-request scenario as "shrunk": its shrinking had met the deadline. M19 is
-    first met in a three-request scenario (the smallest example, which Hypothesis tries first, misses it)."""
+    """The zoo once showed a 10-request scenario as "shrunk": its shrinking had met the deadline."""
     from mlx_invariants.fuzz.runner import run_fuzz
     from mlx_invariants.fuzz.settings import FuzzSettings
     from mlx_invariants.fuzz.target import Target
@@ -259,4 +258,5 @@ def test_a_finding_whose_shrinking_ran_out_of_time_is_not_called_shrunk(tmp_path
     finding = result.findings[0]
     assert finding.shrunk is shrunk, (finding.shrunk, finding.failure.blob)
     assert ("shrinking stopped at its 0s limit" in (finding.failure.blob or "")) is not shrunk
-    assert (len(finding.failure.scenario.requests) <= 2) is shrunk, finding.failure.scenario.describe()
+    if shrunk:  # unshrunk, it is whatever the search first met (more requests than that, as a rule)
+        assert len(finding.failure.scenario.requests) <= 2, finding.failure.scenario.describe()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sys
 import threading
 from pathlib import Path
@@ -75,8 +76,10 @@ def test_the_reference_server_ends_what_its_wedged_owner_held_within_its_stall_b
     ends = _ends(trace)
     # The server runs ahead of its client's reads: on a loaded box r0 may be made whole before the wedge is
     # armed at its client's second chunk, and the wedge then holds r1. Whichever it held ends, as stalled.
+    # Refused as busy meanwhile, or ended by the stall: each ends, and the stall is said to one of them at least.
     held = {rid: end for rid, end in ends.items() if rid != "followup" and end["outcome"] != "completed"}
-    assert held and all("engine_stalled" in f"{end.get('code')} {end['message']}" for end in held.values()), ends
+    assert held and all(end["outcome"] in ("error", "refused") for end in held.values()), ends
+    assert any("engine_stalled" in json.dumps(end) for end in held.values()), ends
     assert ends["followup"]["outcome"] == "completed", ends  # let go, the owner moved again
 
 

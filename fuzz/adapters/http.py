@@ -300,7 +300,11 @@ class HttpAdapter:
         if self.server is not None:
             self.url = await asyncio.get_running_loop().run_in_executor(None, self.server.ensure)
             self._offset = self.server.records.stat().st_size if self.server.records.exists() else 0
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(120.0, connect=10.0))
+        # A connection per request: a kept-alive one may be closed by the server's idle timer just as the next
+        # request goes out on it (uvicorn's fires after 5 s), and that request then dies unanswered, a race
+        # of the client's making that no engine bug causes (seen on a GPU run: request-crashed, ReadError).
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(120.0, connect=10.0),
+                                         limits=httpx.Limits(max_keepalive_connections=0))
 
     async def submit_scored(self, spec: RequestSpec) -> HttpHandle:
         """`submit`, asking for the two likeliest tokens' log-probabilities (chat's `top_logprobs`, completions'

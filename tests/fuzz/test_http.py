@@ -250,3 +250,13 @@ def test_http_targets_aim_at_the_client_points_simplest_first_and_scenarios_name
     assert scenario.describe().endswith("cancel at r0@SERVER_STEP(2); disconnect at r0@BODY_PART executor=owner")
     with pytest.raises(TargetError, match="points must be some of"):
         Target(Target.reference("simple").kind, "simple", points=("BODY_PART",))
+
+
+def test_a_server_closing_an_idle_kept_alive_connection_as_a_request_comes_is_no_finding():
+    # Each of this server's connections answers once, then closes unanswered when its next request arrives: a
+    # keep-alive timer firing in flight. A client reusing connections saw the follow-up die with ReadError.
+    trace = _served(f"{sys.executable} tests/fuzz/idle_close_server.py {{port}}",
+                    Scenario((RequestSpec("r0", 3, 4, False), RequestSpec("r1", 3, 4, False))))
+    assert judge(trace) == [], judge(trace)
+    assert {e.rid: e.info["outcome"] for e in trace.of("request", "end")} == {
+        "r0": "completed", "r1": "completed", "followup": "completed"}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import queue
 import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
@@ -183,3 +185,28 @@ def test_a_correct_engine_waiting_out_a_batching_window_is_not_stalled() -> None
                          Scenario((RequestSpec("r0", 3, 2, True),), followup=False))
     assert trace.first("request", "end", "r0").info["outcome"] == "completed"
     assert judge(trace) == [], judge(trace)
+
+
+def test_a_thread_whose_frame_looks_parked_but_that_the_kernel_runs_is_not_quiescent() -> None:
+    # A woken thread keeps its wait as its innermost frame until it gets a CPU; on a loaded box that took
+    # longer than the quiet window. Here a function named like a wait hashes without the GIL: runnable.
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("the kernel's thread states are read from /proc (Linux)")
+    started, stop = threading.Event(), [False]
+    block = bytes(1 << 20)
+
+    def wait() -> None:
+        started.set()
+        while not stop[0]:
+            hashlib.sha256(block).digest()
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(WAIT_S) and parked(_frame(thread))
+        looks = [quiescent(SimpleNamespace(_ready=[]), SimpleNamespace(deliveries=set(), paused=0))
+                 for _ in range(20)]
+        assert not all(looks), "a thread the kernel runs was called parked on every look"
+    finally:
+        stop[0] = True
+        thread.join(WAIT_S)

@@ -150,14 +150,20 @@ class ScenarioRun:
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
             await watch_gone(self.trace, gone, self.settings, self.collect)
         rest = None
+        # An engine that lost its worker is judged by what it said and did since (fuzz/lost_worker.py), and
+        # retired: its books are not read. A wedged worker let go drains them in its own time, after a stall the
+        # engine may need moments to notice (a launched server's books showed requests still held, 0 of 3 replays).
+        books = self._lost_worker() is None
         if live and self.shutdown_task is None and self.scenario.followup:
             # At rest once the scenario's own requests ended, before the follow-up decodes beside what they left.
-            self.trace.record("check", "status", info=await self._status_after_grace())
+            if books:
+                self.trace.record("check", "status", info=await self._status_after_grace())
             rest = await self._rest_before_followup()
             live = await self._followup()
         if live and self.shutdown_task is None:
             await compare_alone(self)  # each request's answer alone, after the follow-up (fuzz/differential.py)
-            self.trace.record("check", "status", info=await self._status_after_grace())
+            if books:
+                self.trace.record("check", "status", info=await self._status_after_grace())
             if rest is not None:
                 await self._record_rest(*rest)
         lag.cancel()
@@ -554,6 +560,7 @@ class ScenarioRun:
         if self.executor.busy:
             self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
         check_threads(self.trace, self.engine.threads_before)
+        self._record_stopping_health()
         if self.collect is not None:
             self.collect(self.trace)  # events recorded outside this process (a server's injected sentinel)
         await wait_loop_idle()
@@ -561,6 +568,13 @@ class ScenarioRun:
         return not waiting
 
     # -- records ------------------------------------------------------------------------
+    def _record_stopping_health(self) -> None:
+        """What the adapter's health route said while the engine drained and once it stopped, where it reads
+        one (`stopping_health`, a served route's), for `health-while-stopping`."""
+        readings = getattr(self.adapter, "stopping_health", None)
+        while readings:
+            self.trace.record("check", "stopping-health", info=readings.pop(0))
+
     def _record_stall(self, name: str, rids: list[str]) -> None:
         report = doing(self.trace, [r for r in rids if r in self.clients]) + stacks(self.loop)
         self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": report})

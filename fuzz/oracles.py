@@ -20,6 +20,7 @@ from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.lost_worker import LOST_WORKER_ORACLES
 from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.rest import REST_ORACLES
+from mlx_invariants.fuzz.stopping import STOPPING_ORACLES
 from mlx_invariants.fuzz.surface import SURFACE_ORACLES
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.transport import TRANSPORT_ORACLES
@@ -373,6 +374,7 @@ ORACLES: tuple[Oracle, ...] = (
     *LOST_WORKER_ORACLES,  # a stall after the worker died or wedged, before plain `stalled` (fuzz/lost_worker.py)
     stays_live,
     nothing_waits_after_shutdown,
+    *STOPPING_ORACLES,  # health while draining or stopped (fuzz/stopping.py)
     slot_kept_until_worker_done,
     acknowledged_abort_never_completes,
     every_request_ends_once,

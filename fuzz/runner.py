@@ -437,7 +437,7 @@ class _Fuzz:
                                  armed=self.target.arms_worker_faults,
                                  # over HTTP the sampled token's log-probability only: the reference server
                                  # refuses top_logprobs (docs/http.md), and a refusal tests nothing here
-                                 top_logprobs=0 if self.target.kind.http else TOP_LOGPROBS,
+                                 top_logprobs=0 if self.target.kind.over_http else TOP_LOGPROBS,
                                  crowd=self.requests.crowd(self.profile.max_requests),
                                  **{**self.profile.shapes, "max_requests": self.requests.most})
         derandomize = self.profile.derandomize and seed is None

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 from mlx_invariants.fuzz.adapters.base import Adapter
 from mlx_invariants.fuzz.adapters.http import HTTP_KINDS, HTTP_POINTS, HttpAdapter, ServerProcess, check_loopback
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter, reference_engine
+from mlx_invariants.fuzz.adapters.served import SERVED_CLIENT_POINTS, SERVED_KINDS, SERVED_PREFIX, served_engine
 from mlx_invariants.fuzz.defaults import ENGINE_PACKAGE, HTTP_MODEL
 from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.scenario import (CLIENT_POINTS, DEFAULT_KINDS, FAULT_KINDS, POINTS, ROUTES, WORKER_FAULTS,
@@ -35,10 +36,22 @@ class TargetKind(Enum):
     FACTORY = "factory"    # "pkg.mod:make": a callable returning an adapter or a reference-API engine
     URL = "url"            # an OpenAI-compatible server already running on a loopback address
     SERVER = "server"      # a server command with {port}, started with the sentinel injected
+    SERVED = "served"      # a route of the reference engine package behind its own HTTP app, served in-process
 
     @property
     def http(self) -> bool:
+        """A server in another process: its owner, model, routes, body and health route are declared."""
         return self in (TargetKind.URL, TargetKind.SERVER)
+
+    @property
+    def over_http(self) -> bool:
+        """Requests go over HTTP (a served route's too, though its engine runs in this process)."""
+        return self.http or self is TargetKind.SERVED
+
+    @property
+    def engine_package(self) -> bool:
+        """A route of an engine package (`package` applies), served in-process or not."""
+        return self in (TargetKind.ROUTE, TargetKind.SERVED)
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,7 @@ class Target:
         if self.kind is TargetKind.SERVER and "{port}" not in self.name:
             raise TargetError("a server command needs a {port} placeholder, e.g. "
                               "\"python -m mlx_lm.server --model DIR --port {port}\"")
-        if self.package != ENGINE_PACKAGE and self.kind is not TargetKind.ROUTE:
+        if self.package != ENGINE_PACKAGE and not self.kind.engine_package:
             raise TargetError("only a route target names an engine package")
         if (self.owner is not None or self.model != HTTP_MODEL) and not self.kind.http:
             raise TargetError("an owner glob and a model name apply to HTTP targets (--url, --server-cmd) only")
@@ -98,13 +111,16 @@ class Target:
         if self.kind.http and "restart" in self.fault_kinds:
             raise TargetError("a server cannot be restarted inside a scenario: leave out the restart fault kind")
         takes = HTTP_KINDS + (WORKER_FAULTS if self.kind is TargetKind.SERVER else ())
+        if self.kind is TargetKind.SERVED and FaultKind.ABORT.value in self.fault_kinds:
+            raise TargetError("a served route takes no abort fault: an HTTP client can only go away (cancel, "
+                              "disconnect)")
         if self.kind.http and not set(self.fault_kinds) <= set(takes):
             raise TargetError(f"an HTTP target takes the fault kinds {', '.join(HTTP_KINDS)}, and a launched server "
                               f"(--server-cmd) {', '.join(WORKER_FAULTS)} too; "
                               f"not {', '.join(sorted(set(self.fault_kinds) - set(takes)))}")
         if self.health and (not self.kind.http or not self.health.startswith("/")):
             raise TargetError(f"a health route is a path such as /health, for HTTP targets only; got {self.health!r}")
-        known = POINTS + (CLIENT_POINTS if self.kind.http else ())  # only a client of a server reaches those
+        known = POINTS + (CLIENT_POINTS if self.kind.over_http else ())  # only a client of a server reaches those
         if not self.points or not set(self.points) <= set(known):
             raise TargetError(f"points must be some of {known}, got {self.points}")
 
@@ -115,13 +131,23 @@ class Target:
         return cls(TargetKind.ROUTE, route, package=package)
 
     @classmethod
+    def served(cls, route: str, package: str = ENGINE_PACKAGE) -> "Target":
+        """A route of the reference engine (or of a copy) behind the package's own HTTP app, served by uvicorn
+        on a 127.0.0.1 socket inside the fuzzing process (fuzz/adapters/served.py)."""
+        kinds, points = _aims(TargetKind.SERVED)
+        return cls(TargetKind.SERVED, route, package=package, fault_kinds=kinds, points=points)
+
+    @classmethod
     def module_factory(cls, spec: str) -> "Target":
         return cls(TargetKind.FACTORY, spec)
 
     @classmethod
     def engine(cls, spec: str) -> "Target":
-        """What `--engine` names: a route ("simple"), or MODULE:FACTORY if it has a colon."""
-        return cls.module_factory(spec) if ":" in spec else cls.reference(spec)
+        """What `--engine` names: a route ("simple"), the route behind its HTTP app ("http-simple"), or
+        MODULE:FACTORY if it has a colon."""
+        if ":" in spec:
+            return cls.module_factory(spec)
+        return cls.served(spec[len(SERVED_PREFIX):]) if spec.startswith(SERVED_PREFIX) else cls.reference(spec)
 
     @classmethod
     def url(cls, url: str, owner: Optional[str] = None, model: str = HTTP_MODEL,
@@ -141,7 +167,7 @@ class Target:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: kind and name, and the fields that belong to the kind."""
         data: dict[str, Any] = {"kind": self.kind.value, "name": self.name}
-        if self.kind is TargetKind.ROUTE:
+        if self.kind.engine_package:
             data["package"] = self.package
         if self.kind.http:
             data.update(owner=self.owner, model=self.model, routes=list(self.routes))
@@ -179,8 +205,9 @@ class Target:
     @property
     def label(self) -> str:
         """A short name for summaries and report folders."""
-        if self.kind is TargetKind.ROUTE:
-            return self.name if self.package == ENGINE_PACKAGE else f"{self.package}.{self.name}"
+        if self.kind.engine_package:
+            route = SERVED_PREFIX + self.name if self.kind is TargetKind.SERVED else self.name
+            return route if self.package == ENGINE_PACKAGE else f"{self.package}.{route}"
         return f"http:{self.name}" if self.kind.http else self.name
 
     def describe(self) -> str:
@@ -198,11 +225,14 @@ class Target:
     def build(self) -> "Engines":
         """The adapter factory for this target; a route or a module factory is imported now, so a name
         that builds nothing fails before anything runs."""
-        if self.kind is TargetKind.ROUTE:
+        if self.kind.engine_package:
             # Asked to wedge its worker, the reference engine gets a stall bound a scenario can wait out.
             wedges = FaultKind.WORKER_WEDGES.value in self.fault_kinds
             config = {"stall_timeout_s": WEDGE_STALL_TIMEOUT_S} if wedges else {}
-            return Engines(self, reference_engine(self.name, self.package, **config))
+            make = reference_engine(self.name, self.package, **config)
+            if self.kind is TargetKind.SERVED:
+                return Engines(self, served_engine(self.package, make))
+            return Engines(self, make)
         if self.kind is TargetKind.FACTORY:
             return Engines(self, _module_factory(self.name))
         server = ServerProcess(self.name, self.owner, switch=self.arms_worker_faults) \
@@ -230,6 +260,8 @@ def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
     restarted per scenario (no shutdown, no restart, no raise) and shows only the points a client sees;
     an in-process one takes every kind but the opt-in ones (`OPT_IN_KINDS`);
     SERVER_STEP counts the MLX calls a launched server's sentinel records, so a bare URL never reaches it."""
+    if kind is TargetKind.SERVED:
+        return SERVED_KINDS, POINTS + SERVED_CLIENT_POINTS
     if not kind.http:
         return DEFAULT_KINDS, POINTS
     points = HTTP_POINTS if kind is TargetKind.SERVER else tuple(p for p in HTTP_POINTS if p != "SERVER_STEP")

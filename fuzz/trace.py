@@ -105,6 +105,8 @@ EVENTS: dict[str, EventKind] = {
         "invariant": "an invariant the engine declares broken at a point, the first time (info: at, broken)",
         "alone": "a request's tokens next to its tokens alone on the same engine, with the lone run's leads",
         "health": "the adapter's `healthy` once the requests ended or stalled after a worker fault",
+        "stopping-health": "the health route read while the engine drained or once it stopped (info: during, "
+                           "healthy)",
         "clients-gone": "every client had ended, some gone: the MLX watch begins",
         "compute-after-gone": "the MLX calls counted after the last client went"}),
     "loop": EventKind("the event loop itself", {"error": "its exception handler was called"}),

@@ -334,7 +334,8 @@ class HttpAdapter:
         # The full Content-Length up front, the body in two parts (BODY_PART in between).
         request = self._client.build_request("POST", path, content=waiting.body(content),
                                              headers={"Content-Type": "application/json",
-                                                      "Content-Length": str(len(content))})
+                                                      "Content-Length": str(len(content)),
+                                                      **self.request_headers(spec)})
         request.extensions["trace"] = waiting.trace
         if not spec.stream:
             return HttpHandle(self, spec.rid, body=asyncio.ensure_future(self._json(request, waiting)))
@@ -346,6 +347,10 @@ class HttpAdapter:
                           answer=Answer.read(response.status_code, "status", _error_of(response)))
         self.reach(Point.ADMITTED, spec.rid)
         return HttpHandle(self, spec.rid, response=response)
+
+    def request_headers(self, spec: RequestSpec) -> dict[str, str]:
+        """Headers sent with `spec`'s request beyond the body's; none here (a served engine names the request)."""
+        return {}
 
     async def _json(self, request: Any, waiting: "_Waiting") -> tuple[int, dict]:
         """The status and the JSON object of a non-streaming answer (a body that is none reads as an error)."""

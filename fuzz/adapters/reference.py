@@ -85,6 +85,11 @@ class ReferenceAdapter:
         self._package: Optional[ModuleType] = None  # the engine's package: its public surface
         self._shutdown: Optional[asyncio.Task] = None
 
+    @property
+    def package(self) -> Optional[ModuleType]:
+        """The engine package whose public surface this engine uses (a copy's own); None before `start()`."""
+        return self._package
+
     def broken_invariants(self) -> list[str]:
         """The engine's own (`broken_invariants`, where its class declares them)."""
         declared = getattr(self.engine, "broken_invariants", None)

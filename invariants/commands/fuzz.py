@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("what to fuzz (one of)")
-    target.add_argument("--engine", metavar="simple|batched|MODULE:FACTORY",
-                        help="a reference engine route, or a factory returning an adapter or a reference-API "
-                             f"engine (default: {ROUTE})")
+    target.add_argument("--engine", metavar="simple|batched|http-simple|http-batched|MODULE:FACTORY",
+                        help="a reference engine route; http-ROUTE: that route behind its own HTTP app (the one "
+                             "`invariants serve` runs), served on 127.0.0.1 inside this process, so requests go "
+                             "over HTTP while the engine's points, threads and MLX stay in sight; or a factory "
+                             f"returning an adapter or a reference-API engine (default: {ROUTE})")
     target.add_argument("--url", help="an OpenAI-compatible server already running on a loopback address")
     target.add_argument("--server-cmd", metavar="CMD",
                         help="start this server command on a free 127.0.0.1 port ({port} in CMD) with the "

@@ -6,7 +6,7 @@ import pytest
 
 from mlx_invariants.fuzz.oracles import ORACLES, judge
 from mlx_invariants.fuzz import lost_worker, oracles
-from mlx_invariants.fuzz import differential, surface, transport
+from mlx_invariants.fuzz import differential, stopping, surface, transport
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.trace import Event, Trace
 
@@ -239,6 +239,15 @@ def test_health_that_still_says_healthy_after_the_worker_was_lost_is_reported():
     assert kinds(lost_worker.health_tells_lost_worker, trace_of(check("health", healthy=True))) == []
 
 
+def test_health_that_says_healthy_while_the_engine_drains_or_after_it_stopped_is_reported():
+    for during in ("drain", "stopped"):
+        lying = trace_of(check("stopping-health", during=during, healthy=True))
+        assert kinds(stopping.health_says_stopping, lying) == ["health-while-stopping"]
+        told = trace_of(check("stopping-health", during=during, healthy=False))
+        assert kinds(stopping.health_says_stopping, told) == []
+    assert kinds(stopping.health_says_stopping, trace_of(check("stopping-health", during="drain", healthy=None))) == []
+
+
 def test_a_launched_server_still_serving_after_the_thread_hit_is_not_said_to_lie_about_its_health():
     """Armed in a server, the fault hits whichever thread makes the next MLX call: in a server with a thread
     per request that is no worker the server rests on, and a request sent afterwards is answered in full."""
@@ -298,8 +307,8 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 30  # 16 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
-    # + rest.py's one + differential.py's one + surface.py's two
+    assert len(ORACLES) == 31  # 16 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
+    # + rest.py's one + differential.py's one + surface.py's two + stopping.py's one
 
 
 BUSY = {"code": "text_generation_busy", "type": "server_busy", "message": "busy"}

@@ -27,6 +27,7 @@ TARGETS = [
     Target.url("http://127.0.0.1:8080", owner="worker*", model="m"),
     Target.server("python -m mlx_lm.server --port {port}"),
     Target.server("python -m mlx_lm.server --port {port}", health="/health"),
+    Target.served("batched", package="my_copy_of_engine"),
 ]
 
 
@@ -43,6 +44,12 @@ def test_the_engine_flag_names_a_route_or_a_module_factory_and_http_targets_aim_
     assert "SERVER_STEP" in Target.server("cmd {port}").points
     assert "SERVER_STEP" not in Target.url("http://127.0.0.1:9").points and "BODY_PART" in Target.url("http://127.0.0.1:9").points
     assert Target.reference("simple").label == "simple"
+    # http-ROUTE: the route behind its own HTTP app in this process: the in-process faults an HTTP client can
+    # deliver, the engine's points and the client's half-sent body.
+    served = Target.engine("http-simple")
+    assert (served.kind, served.name, served.label) == (TargetKind.SERVED, "simple", "http-simple")
+    assert "abort" not in served.fault_kinds and {"raise", "restart", "cancel"} <= set(served.fault_kinds)
+    assert "BODY_PART" in served.points and "SERVER_STEP" not in served.points and "BEFORE_DECODE" in served.points
     assert Target.reference("simple", package="planted_x").label == "planted_x.simple"
 
 

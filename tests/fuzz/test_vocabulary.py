@@ -53,7 +53,7 @@ REACHERS = (ROOT / "engine", FUZZ / "adapters")
 DECIDED_EXACT = frozenset({"mlx-concurrent", "mlx-off-owner", "mlx-no-stream", "lock-reentered",
                            "request-ended-twice", "request-crashed", "unclear-error", "abort-completed",
                            "loop-error", "startup-failed", "refusal-differs-by-transport",
-                           "stop-string-returned", "logprobs-not-as-asked"})
+                           "stop-string-returned", "logprobs-not-as-asked", "health-while-stopping"})
 
 
 # -- the scanners ------------------------------------------------------------------------------------

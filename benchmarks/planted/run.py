@@ -6,8 +6,9 @@ line: how many of the set the fuzzer killed, and how many any layer did.
 
 The engine tests run per regression are those of the layer it changes (unseen_mutants' CORE_TESTS,
 and HTTP_TESTS when it changes engine/http/), handed to the runner as its test selection; the set
-itself keeps `killers=()`. The fuzzer drives each regression's declared routes in-process, so a
-regression only in engine/http/ can be killed by the tests or the check alone (unseen_mutants says why).
+itself keeps `killers=()`. The fuzzer drives each regression's declared routes in-process, and for a
+regression that changes engine/http/ the same routes behind the copy's own HTTP app (`http-simple`,
+served inside the fuzzing child), each with the fuzz budget.
 
     .venv/bin/python benchmarks/planted/run.py                          # all 20, 40 s of fuzzing per route
     .venv/bin/python benchmarks/planted/run.py --only P05,P17 --fuzz-budget 30
@@ -26,6 +27,7 @@ from typing import Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: unseen_mutants and planted
 
 import unseen_mutants  # noqa: E402
+from mlx_invariants.fuzz.adapters.served import SERVED_PREFIX  # noqa: E402
 from planted.regressions import CLASSES, REGRESSIONS  # noqa: E402
 
 
@@ -47,11 +49,14 @@ def row(mutant) -> Row:
 
 
 def with_tests(mutant):
-    """The regression with the engine tests of the layers it changes as the runner's selection."""
+    """The regression with the engine tests of the layers it changes as the runner's selection, and, when it
+    changes engine/http/, its routes behind the engine's own HTTP app too (`http-simple`: served in the
+    fuzzing process, so the engine's points and threads stay in sight), after the plain ones."""
     http = any(path.startswith("engine/http/") for path in mutant.files)
     core = any(not path.startswith("engine/http/") for path in mutant.files)
     tests = (unseen_mutants.CORE_TESTS if core else ()) + (unseen_mutants.HTTP_TESTS if http else ())
-    return dataclasses.replace(mutant, killers=tuple(f"test:{test}" for test in tests))
+    routes = mutant.routes + (tuple(SERVED_PREFIX + route for route in mutant.routes) if http else ())
+    return dataclasses.replace(mutant, killers=tuple(f"test:{test}" for test in tests), routes=routes)
 
 
 def select(only: str) -> list:

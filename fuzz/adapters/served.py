@@ -127,6 +127,9 @@ class ServedAdapter(HttpAdapter):
         self.url = "http://127.0.0.1:%d" % sock.getsockname()[1]
         self.model = engine.model_id
         await super().start()
+        # A readiness probe reads /health before traffic is sent, as a load balancer does; not judged here
+        # (the engine is ready), but a health route that remembers answers holds one from now on.
+        await self.read_health()
 
     async def submit(self, spec: RequestSpec, scored: Optional[dict[str, Any]] = None) -> HttpHandle:
         if self._web is None:

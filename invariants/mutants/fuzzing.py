@@ -1,7 +1,9 @@
 """`python -m mlx_invariants.mutants.fuzzing ROUTE REPORT_DIR [BUDGET_S]`: the fuzzer's ci profile on one route.
 
 Run as a child with the copy first on PYTHONPATH, so the route of
-`mlx_invariants.engine` that `run_fuzz` builds is the copy's. It prints one
+`mlx_invariants.engine` that `run_fuzz` builds is the copy's. ROUTE is what
+`invariants fuzz --engine` takes: `simple`, or `http-simple` for the route behind
+the copy's own HTTP app (served in the child, fuzz/adapters/served.py). It prints one
 JSON line (the first violation's kind and headline, or none) and exits 0
 clean, 1 violation: the parent reads the kind instead of scraping the CLI's
 prose. BUDGET_S, when given, replaces the profile's budget and example cap
@@ -22,7 +24,7 @@ def main(argv: list[str]) -> int:
     from mlx_invariants.fuzz.settings import FuzzSettings
     from mlx_invariants.fuzz.target import Target
 
-    result = run_fuzz(Target.reference(route), FuzzSettings(profile="ci", report_dir=report_dir, replays=0,
+    result = run_fuzz(Target.engine(route), FuzzSettings(profile="ci", report_dir=report_dir, replays=0,
                                                           budget_s=float(budget[0]) if budget else None))
     failure = result.failure
     print(MARK + json.dumps({

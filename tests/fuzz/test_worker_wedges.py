@@ -38,6 +38,7 @@ def test_a_reference_engine_ends_refuses_and_says_unhealthy_while_its_worker_is_
     ends = {e.rid: e.info for e in trace.of("request", "end")}
     assert ends["r0"]["outcome"] == "error" and "no progress" in ends["r0"]["message"], ends
     assert ends["followup"]["outcome"] == "completed", ends  # the worker let go, the engine serves again
+    assert not trace.of("check", "status")  # a lost worker's books are not read: it drains them in its own time
 
 
 @pytest.mark.parametrize("point, index", AIMS)

@@ -247,7 +247,9 @@ class ScenarioRun:
         """A launched server's rest floor in this scenario (its sentinel's samples), onto its series."""
         floor, series = server_floor(self.trace), getattr(self.adapter, "rest_series", None)
         if floor is not None and series is not None:
-            self.trace.record("check", "rest", info={"series": series.add(floor), "where": "server"})
+            window = series.add(floor, len(self.scenario.requests) + 1)  # the follow-up too
+            self.trace.record("check", "rest", info={"series": window, "where": "server",
+                                                     "pool_bound": series.pool_bound})
 
     async def _fit_for_next(self) -> bool:
         """Whether the engine may take the next scenario as it stands: nothing was violated, it is healthy,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mlx_invariants.fuzz.oracles import judge
-from mlx_invariants.fuzz.rest import (DRIFT_SCENARIOS, REST_NOISE_BYTES, RestSample, held_counts, server_floor,
-                                      stays_at_rest)
+from mlx_invariants.fuzz.rest import (DRIFT_SCENARIOS, REST_NOISE_BYTES, RestSample, RestSeries, held_counts,
+                                      server_floor, stays_at_rest)
 from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.session import EngineSession, run_scenario
@@ -63,6 +63,15 @@ def test_a_servers_threads_climbing_over_scenarios_is_a_drift():
     trace = Trace()
     climbing = [RestSample(4 + k, None).to_json() for k in range(DRIFT_SCENARIOS + 1)]
     trace.record("check", "rest", info={"series": climbing, "where": "server"})
+    assert _kinds(trace) == ["rest-drift"]
+    # The reference server on a GPU run: its tokenizing pool grew from 4 to 14 threads as scenarios of up to
+    # 10 requests came (one thread per request at once, kept): no leak. Past that allowance, one.
+    grown = [RestSample(t, None).to_json() for t in (4, 5, 6, 8, 9, 10, 12, 13, 14)]
+    trace = Trace()
+    trace.record("check", "rest", info={"series": grown, "where": "server", "pool_bound": 4 + 11})
+    assert _kinds(trace) == []
+    trace = Trace()
+    trace.record("check", "rest", info={"series": grown, "where": "server", "pool_bound": 4 + 6})
     assert _kinds(trace) == ["rest-drift"]
     pool = [RestSample(4 + min(k, 4), None).to_json() for k in range(DRIFT_SCENARIOS + 1)]
     trace = Trace()
@@ -144,3 +153,11 @@ def test_a_launched_servers_status_is_read_where_it_speaks_the_reference_schema(
     finally:
         other.shutdown()
         other.server_close()
+
+
+def test_a_series_allows_a_pool_one_thread_per_request_at_once_over_its_first_sample():
+    series = RestSeries()
+    series.add(RestSample(4, None), requests=3)
+    series.add(RestSample(9, None), requests=11)
+    series.add(RestSample(9, None), requests=2)
+    assert series.pool_bound == 4 + 11

@@ -48,21 +48,16 @@ class CancellationSwallowed(Rule):
     itself (it awaits, yields or goes round its loop again after the handler), the
     caller that awaited it (it carries on past the `await` or the `async for`), a
     timeout around it (`wait_for` returns its value instead of raising TimeoutError),
-    or whoever awaits its task (the stop() that cancels and then awaits it).
-    vllm-mlx's engine and MLLM scheduler loops both did
-    `except asyncio.CancelledError: break` (fixed to `raise` in a76295c, the corpus's
-    a76295c-a and a76295c-b): shutdown propagation was hidden from the stop() that
-    cancelled and awaited the loop task. A background task whose cancellers never
-    await it, ending where it swallows, and a stream that just ends are not reported:
-    nothing reads how they ended.
-
-    On by default, though no HEAD finding of ten MLX servers was graded a true bug (issue 23): three
-    of the six are an engine loop's `except CancelledError: break` whose stop() cancels the task and
-    awaits it under `except CancelledError: pass`, the very shape of a76295c, which vllm-mlx fixed;
-    opt-in would drop those two training detections with no other rule to report them. The other
-    three were classes of their own: a job that records its cancellation as its state and a runner
-    that goes on to the next job (no longer reported), and a cleanup wait whose CancelledError may be
-    the awaited task's own (still reported)."""
+    or whoever reads how its task ended (`task.cancelled()`, `result()`, a gather, an
+    await that goes on differently either way). vllm-mlx's engine and MLLM scheduler loops
+    both did `except asyncio.CancelledError: break` (changed to `raise` in a76295c, the
+    corpus's a76295c-a and a76295c-b), but their only awaiter was the stop() idiom
+    `task.cancel(); try: await task except CancelledError: pass`, which goes on alike
+    whether the task ended done or cancelled: nothing read the difference, so such a
+    loop is not reported (issue 23: the three omlx loops of that shape were the rule's
+    HEAD findings, graded arguable blind; the two training detections went with them). A
+    background task whose cancellers never await it, ending where it swallows, and a
+    stream that just ends are not reported either: nothing reads how they ended."""
 
     id = "INV112"
     catches = ("an `except CancelledError` (or BaseException) in an async def that leaves without re-raising, "
@@ -88,7 +83,10 @@ class CancellationSwallowed(Rule):
         "a swallow that ends the coroutine (only synchronous statements or `finally` blocks run after it) "
         "is reported when a call in the file awaits it and goes on to suspend again (or its caller's "
         "callers do), under a timeout, or when its task is kept under a name that is awaited, gathered or "
-        "asked `result()`/`exception()`/`cancelled()` anywhere in the file, or is a TaskGroup's. A task "
+        "asked `result()`/`exception()`/`cancelled()` anywhere in the file, or is a TaskGroup's; an await "
+        "that is the stop() idiom (the def cancelled the task before it, the await is its try's one "
+        "statement, and the CancelledError handler falls through, or `suppress(CancelledError)`) reads no "
+        "outcome, so a stopper that tells the two ends apart some other way (a flag the loop sets) is missed. A task "
         "dropped or kept in a container (`self._tasks[id] = create_task(...)`) counts as never awaited. A "
         "def nothing in the file calls, or only hands on (`StreamingResponse(gen())`, a callback), is judged "
         "by its kind: a coroutine function is reported (an awaiting caller elsewhere would take it as "
@@ -118,6 +116,8 @@ class CancellationSwallowed(Rule):
                         await self._task
                     except asyncio.CancelledError:
                         pass
+                    if not self._task.cancelled():
+                        logger.error("engine loop had died before stop(); its requests were failed")
 
                 async def _engine_loop(self):
                     while self._running:
@@ -268,6 +268,27 @@ class CancellationSwallowed(Rule):
     VALID = [
         Valid('''
             import asyncio
+            import contextlib
+
+            class MetricsPusher:
+                def open(self):
+                    self._pusher = asyncio.get_running_loop().create_task(self._push_forever())
+
+                async def close(self):
+                    self._pusher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._pusher  # done or cancelled, close() goes on alike
+
+                async def _push_forever(self):
+                    while True:
+                        try:
+                            await self._sink.send(self._snapshot())
+                            await asyncio.sleep(15)
+                        except asyncio.CancelledError:
+                            return
+        '''),
+        Valid('''
+            import asyncio
 
             class EngineCore:
                 async def start(self):
@@ -280,6 +301,8 @@ class CancellationSwallowed(Rule):
                         await self._task
                     except asyncio.CancelledError:
                         pass
+                    if not self._task.cancelled():
+                        logger.error("engine loop had died before stop(); its requests were failed")
 
                 async def _engine_loop(self):
                     while self._running:
@@ -686,6 +709,7 @@ class CancellationSwallowed(Rule):
                 cancelled.add(iterated)
 
     def visit_Try(self, node: cst.Try) -> None:
+        self.awaiters.on_try(node)
         function = self._function()
         if function is None or self.shielded.get(function, 0) or self.finally_depth.get(function, 0):
             return  # cancellation is held off here, or the exception in flight goes on after the finally

@@ -75,6 +75,7 @@ class Alone:
     leads: tuple[Optional[float], ...]
     budget: int
     budget_ended: bool
+    text: Optional[str] = None  # in-process, the text the tokens came with (None: not seen, or cut)
 
     @property
     def by_text(self) -> bool:
@@ -87,7 +88,9 @@ class Alone:
             return self if max_tokens == self.budget else None
         if len(self.tokens) < max_tokens and self.budget_ended:
             return None
-        return replace(self, tokens=self.tokens[:max_tokens], leads=self.leads[:max_tokens], budget=max_tokens)
+        cut = len(self.tokens) > max_tokens
+        return replace(self, tokens=self.tokens[:max_tokens], leads=self.leads[:max_tokens], budget=max_tokens,
+                       text=None if cut else self.text)
 
 
 @dataclass
@@ -144,7 +147,8 @@ async def compare_alone(run: "ScenarioRun") -> None:
             end = run.trace.of("request", "end", client.spec.rid)[0]
             run.trace.record("check", "alone", client.spec.rid, info={
                 "outcome": end.info.get("outcome"), "got": list(client.tokens), "alone": list(alone.tokens),
-                "leads": list(alone.leads), "by": "text" if alone.by_text else "token", "cached": not fresh})
+                "leads": list(alone.leads), "by": "text" if alone.by_text else "token", "cached": not fresh,
+                "got_text": _text(client.handle), "alone_text": alone.text})
     finally:
         run.adapter.set_point_hook(run.injector.hook)
 
@@ -169,7 +173,8 @@ async def _run_alone(submit: Any, spec: RequestSpec, suffix: str) -> Optional[Al
             return None
         leads = list(getattr(handle, "leads", ()))[:len(tokens)]
         leads += [None] * (len(tokens) - len(leads))
-        return Alone(tuple(tokens), tuple(leads), spec.max_tokens, budget_ended=outcome.reason == "length")
+        return Alone(tuple(tokens), tuple(leads), spec.max_tokens, budget_ended=outcome.reason == "length",
+                     text=_text(handle))
 
     try:
         return await asyncio.wait_for(body(), ALONE_STALL_S)
@@ -179,21 +184,45 @@ async def _run_alone(submit: Any, spec: RequestSpec, suffix: str) -> Optional[Al
 
 @yields(ViolationKind(
     "output-differs-alone", "A greedy request returned other tokens with requests in flight around it than "
-                            "alone on the same engine, at a step decided by a clear margin.", exact=False,
+                            "alone on the same engine, at a step decided by a clear margin, or the same "
+                            "tokens with other text.", exact=False,
     why="Outputs: the lone run is on the same engine after the scenario, and a token counts as different only "
         "where the lone run's likeliest token led the second by 1 nat or more (batch-shape rounding is far "
-        "smaller); which requests shared a step depends on timing, so it counts once it replays.",
+        "smaller); in-process, the same token ids must come with the same text (a prefix of it, if stopped), "
+        "since text is a function of the ids. Which requests shared a step depends on timing, so it counts "
+        "once it replays.",
     known_problems="Judges only adapters that report top log-probabilities (`submit_scored`: the reference "
                    "engine in-process; over HTTP a server whose lone run reports them for every chunk); the "
                    "lone run is the engine's own, so an engine wrong even alone is the follow-up's to find."))
 def outputs_match_alone(trace: Trace) -> Iterator[Violation]:
-    """A greedy request's tokens with others in flight are its tokens alone (a prefix, if it was stopped)."""
+    """A greedy request's tokens with others in flight are its tokens alone (a prefix, if it was stopped), and
+    in-process the text they came with is its text alone."""
     for check in trace.of("check", "alone"):
         info = check.info
         judge = _by_text if info.get("by") == "text" else _by_token
-        said = judge(info["got"], info["alone"], info["leads"], info.get("outcome") == "completed")
+        whole = info.get("outcome") == "completed"
+        said = judge(info["got"], info["alone"], info["leads"], whole) or _by_text_of_tokens(
+            info["got"], info["alone"], info.get("got_text"), info.get("alone_text"), whole)
         if said:
             yield Violation("output-differs-alone", f"{check.rid} ({info.get('outcome')}): {said}", rid=check.rid)
+
+
+def _text(handle: Any) -> Optional[str]:
+    """The text an in-process handle's tokens came with (`Returned`), None where it keeps none."""
+    returned = getattr(handle, "returned", None)
+    return "".join(returned.texts) if returned is not None and returned.unit == "token" else None
+
+
+def _by_text_of_tokens(got: list[Any], alone: list[Any], got_text: Optional[str], alone_text: Optional[str],
+                       whole: bool) -> str:
+    """The same token ids with other text: a detokenizer (or text buffer) shared between requests mixes their
+    text while every id stays right. Text is a function of the ids, so with equal ids it must be equal (a prefix,
+    for a stopped answer) whatever the batch did; "" where they agree or a side was not seen."""
+    if got_text is None or alone_text is None or list(got) != list(alone[:len(got)]):
+        return ""
+    if got_text == alone_text or (not (whole and len(got) == len(alone)) and alone_text.startswith(got_text)):
+        return ""
+    return f"the same {len(got)} token ids came with the text {got_text[:80]!r} where alone {alone_text[:80]!r}"
 
 
 def _by_token(got: list[Any], alone: list[Any], leads: list[Optional[float]], whole: bool) -> str:

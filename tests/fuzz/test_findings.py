@@ -64,7 +64,7 @@ def test_keep_going_reports_both_bugs_and_a_baseline_fails_only_on_the_new_one(t
                                                                                 unhurried_shrinking):
     first = tmp_path / "first"
     # Both are found within the first 5 examples (the seed corpus); the count, not a budget, ends the search.
-    assert fuzz("--engine", two_bugs, "--keep-going", "--examples", "12", *NO_BUDGET, "--report", str(first)) == 1
+    assert fuzz("--engine", two_bugs, "--keep-going", "--examples", "6", *NO_BUDGET, "--report", str(first)) == 1
     summary = summary_of(first)
     found = {f["oracle"]: f for f in summary["findings"]}
     assert set(found) == {"slot-freed-early", "mlx-no-stream"}, summary["findings"]
@@ -82,11 +82,11 @@ def test_keep_going_reports_both_bugs_and_a_baseline_fails_only_on_the_new_one(t
     one = write_baseline(tmp_path / "one.json", [found["slot-freed-early"]])
     both = write_baseline(tmp_path / "both.json", found.values())
     second, third = tmp_path / "second", tmp_path / "third"
-    assert fuzz("--engine", two_bugs, "--examples", "10", *NO_BUDGET, "--report", str(second),
+    assert fuzz("--engine", two_bugs, "--examples", "5", *NO_BUDGET, "--report", str(second),
                 "--baseline", str(one)) == 1
     statuses = {f["oracle"]: f["status"] for f in summary_of(second)["findings"]}
     assert statuses["mlx-no-stream"] == "violation" and statuses.get("slot-freed-early") in (None, "accepted")
-    assert fuzz("--engine", two_bugs, "--examples", "10", *NO_BUDGET, "--report", str(third),
+    assert fuzz("--engine", two_bugs, "--examples", "5", *NO_BUDGET, "--report", str(third),
                 "--baseline", str(both)) == 0
     assert {f["status"] for f in summary_of(third)["findings"]} == {"accepted"}
     junit = ET.parse(run_folder(first) / "junit.xml").getroot()

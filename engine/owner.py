@@ -12,8 +12,9 @@ import time
 from typing import Callable, Optional
 
 from mlx_invariants.engine.errors import StartupError
-from mlx_invariants.engine.messages import Event
+from mlx_invariants.engine.messages import Event, Failed, Finished
 from mlx_invariants.engine.model import LoadedModel, load
+from mlx_invariants.engine.points import Point, reach
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,9 @@ class OwnerThread(threading.Thread):
     futures resolved the same way, so the loop never blocks on this thread.
 
     Costs: an idle owner sleeps on an Event (never spins) and wakes at once
-    when work, an abort or a stop arrives.
+    when work, an abort or a stop arrives. Before it sleeps it marks
+    `OWNER_IDLE` (`going_idle`): a post may land from there until the wait
+    begins, the window in which a lost wake-up loses it.
 
     Liveness: `progress_at` (a monotonic time, one float written only here) moves
     at every iteration, wake-up and emitted batch of events; the loop reads it to
@@ -61,6 +64,7 @@ class OwnerThread(threading.Thread):
         self.abandoned: asyncio.Future[None] = loop.create_future()
         self.crashed: Optional[BaseException] = None
         self.progress_at = time.monotonic()
+        self.last_ended: Optional[str] = None  # the request of the last terminal event emitted; only this thread
         _release_main_thread_at_exit()
 
     # -- lifecycle, on the owner thread ------------------------------------
@@ -112,14 +116,25 @@ class OwnerThread(threading.Thread):
         """Hand plain events to the loop; one call per batch keeps the loop's work per step constant."""
         if events:
             self.beat()
+            for event in events:
+                if isinstance(event, (Finished, Failed)):
+                    self.last_ended = event.rid
             self._to_loop(self._deliver, events)
 
     def beat(self) -> None:
         """The owner moved on: the loop's stall watch measures from here."""
         self.progress_at = time.monotonic()
 
+    def going_idle(self) -> None:
+        """The caller found nothing to do and will wait next: `OWNER_IDLE`, named for the request it ended last
+        (none before its first), so a fault or arrival can be posted between the check and the wait."""
+        if self.last_ended is not None:
+            reach(Point.OWNER_IDLE, self.last_ended)
+
     def wait_for_work(self) -> None:
-        """Sleep until `wake()`; callers re-check their inbox afterwards."""
+        """Sleep until `wake()`; callers re-check their inbox afterwards. A `wake()` since their check, even
+        one made while `going_idle` is marked, ends the wait at once: the event is cleared only after it."""
+        self.going_idle()
         self._wake.wait()
         self._wake.clear()
         self.beat()

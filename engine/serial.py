@@ -79,6 +79,8 @@ class SerialOwner(OwnerThread):
             generator.close()
 
     def _iteration(self) -> None:
+        if self._inbox.empty():
+            self.going_idle()  # a job posted from here on is in the inbox before `get` looks
         job = self._inbox.get()
         self.beat()
         if job is not None:

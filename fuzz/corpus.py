@@ -3,7 +3,11 @@
 Each is what the fuzzer shrank the corresponding bug to: the regression
 catalogue's entries the fuzzer must kill name theirs (`Mutant.seed`, see
 tests/mutants/test_fuzz_kills.py); together they replay the history this
-harness exists to prevent from coming back.
+harness exists to prevent from coming back. After them come a few scenarios
+for a class of bug no entry seeds (`CLASS_SCENARIOS`, each tried where the
+target marks the points it aims at) and, where the target reports its
+capacity, one burst past it (`burst`): generation draws either only rarely.
+Each costs every run's first seconds, so they stay few and short.
 """
 
 from __future__ import annotations
@@ -36,3 +40,31 @@ SEED_SCENARIOS: dict[str, Scenario] = {
     # two greedy requests decoding together, each handed the other's tokens
     "tokens_decoded_together": Scenario(tuple(RequestSpec(rid, prompt_len=4, max_tokens=6) for rid in ("r0", "r1"))),
 }
+
+
+# Scenarios for a class of bug rather than a catalogue entry: tried after the seeds, where the target marks
+# every point they aim at (`class_scenarios`).
+CLASS_SCENARIOS: dict[str, Scenario] = {
+    # a request posted while the owner, done with the one before, stands between its idle check and its wait:
+    # an owner that loses that wake-up leaves it waiting
+    "posted_while_owner_goes_idle": Scenario((RequestSpec("r0", 1, 1, False),
+                                              RequestSpec("r1", 1, 1, False, arrival=At("r0", "OWNER_IDLE")))),
+}
+
+BURST_TOKENS = 4  # each burst request still decodes while the ones after it start
+
+
+def class_scenarios(points: tuple[str, ...]) -> list[Scenario]:
+    """The class scenarios whose every aimed point is among `points`, the target's."""
+    def aims(scenario: Scenario) -> set[str]:
+        return {f.at.point for f in scenario.faults} | {r.arrival.point for r in scenario.requests if r.arrival}
+
+    return [s for s in CLASS_SCENARIOS.values() if aims(s) <= set(points)]
+
+
+def burst(capacity: int) -> Scenario:
+    """One more request at once than the target holds (`capacity`, seats and queue): every seat fills in one
+    go, the queue behind it too, and the last is refused. A bound on how many start together, or on the
+    queue, that a burst overruns shows here, where generated scenarios reach that many requests only now
+    and then."""
+    return Scenario(tuple(RequestSpec(f"r{i}", 1, BURST_TOKENS, False) for i in range(capacity + 1)))

@@ -34,7 +34,7 @@ from mlx_invariants.fuzz.leftovers import check_stray_tasks, check_threads, new_
 from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, doing, quiescent, stacks, wait_settled
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.rest import RestSeries, lingering, own_threads, sample_here, server_floor
-from mlx_invariants.fuzz.scenario import WORKER_FAULTS, FaultKind, RequestSpec, Scenario
+from mlx_invariants.fuzz.scenario import AFTER_END_POINTS, WORKER_FAULTS, FaultKind, RequestSpec, Scenario
 from mlx_invariants.fuzz.trace import Trace, thread_token
 from mlx_invariants.fuzz.transport import Answer
 
@@ -101,6 +101,7 @@ class ScenarioRun:
         self.settings, self.expected_followup, self.keep = settings, expected_followup, keep
         self.kept = False
         self.clients = {r.rid: Client(r) for r in scenario.requests}
+        self.settled_for_late = False  # waited once for the engine to settle before sending arrivals still due
         triggers = list(scenario.faults) + [Arrival(r.rid, r.arrival) for r in scenario.requests if r.arrival]
         # Engine-side request ids carry a per-run suffix, so a point reached by an earlier run's
         # leftover coroutine (finalized during this run) is never mistaken for one of ours.
@@ -498,6 +499,11 @@ class ScenarioRun:
                 late = [c for c in self.clients.values() if c.task is None]
                 if not late:
                     return True
+                if any(c.spec.arrival.point in AFTER_END_POINTS for c in late) and not self.settled_for_late:
+                    # Aimed at a point marked after its request ended (the owner going idle): it may come yet.
+                    self.settled_for_late = True
+                    await wait_settled(self.loop, self.injector, self.injector.cap_s)
+                    continue
                 for client in late:  # its arrival point never came: it arrives now
                     self._launch(client)
                 continue

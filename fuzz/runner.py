@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
-from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
+from mlx_invariants.fuzz.corpus import SEED_SCENARIOS, burst, class_scenarios
 from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, FIRST_USE_STALL_S
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import ViolationFound
@@ -156,7 +156,7 @@ def run_fuzz(target: Target | Engines, settings: FuzzSettings = FuzzSettings(), 
             budget_s = float("inf") if settings.budget_s is None else settings.budget_s
             examples = settings.examples
             cap = examples
-        explicit = list(SEED_SCENARIOS.values()) if settings.explicit is None else list(settings.explicit)
+        explicit = None if settings.explicit is None else list(settings.explicit)  # None: the seed corpus
         debug_run = profile.debug_run if settings.debug_run is None else settings.debug_run
         database = example_database(settings, engines.target)  # a Redis server that is not there fails before a start
         startup_s = engines.prepare()
@@ -417,7 +417,7 @@ class _Fuzz:
         cap_left = self.examples is None or self.state.examples < self.examples
         return cap_left and not self._stop and not self._out_of_time()
 
-    def hypothesis(self, strategy: Any, seed: Optional[int], explicit: list[Scenario]) -> None:
+    def hypothesis(self, strategy: Any, seed: Optional[int], explicit: Optional[list[Scenario]]) -> None:
         """Rounds of Hypothesis until the budget, the example cap or a new finding (without keep-going)
         ends the search. Each round that finds something shrinks it and records it; the next round starts
         on a new seed, with the explicit scenarios not yet run, and skips the signatures already settled.
@@ -440,6 +440,8 @@ class _Fuzz:
                                  top_logprobs=0 if self.target.kind.over_http else TOP_LOGPROBS,
                                  crowd=self.requests.crowd(self.profile.max_requests),
                                  **{**self.profile.shapes, "max_requests": self.requests.most})
+        if explicit is None:
+            explicit = self.seed_corpus()
         derandomize = self.profile.derandomize and seed is None
         base_seed = seed if seed is not None else (0 if derandomize else random.getrandbits(32))
         self.seed_label = "derandomized (ci profile)" if derandomize else str(base_seed)
@@ -456,6 +458,14 @@ class _Fuzz:
             self._round(strategy, explicit, count, None if first_round else base_seed + round_number, first_round,
                         search)
             round_number += 1
+
+    def seed_corpus(self) -> list[Scenario]:
+        """What every run tries first (fuzz/corpus.py): the catalogue's seeds, the class scenarios aimed at
+        points the target marks, and, where its capacity is known (given, or read by the baseline), a burst
+        of one request past it (no more than `requests_for` allows)."""
+        requests = requests_for(self.profile, self.settings.capacity, self.capacity)
+        bursts = [burst(min(requests.capacity, requests.most - 1))] if requests.capacity is not None else []
+        return [*SEED_SCENARIOS.values(), *class_scenarios(self.target.points), *bursts]
 
     def _round(self, strategy: Any, explicit: list[Scenario], count: int, seed: Optional[int], derandomize: bool,
                phases: tuple[str, ...]) -> None:

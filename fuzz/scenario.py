@@ -34,6 +34,9 @@ INDEXED_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.indexed)
 # Points a client of a server reaches: where a worker fault against a launched server is armed in its
 # sentinel, to fire at the server's next MLX call (fuzz/worker_switch.py).
 SERVER_POINTS: frozenset[str] = frozenset(p.name for p in Point if p.over_http)
+# Points marked once the request they name has ended: a late arrival aimed there is sent only after the engine
+# settled (fuzz/driver.py), or it would always beat the owner to its idle check.
+AFTER_END_POINTS: frozenset[str] = frozenset({Point.OWNER_IDLE.name})
 
 
 class Delivery(enum.Enum):

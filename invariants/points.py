@@ -74,6 +74,11 @@ class Point(enum.Enum):
     SLOT_RELEASED = ("slot_released", Side.LOOP, False, None, 0, False,
                      "the loop, once the request's slot or seat is free again",
                      "delivers the faults aimed there; before `FINISHED`: `slot-freed-early`")
+    OWNER_IDLE = ("owner_idle", Side.OWNER, False, None, 0, False,
+                  "the owner, once it found nothing to do and decided to sleep, before it waits for work: "
+                  "marked with the request it ended last (never before its first)",
+                  "pauses the owner there, between its check and its wait, while the arrivals and faults aimed "
+                  "there are posted: an owner that loses that wake-up sleeps on, and the request waits (a stall)")
     SERVER_STEP = ("server_step", Side.CLIENT, False, "index", 0, True,
                    "the fuzzer's HTTP client, while it waits for its response: the launched server's sentinel "
                    "recorded its k-th MLX entry (from 0) since the body was sent",

@@ -10,12 +10,58 @@ from mlx_invariants.checker.facts import CallSite
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP, children, descendants
 
 
 @dataclass
 class _Coroutine:
+    node: cst.CSTNode
     inline: list[tuple[CallSite, cst.CSTNode | None]] = field(default_factory=list)
     handed: dict[str, str] = field(default_factory=dict)  # callable key -> the call it was handed to
+    handoffs: dict[str, list[cst.Call]] = field(default_factory=dict)  # callable key -> every call handing it
+    choice: _Choice | None = None  # built on first need, once per coroutine
+
+
+class _Choice:
+    """Where a coroutine's calls stand: an inline call and a hand-off of the same callable in the two
+    arms of one `if`, outside any loop of the coroutine, and tested on nothing the caller passes in,
+    are a choice made once per object (the same arm every run), not work split between threads."""
+
+    def __init__(self, function: cst.FunctionDef) -> None:
+        self.parent: dict[int, cst.CSTNode] = {}
+        stack: list[cst.CSTNode] = [function]
+        while stack:
+            node = stack.pop()
+            for child in children(node):
+                if not isinstance(child, OWN_BODY_STOP):
+                    self.parent[id(child)] = node
+                    stack.append(child)
+        self.above: dict[int, set[int]] = {}  # per hand-off: the ids of the nodes around it
+        # What a caller passes in; the object itself (`self`, `cls`) is the same every run.
+        self.params = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                              *function.params.kwonly_params)} - {"self", "cls"}
+
+    def exclusive(self, site: cst.CSTNode, handoff: cst.CSTNode) -> bool:
+        above = self.above.get(id(handoff))
+        if above is None:
+            above = self.above[id(handoff)] = {id(n) for n in self._ancestors(handoff)}
+        meet = self.parent.get(id(site))
+        while meet is not None and id(meet) not in above:
+            meet = self.parent.get(id(meet))
+        if not isinstance(meet, cst.If):
+            return False
+        if any(isinstance(n, cst.For | cst.While) for n in self._ancestors(meet)):
+            return False  # each round of the loop chooses again
+        tested = [meet.test, *descendants(meet.test)]
+        return not any(isinstance(n, cst.Name) and n.value in self.params for n in tested)
+
+    def _ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        found = []
+        current = self.parent.get(id(node))
+        while current is not None:
+            found.append(current)
+            current = self.parent.get(id(current))
+        return found
 
 
 class MlxCallableOffloadedAndInline(Rule):
@@ -30,7 +76,16 @@ class MlxCallableOffloadedAndInline(Rule):
     loop in one branch and through the start-up worker in the other while the
     engine stepped on its own worker (engine/batched.py@c65c356:265, fixed in
     ff3669a by loading on the stepping worker). Pick one thread for the callable
-    and always use it."""
+    and always use it.
+
+    An inline call and a hand-off in the two arms of one `if`, outside any loop of
+    the coroutine and tested on nothing its caller passes in, are a choice made
+    once per object: every run takes the same arm, so the work stays on one
+    thread. Issue 23: vllm-mlx's HEAD `BatchedEngine.start` (the inline load for
+    the MLLM engine, which steps on the loop) was graded a false alarm; the same
+    per-engine choice at c65c356:265, the corpus's V13a, whose defect is the load
+    and the steps on different threads (which this rule does not judge), is no
+    longer reported either."""
 
     id = "INV119"
     catches = "an MLX callable both handed to a worker and called inline in the same coroutine"
@@ -43,7 +98,8 @@ class MlxCallableOffloadedAndInline(Rule):
         "An inline call that blocks the loop with MLX (a generation, a scheduler step) is left to INV108, "
         "which reports it; this rule reports the rest (a load, a cache clear, an array op). "
         "Judges one coroutine at a time: a callable offloaded in one coroutine and called inline in another "
-        "is not seen. A callable counts as handed to a worker when it is passed to asyncio.to_thread, "
+        "is not seen. A choice by an `if` on the object's own state (`self.worker is None`) is taken to be "
+        "the same every run; a state that changes between runs splits the work unseen. A callable counts as handed to a worker when it is passed to asyncio.to_thread, "
         "run_in_executor or an executor's submit, or to any awaited call (a project helper such as "
         "`run_blocking_startup_work(fn)`), which is assumed to run it elsewhere. It counts as MLX when it "
         "is a known MLX call (mlx-calls, a model's generate/chat, a loader) or a def of this file that "
@@ -76,8 +132,8 @@ class MlxCallableOffloadedAndInline(Rule):
                 def prepare_for_start(self):
                     self._model, self._tokenizer = load(self._model_name)
 
-                async def start(self):
-                    if self._uses_default_prepare():
+                async def start(self, eager=False):
+                    if eager:
                         self.prepare_for_start()  # expect: INV119
                     else:
                         await run_blocking_startup_work(self.prepare_for_start)
@@ -106,8 +162,23 @@ class MlxCallableOffloadedAndInline(Rule):
                 def prepare_for_start(self):
                     self._model, self._tokenizer = load(self._model_name)
 
-                async def start(self):
+                async def start(self, eager=False):
                     await run_blocking_startup_work(self.prepare_for_start, executor=self._step_worker)
+        '''),
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+
+            class AdapterStore:
+                def _apply(self):
+                    self.weights = {name: mx.load(path) for name, path in self.paths.items()}
+
+                async def open(self):
+                    # Chosen once per store: a store with no worker keeps its arrays on the loop's thread.
+                    if self.worker is None:
+                        self._apply()
+                    else:
+                        await asyncio.get_running_loop().run_in_executor(self.worker, self._apply)
         '''),
         Valid('''
             class Engine:
@@ -129,7 +200,7 @@ class MlxCallableOffloadedAndInline(Rule):
         if not self.ctx.in_async:
             return
         ctx = self.ctx
-        here = self.coroutines.setdefault(id(ctx.scope.top.node), _Coroutine())
+        here = self.coroutines.setdefault(id(ctx.scope.top.node), _Coroutine(ctx.scope.top.node))
         func = node.func
         awaited = id(node) in self.awaited
         if isinstance(func, cst.Name | cst.Attribute) and not awaited:
@@ -140,12 +211,13 @@ class MlxCallableOffloadedAndInline(Rule):
                     key = ctx.key(arg.value)
                     if key:
                         here.handed.setdefault(key, dotted(func) or "a worker")
+                        here.handoffs.setdefault(key, []).append(node)
 
     def end(self) -> None:
         for coroutine in self.coroutines.values():
             for site, statement in coroutine.inline:
                 target = coroutine.handed.get(site.key or "")
-                if target is None:
+                if target is None or self._chosen_once(coroutine, site):
                     continue
                 if self._found(site, lambda inner: mlx_api.runs_mlx(inner, self.ctx, loads=False)):
                     continue  # blocking MLX on the loop: INV108 reports it
@@ -153,6 +225,15 @@ class MlxCallableOffloadedAndInline(Rule):
                 if what:
                     message = self.message.format(call=site.text, name=site.text, handoff=target, what=what)
                     self.ctx.report_at(self.id, site.node, statement, message)
+
+    def _chosen_once(self, coroutine: _Coroutine, site: CallSite) -> bool:
+        """Every hand-off of the callable is in the other arm of an `if` that picks once per object."""
+        if not isinstance(coroutine.node, cst.FunctionDef):
+            return False
+        if coroutine.choice is None:
+            coroutine.choice = _Choice(coroutine.node)
+        choice = coroutine.choice
+        return all(choice.exclusive(site.node, handoff) for handoff in coroutine.handoffs[site.key or ""])
 
     def _found(self, site: CallSite, direct: Callable[[CallSite], str | None]) -> str | None:
         """What `direct` finds at the call itself, or in the sync def of this file it calls."""

@@ -47,6 +47,10 @@ DEFAULT_TARGETS: tuple[str, ...] = (
     "mlx.core:synchronize",
     "mlx.core:array.item",
     "mlx.core:array.tolist",
+    # float(a), int(a), `if a:` evaluate a lazy array as item() does, on the thread that asks
+    "mlx.core:array.__float__",
+    "mlx.core:array.__int__",
+    "mlx.core:array.__bool__",
     "mlx_lm.models.*:Model.__call__",
     "mlx_lm.generate:BatchGenerator.__init__",
     "mlx_lm.generate:BatchGenerator.insert",

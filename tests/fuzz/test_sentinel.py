@@ -193,3 +193,12 @@ def test_aliases_bound_while_installed_are_restored_too():
         assert getattr(mlx_lm.stream_generate, "__mlx_sentinel__", None) is not None
     assert getattr(mlx_lm.stream_generate, "__mlx_sentinel__", None) is None
     assert mlx_lm.stream_generate is sys.modules["mlx_lm.generate"].stream_generate
+
+
+@pytest.mark.parametrize("read", [float, int, bool], ids=["float", "int", "bool"])
+def test_a_value_read_out_of_an_array_off_the_owner_is_reported(read):
+    # float(a), int(a) and `if a:` evaluate a lazy array on the thread that asks, as a.item() does.
+    with Sentinel(owner="mlx-owner*", observe=False) as sentinel:
+        read(mx.array(1) + 1)
+    found = list(mlx_only_on_owner(sentinel.trace))
+    assert kinds(found) == ["mlx-off-owner"] and f"__{read.__name__}__" in found[0].message, found

@@ -22,7 +22,8 @@ from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.rest import REST_ORACLES
 from mlx_invariants.fuzz.stopping import STOPPING_ORACLES
 from mlx_invariants.fuzz.surface import SURFACE_ORACLES
-from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.fuzz.scenario import FaultKind
+from mlx_invariants.fuzz.trace import Event, Trace
 from mlx_invariants.fuzz.transport import TRANSPORT_ORACLES
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, declared_by, yields
 
@@ -120,6 +121,23 @@ def lock_never_reentered(trace: Trace) -> Iterator[Violation]:
                         stacks=(tuple(event.info.get("holder_stack", ())), event.stack), rid=event.rid)
 
 
+# How an HTTP client's request ends when the server closes its connection: the exception's type, first in
+# the recorded error ("ReadError: ...").
+CONNECTION_CLOSED = ("ReadError", "WriteError", "RemoteProtocolError", "ConnectError")
+
+
+def closed_by_stopping_server(trace: Trace, rid: str, end: Event) -> bool:
+    """A request the engine never admitted, cut off with its connection once the scenario's shutdown began: a
+    server that stops closes the connections it has not begun to serve (uvicorn's exit closes one whose
+    request came as it closed, and no server can refuse a request its kernel already took), which a client
+    meets as a closed connection, not as an engine error (a GPU run of the served batched route: two requests
+    sent during the shutdown ended with ReadError)."""
+    shutdown = trace.first("fault", FaultKind.SHUTDOWN.value)
+    error = str(end.info.get("error") or "")
+    return (shutdown is not None and shutdown.seq < end.seq and error.split(":", 1)[0] in CONNECTION_CLOSED
+            and not trace.of("point", "ADMITTED", rid))
+
+
 @yields(
     ViolationKind(
         "request-unended", "A submitted request never ended.", exact=False,
@@ -132,7 +150,9 @@ def lock_never_reentered(trace: Trace) -> Iterator[Violation]:
     ViolationKind(
         "request-crashed", "A request ended with an unexpected exception, not a clear engine error.", exact=True,
         why="An exception escaped the request that the engine (or its adapter) did not turn into an outcome: "
-            "the exception is the record, and a correct engine maps every failure to a clear error."),
+            "the exception is the record, and a correct engine maps every failure to a clear error. A "
+            "connection closed on a request the engine never admitted, once the scenario's shutdown began, is "
+            "the server stopping, not a crash (`closed_by_stopping_server`)."),
     ViolationKind(
         "unclear-error", "A request failed without a message.", exact=True,
         why="The recorded outcome is an error with an empty message; a correct engine says what went wrong."),
@@ -152,7 +172,7 @@ def every_request_ends_once(trace: Trace) -> Iterator[Violation]:
                             stacks=(finished[0].stack, finished[1].stack), rid=rid)
         for end in ends:
             outcome = end.info.get("outcome")
-            if outcome == "crashed":
+            if outcome == "crashed" and not closed_by_stopping_server(trace, rid, end):
                 yield Violation("request-crashed",
                                 f"{rid} ended with an unexpected {end.info.get('error')}, not a clear engine error",
                                 stacks=(end.stack,), rid=rid)

@@ -91,6 +91,9 @@ def test_lock_reentry_carries_holder_and_second_stack():
     assert kinds(oracles.lock_never_reentered, trace_of(point("ADMITTED"))) == []
 
 
+SHUTDOWN = {"kind": "fault", "name": "shutdown", "rid": "r1", "info": {}}
+
+
 @pytest.mark.parametrize("events, expected", [
     ([request("submit")], ["request-unended"]),
     ([request("submit"), request("end", outcome="completed"), request("end", outcome="cancelled")],
@@ -98,6 +101,12 @@ def test_lock_reentry_carries_holder_and_second_stack():
     ([request("submit"), point("FINISHED"), point("FINISHED"), request("end", outcome="completed")],
      ["request-ended-twice"]),
     ([request("submit"), request("end", outcome="crashed", error="KeyError: 'r0'")], ["request-crashed"]),
+    # a connection the stopping server closed before the engine took its request: no engine error
+    ([SHUTDOWN, request("submit"), request("end", outcome="crashed", error="ReadError: ")], []),
+    ([request("submit"), request("end", outcome="crashed", error="ReadError: ")], ["request-crashed"]),
+    ([SHUTDOWN, request("submit"), point("ADMITTED"), request("end", outcome="crashed", error="ReadError: ")],
+     ["request-crashed"]),  # admitted: the engine owed it an answer
+    ([SHUTDOWN, request("submit"), request("end", outcome="crashed", error="KeyError: 'r0'")], ["request-crashed"]),
     ([request("submit"), request("end", outcome="error", message="")], ["unclear-error"]),
     ([request("submit"), request("end", outcome="error", message="generation failed: boom")], []),
     ([request("submit"), request("end", outcome="cancelled")], []),

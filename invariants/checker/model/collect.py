@@ -251,8 +251,10 @@ class _Resolver:
         owner = not isinstance(node, ast.Lambda | ast.ClassDef) and bool(
             _OWNER_MARK.search(self.lines[line - 1] if 0 < line <= len(self.lines) else ""))
         guards = tuple(fn.locked)
+        fallbacks = _fallbacks(node, set(fn.params), [o.place.line for o in offloads]) if offloads else ()
         return Function(fn.name, line, isinstance(node, ast.AsyncFunctionDef), fn.generator,
-                        tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards)
+                        tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
+                        fallbacks)
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -455,6 +457,26 @@ class _Resolver:
         while above > 1 and self.lines[above - 2].lstrip().startswith("#"):
             above -= 1
         return Place(line, col + 1, first, last, above)
+
+
+def _fallbacks(node: ast.AST, params: set[str], handoffs: list[int]) -> tuple[tuple[int, int], ...]:
+    """The lines of each arm of a mode `if` (outside loops, testing no parameter: checker/branches.py)
+    whose other arm holds a hand-off to a thread: the mode without that worker."""
+    found: list[tuple[int, int]] = []
+    stack = [(child, False) for child in ast.iter_child_nodes(node)]
+    while stack:
+        current, looped = stack.pop()
+        if isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(current, ast.If) and not looped and current.orelse and not any(
+                isinstance(n, ast.Name) and n.id in params for n in ast.walk(current.test)):
+            arms = [(a[0].lineno, a[-1].end_lineno or a[-1].lineno) for a in (current.body, current.orelse)]
+            for mine, other in (arms, arms[::-1]):
+                if any(other[0] <= line <= other[1] for line in handoffs):
+                    found.append(mine)
+        inside = looped or isinstance(current, ast.For | ast.AsyncFor | ast.While)
+        stack.extend((child, inside) for child in ast.iter_child_nodes(current))
+    return tuple(found)
 
 
 def _decorator_name(node: ast.AST) -> str:

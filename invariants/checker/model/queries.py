@@ -42,7 +42,8 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
     """INV108: an `async def` that calls a sync function of the package reaching blocking MLX
     (through plain calls, not through a thread handoff), or iterates a generator that does.
 
-    As in the per-file rule, an object the loop steps itself (`self.step()` reaching
+    As in the per-file rule, a call in the arm of a mode `if` whose other arm hands work to a
+    thread is the server's mode without that worker, and is not reported. An object the loop steps itself (`self.step()` reaching
     `self.batch_generator.next()` in this module) belongs to the loop: the steps are reported,
     not its other calls there (its `close()` at shutdown)."""
     summary = package.summary(module)
@@ -54,6 +55,8 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
         if not fn.is_async or not package.on_loop((module, name)):  # declared to run on the owner thread
             continue
         for call in fn.calls:
+            if fn.in_fallback(call.place.line):
+                continue  # the mode without the worker the other arm hands the work to
             target, _ = package.callee(module, call.target)
             callee = package.function(target) if target is not None else None
             if callee is None or callee.is_async or callee.opaque:

@@ -142,10 +142,16 @@ class Function:
     mlx: tuple[Touch, ...] = ()
     owner: bool = False
     guards: tuple[tuple[int, int, str], ...] = ()
+    fallbacks: tuple[tuple[int, int], ...] = ()  # arms of a mode `if` whose other arm hands work to a thread
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
         return any(first <= line <= last and is_lock(text) for first, last, text in self.guards)
+
+    def in_fallback(self, line: int) -> bool:
+        """Line `line` is in the arm a mode `if` takes without the worker its other arm hands work to
+        (checker/branches.py: an `if` outside loops, on nothing the caller passes in)."""
+        return any(first <= line <= last for first, last in self.fallbacks)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
@@ -160,6 +166,8 @@ class Function:
             out["mlx"] = [t.to_json() for t in self.mlx]
         if self.guards:
             out["guards"] = [list(g) for g in self.guards]
+        if self.fallbacks:
+            out["fallbacks"] = [list(f) for f in self.fallbacks]
         return out
 
     @classmethod
@@ -171,6 +179,7 @@ class Function:
             tuple(Offload.from_json(o) for o in data.get("offloads", ())),
             tuple(Touch.from_json(t) for t in data.get("mlx", ())),
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
+            tuple((a, b) for a, b in data.get("fallbacks", ())),
         )
 
 

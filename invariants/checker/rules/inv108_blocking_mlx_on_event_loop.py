@@ -3,9 +3,11 @@ from __future__ import annotations
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.branches import Arms
 from mlx_invariants.checker.facts import CallSite
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
@@ -62,7 +64,16 @@ class BlockingMlxOnEventLoop(Rule):
     worker). An `async def` declared to run on the owner thread (owner-functions,
     or `# invariants: owner-thread` on its def line: an event loop the owner
     thread runs itself) is not on the request loop; the package model leaves its
-    calls alone (docs/checker.md "Declared roles")."""
+    calls alone (docs/checker.md "Declared roles").
+
+    A call in one arm of an `if` whose other arm hands work to a thread, where the
+    `if` stands outside any loop of the def and tests nothing the caller passes in
+    (the server's own state: `if runtime.worker is not None:`), is the server's mode
+    without that worker, chosen by its set-up for every request, not a path some
+    requests take; it is not reported (checker/branches.py). Issue 23: mlx-vlm's five
+    `generate`/`stream_generate` calls for when `runtime.response_generator is None`
+    were graded arguable blind (a rare mode); an arm picked by the request (`if
+    max_tokens <= 1:`) is still reported."""
 
     id = "INV108"
     catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's forward pass, "
@@ -82,7 +93,8 @@ class BlockingMlxOnEventLoop(Rule):
         "calls on that object there (its `close()` at shutdown). A bare `mx.synchronize()` is not "
         "reported in a project on MLX 0.31.2 or later, where it waits only for the loop thread's own "
         "stream, even after an `mx.async_eval` on the loop that it does wait for; called through a helper "
-        "it is reported whatever the version."
+        "it is reported whatever the version. A server that runs in its mode without the worker (the "
+        "inline arm of a mode `if` beside a hand-off) blocks the loop unseen."
     )
     triggers = (("async",), ("mlx", "model", "generat", "scheduler"))
 
@@ -212,8 +224,59 @@ class BlockingMlxOnEventLoop(Rule):
                 mx.synchronize()  # expect: INV108
                 mx.clear_cache()
         '''),
+        Invalid('''
+            import asyncio
+            import mlx.core as mx
+
+            class Embedder:
+                async def embed(self, texts, batch_size):
+                    if batch_size > 1:
+                        vectors = await asyncio.get_running_loop().run_in_executor(self.pool, self._encode, texts)
+                    else:
+                        vectors = self.model(mx.array(self._tokens(texts)))  # expect: INV108
+                    return vectors
+        '''),
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from app import engine
+
+            OWNER = ThreadPoolExecutor(max_workers=1)
+
+            async def complete(prompt, fast):
+                if fast:
+                    return engine.Engine().generate_all(prompt)  # expect: INV108
+                else:
+                    return await asyncio.get_running_loop().run_in_executor(OWNER, engine.Engine().generate_all, prompt)
+        ''', files=_ENGINE),
     ]
     VALID = [
+        # The server's own state picks the mode for every request: without a pool it runs inline.
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+
+            class Embedder:
+                async def embed(self, texts, batch_size):
+                    if self.pool is not None:
+                        vectors = await asyncio.get_running_loop().run_in_executor(self.pool, self._encode, texts)
+                    else:
+                        vectors = self.model(mx.array(self._tokens(texts)))
+                    return vectors
+        '''),
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from app import engine
+
+            OWNER = ThreadPoolExecutor(max_workers=1) if engine.WORKER else None
+
+            async def complete(prompt, fast):
+                if OWNER is not None:
+                    return await asyncio.get_running_loop().run_in_executor(OWNER, engine.Engine().generate_all, prompt)
+                else:
+                    return engine.Engine().generate_all(prompt)
+        ''', files=_ENGINE),
         Valid('''
             from .engine import Engine
 
@@ -385,6 +448,9 @@ class BlockingMlxOnEventLoop(Rule):
         self.calls: list[tuple[CallSite, cst.CSTNode | None]] = []
         self.loops: list[tuple[cst.For, cst.CSTNode | None]] = []
         self.awaited: set[int] = set()
+        self.functions: dict[int, cst.CSTNode] = {}  # id of a call or loop -> the async def it is in
+        self.handoffs: dict[int, list[cst.Call]] = {}  # per async def: its hand-offs to a thread
+        self.arms: dict[int, Arms] = {}
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -393,17 +459,35 @@ class BlockingMlxOnEventLoop(Rule):
         if self.ctx.in_async:
             func = node.func
             self.calls.append((CallSite(node, self.ctx.resolve(func), dotted(func), self.ctx.key(func)), self.ctx.statement))
+            function = self.functions[id(node)] = self.ctx.scope.top.node
+            if handoff(node, self.ctx) is not None:
+                self.handoffs.setdefault(id(function), []).append(node)
 
     def visit_For(self, node: cst.For) -> None:
         if self.ctx.in_async and node.asynchronous is None:
             self.ctx.pin(node.iter)
             self.loops.append((node, self.ctx.statement))
+            self.functions[id(node)] = self.ctx.scope.top.node
+
+    def _fallback(self, node: cst.CSTNode) -> bool:
+        """The call stands in an arm of a mode `if` whose other arm hands work to a thread
+        (branches.py): the mode without that worker, which the server's own state picks."""
+        function = self.functions.get(id(node))
+        handoffs = self.handoffs.get(id(function), []) if function is not None else []
+        if not handoffs or not isinstance(function, cst.FunctionDef):
+            return False
+        arms = self.arms.get(id(function))
+        if arms is None:
+            arms = self.arms[id(function)] = Arms(function)
+        return arms.beside(node, handoffs)
 
     def end(self) -> None:
         found: list[tuple[CallSite, cst.CSTNode | None, str, str | None]] = []  # site, statement, what, step
         for site, statement in self.calls:
             if id(site.node) in self.awaited:
                 continue  # a coroutine: `await self._model.generate(...)` does not block
+            if self._fallback(site.node):
+                continue
             direct = mlx_api.blocking(site, self.ctx, loads=False) or mlx_api.forward_pass(site, self.ctx)
             if direct:
                 found.append((site, statement, f"`{direct}`", direct))
@@ -423,7 +507,7 @@ class BlockingMlxOnEventLoop(Rule):
             self.ctx.report_at(self.id, site.node, statement, self.message.format(what=what),
                                ("thread-local-streams",) if own_stream else ())
         for loop, statement in self.loops:
-            if mlx_api.is_mlx_generator(loop.iter, self.ctx):
+            if mlx_api.is_mlx_generator(loop.iter, self.ctx) and not self._fallback(loop):
                 text = dotted(loop.iter.func) if isinstance(loop.iter, cst.Call) else dotted(loop.iter)
                 what = f"iterating `{text or 'an MLX generator'}`"
                 self.ctx.report_at(self.id, loop, statement, self.message.format(what=what))

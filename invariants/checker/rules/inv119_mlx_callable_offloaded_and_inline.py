@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.branches import Arms
 from mlx_invariants.checker.facts import CallSite
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
-from mlx_invariants.checker.walker import OWN_BODY_STOP, children, descendants
 
 
 @dataclass
@@ -19,49 +19,7 @@ class _Coroutine:
     inline: list[tuple[CallSite, cst.CSTNode | None]] = field(default_factory=list)
     handed: dict[str, str] = field(default_factory=dict)  # callable key -> the call it was handed to
     handoffs: dict[str, list[cst.Call]] = field(default_factory=dict)  # callable key -> every call handing it
-    choice: _Choice | None = None  # built on first need, once per coroutine
-
-
-class _Choice:
-    """Where a coroutine's calls stand: an inline call and a hand-off of the same callable in the two
-    arms of one `if`, outside any loop of the coroutine, and tested on nothing the caller passes in,
-    are a choice made once per object (the same arm every run), not work split between threads."""
-
-    def __init__(self, function: cst.FunctionDef) -> None:
-        self.parent: dict[int, cst.CSTNode] = {}
-        stack: list[cst.CSTNode] = [function]
-        while stack:
-            node = stack.pop()
-            for child in children(node):
-                if not isinstance(child, OWN_BODY_STOP):
-                    self.parent[id(child)] = node
-                    stack.append(child)
-        self.above: dict[int, set[int]] = {}  # per hand-off: the ids of the nodes around it
-        # What a caller passes in; the object itself (`self`, `cls`) is the same every run.
-        self.params = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
-                                              *function.params.kwonly_params)} - {"self", "cls"}
-
-    def exclusive(self, site: cst.CSTNode, handoff: cst.CSTNode) -> bool:
-        above = self.above.get(id(handoff))
-        if above is None:
-            above = self.above[id(handoff)] = {id(n) for n in self._ancestors(handoff)}
-        meet = self.parent.get(id(site))
-        while meet is not None and id(meet) not in above:
-            meet = self.parent.get(id(meet))
-        if not isinstance(meet, cst.If):
-            return False
-        if any(isinstance(n, cst.For | cst.While) for n in self._ancestors(meet)):
-            return False  # each round of the loop chooses again
-        tested = [meet.test, *descendants(meet.test)]
-        return not any(isinstance(n, cst.Name) and n.value in self.params for n in tested)
-
-    def _ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        found = []
-        current = self.parent.get(id(node))
-        while current is not None:
-            found.append(current)
-            current = self.parent.get(id(current))
-        return found
+    arms: Arms | None = None  # built on first need, once per coroutine
 
 
 class MlxCallableOffloadedAndInline(Rule):
@@ -230,10 +188,10 @@ class MlxCallableOffloadedAndInline(Rule):
         """Every hand-off of the callable is in the other arm of an `if` that picks once per object."""
         if not isinstance(coroutine.node, cst.FunctionDef):
             return False
-        if coroutine.choice is None:
-            coroutine.choice = _Choice(coroutine.node)
-        choice = coroutine.choice
-        return all(choice.exclusive(site.node, handoff) for handoff in coroutine.handoffs[site.key or ""])
+        if coroutine.arms is None:
+            coroutine.arms = Arms(coroutine.node)
+        arms = coroutine.arms
+        return all(arms.exclusive(site.node, handoff) for handoff in coroutine.handoffs[site.key or ""])
 
     def _found(self, site: CallSite, direct: Callable[[CallSite], str | None]) -> str | None:
         """What `direct` finds at the call itself, or in the sync def of this file it calls."""

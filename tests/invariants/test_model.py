@@ -287,6 +287,49 @@ def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
     assert summary.to_json() in stored
 
 
+def test_the_arm_without_the_worker_survives_the_cache_and_a_per_request_arm_does_not_count(project: Project) -> None:
+    """A mode `if` (the server's state) whose other arm hands the work to a thread: its inline arm is
+    left alone on the first run and on the cached one; the same arms picked by the request are not."""
+    code = """
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+        from .engine import Engine
+
+        POOL = ThreadPoolExecutor(max_workers=1)
+        engine = Engine()
+
+        async def by_mode(prompt):
+            if POOL is not None:
+                return await asyncio.get_running_loop().run_in_executor(POOL, engine.generate, prompt)
+            else:
+                return engine.generate(prompt)
+
+        async def by_request(prompt, fast):
+            if fast:
+                return engine.generate(prompt)
+            else:
+                return await asyncio.get_running_loop().run_in_executor(POOL, engine.generate, prompt)
+    """
+    summary = _summary(code)
+    assert summary.functions["by_mode"].fallbacks == ((12, 12),)
+    assert summary.functions["by_request"].fallbacks == ()  # `fast` is the caller's: no mode
+    assert FileSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+    project.write("app/__init__.py", "")
+    project.write("app/server.py", code)
+    project.write("app/engine.py", """
+        import mlx.core as mx
+
+        class Engine:
+            def generate(self, prompt):
+                mx.eval(prompt)
+    """)
+    first = _check(project)
+    assert first == [("server.py", 16, "INV108")]
+    settings = config.load(None, project.root, RULES)
+    again = check_paths(["."], settings)
+    assert again.analyzed == 0 and [(f.path.rsplit("/", 1)[-1], f.line, f.rule) for f in again.findings] == first
+
+
 def test_a_helper_that_serializes_its_handoff_under_a_lock_is_judged_at_the_helper_not_its_callers() -> None:
     summary = _summary("""
         import asyncio

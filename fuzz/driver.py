@@ -31,7 +31,8 @@ from mlx_invariants.fuzz.executors import EngineExecutors
 from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.leftovers import check_stray_tasks, check_threads, new_tasks, new_threads, record_waiters
-from mlx_invariants.fuzz.liveness import TICK_S, StallWatch, doing, quiescent, stacks, wait_settled
+from mlx_invariants.fuzz.liveness import (TICK_S, StallWatch, doing, quiescent, slow_in_mlx, stacks,
+                                          wait_settled)
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.rest import RestSeries, lingering, own_threads, sample_here, server_floor
 from mlx_invariants.fuzz.scenario import AFTER_END_POINTS, WORKER_FAULTS, FaultKind, RequestSpec, Scenario
@@ -529,6 +530,8 @@ class ScenarioRun:
                 nothing_runs = False
                 watch.stall_s = self.settings.stall_s + (self.trace.meta.get("stall_timeout_s") or 0.0)
             if watch.stalled(self.loop.time(), nothing_runs):
+                if not wedged and slow_in_mlx(self.trace, quiet=nothing_runs):
+                    continue  # no progress, but an MLX call still runs: slow (a loaded GPU), not stuck
                 self._record_stall("stalled", [c.spec.rid for c in self._unfinished()])
                 return False
 

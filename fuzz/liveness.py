@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from mlx_invariants.fuzz.trace import Event, Trace
 
 TICK_S = 0.1          # how often a wait for clients looks again when nothing happened
+# One MLX call may run this long before a wait with no other progress counts as stalled: on a loaded GPU one
+# async_eval took 19.6 s (seven fuzz processes at once, a sampling kernel's first use), and the no-progress
+# backstop, scaled to a 12.6 ms step, had called the engine stalled after 13 s (0 of 3 replays).
+MLX_CALL_S = 60.0
 SETTLE_POLL_S = 0.001
 _PARKED_FUNCTIONS = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "acquire", "join",
                                "wait_for_work", "accept", "recv", "readinto"})
@@ -170,6 +174,14 @@ def doing(trace: "Trace", rids: list[str]) -> str:
             out.append(f"in MLX since {now - span.t:.2f} s: {span.name} on {span.thread_name or span.thread}"
                        + (f" for {span.rid}" if span.rid else ""))
     return "--- what the engine was doing\n" + "\n".join(out) + "\n"
+
+
+def slow_in_mlx(trace: "Trace", quiet: bool) -> bool:
+    """Whether a wait with no progress is one MLX call still running (for under `MLX_CALL_S`), not a stall:
+    a thread inside MLX is working, however slowly, unless the call never returns. Not when the wait went
+    `quiet` (every thread parked: nobody is inside anything)."""
+    starts = [span.t for span in trace.of("mlx") if span.end is None]
+    return not quiet and bool(starts) and trace.now() - min(starts) < MLX_CALL_S
 
 
 def _index(point: "Event") -> str:

@@ -289,8 +289,9 @@ def declared_invariants_hold(trace: Trace) -> Iterator[Violation]:
 @yields(ViolationKind(
     "stalled", "Nothing could run but requests were unfinished: a deadlock, reported with every stack.",
     exact=False,
-    why="Timing: judged by quiet ticks (every thread parked, the loop idle) and a wall-clock bound scaled "
-        "to the target's measured pace; a loaded machine can look quiet for too long.",
+    why="Timing: judged by quiet ticks (every thread parked and none runnable, the loop idle) and a "
+        "wall-clock bound scaled to the target's measured pace, which an MLX call still running extends up to "
+        "60 s; a loaded machine can look quiet for too long.",
     known_problems="A server's threads cannot be seen, so over HTTP only \"no progress at all\" counts."))
 def stays_live(trace: Trace) -> Iterator[Violation]:
     """Nothing could run but requests were unfinished: a deadlock, reported with every stack."""

@@ -16,6 +16,7 @@ import pytest
 
 from mlx_invariants.fuzz import liveness
 from mlx_invariants.fuzz.liveness import StallWatch, engine_timer_due, parked, quiescent
+from mlx_invariants.fuzz.trace import Trace
 
 WAIT_S = 10.0   # how long a thread gets to reach its blocking call (a loaded box is slow, never this slow)
 
@@ -98,6 +99,7 @@ def test_nothing_is_quiescent_while_a_thread_spins(spinning: threading.Thread) -
 
 def test_nothing_is_quiescent_while_the_loop_has_work_or_a_fault_is_in_flight(monkeypatch) -> None:
     monkeypatch.setattr(liveness, "parked", lambda frame: True)  # whatever else this process runs
+    monkeypatch.setattr(liveness, "runnable", lambda native_id: False)
     idle_loop, no_fault = SimpleNamespace(_ready=[]), SimpleNamespace(deliveries=set(), paused=0)
     assert quiescent(idle_loop, no_fault)
     assert not quiescent(SimpleNamespace(_ready=[object()]), no_fault)
@@ -210,3 +212,16 @@ def test_a_thread_whose_frame_looks_parked_but_that_the_kernel_runs_is_not_quies
     finally:
         stop[0] = True
         thread.join(WAIT_S)
+
+
+def test_a_wait_with_an_mlx_call_still_running_is_slow_not_stalled_until_the_call_bound(monkeypatch) -> None:
+    # A GPU run: one async_eval took 19.6 s under load, and the backstop had called the engine stalled at 13 s.
+    trace = Trace()
+    span = trace.record("mlx", "eval")
+    assert liveness.slow_in_mlx(trace, quiet=False)
+    assert not liveness.slow_in_mlx(trace, quiet=True)  # every thread parked: nobody is inside MLX
+    monkeypatch.setattr(liveness, "MLX_CALL_S", 0.0)  # a call open past the bound: it may never return
+    assert not liveness.slow_in_mlx(trace, quiet=False)
+    monkeypatch.undo()
+    trace.close_span(span)
+    assert not liveness.slow_in_mlx(trace, quiet=False)  # no call open: the backstop judges

@@ -165,8 +165,8 @@ def hunt(bug: Bug, profile: str, seed: int, cap: float, work: Path) -> dict[str,
         child.wait()
     result.update(wall_s=round(time.monotonic() - started, 1), exit=child.returncode,
                   load=result["load"] + [round(os.getloadavg()[0], 2)])
-    if result["s"] is None and child.returncode not in (0, 1):
-        result["error"] = "\n".join(tail)
+    if result["s"] is None and (child.returncode not in (0, 1) or not any(report.glob("*/summary.json"))):
+        result["error"] = "\n".join(tail)   # a setup error, or a crash (exit 1 with no run folder written)
     return result
 
 
@@ -223,6 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds of the ci (default settings) runs")
     parser.add_argument("--runner-seeds", type=int, default=len(SEEDS), help="seeds of the runner profile's runs")
+    parser.add_argument("--first-seed", type=int, default=1, help="the seeds run are this one and the next ones")
     parser.add_argument("--cap", type=float, default=180.0, help="fuzz budget per run, seconds")
     parser.add_argument("--only", nargs="*", default=None, help="zoo servers to hunt in")
     parser.add_argument("--profiles", nargs="*", choices=PROFILES, default=list(PROFILES))
@@ -239,7 +240,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="zoo-time-to-find-"))
     # Defaults first, every bug's seed 1 before any seed 2, so a cut-short run still has every bug.
     plan = [(bug, profile, seed) for profile in args.profiles
-            for seed in range(1, (args.seeds if profile == "ci" else args.runner_seeds) + 1) for bug in bugs]
+            for seed in range(args.first_seed, args.first_seed + (args.seeds if profile == "ci" else args.runner_seeds))
+            for bug in bugs]
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores; {len(plan)} runs of up to {args.cap:g} s, "
           f"one at a time; work folder {work}", flush=True)
     results = []

@@ -158,6 +158,7 @@ def _lengthen(requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
 
 SURFACE_ODDS = 4    # one request in this many asks for more than the plain greedy answer (`_asks`)
 EDGE_ODDS = 8       # one request in this many gets an edge length: a one-word prompt, one token, the longest
+                    # prompt or budget
 TOP_LOGPROBS = 5    # most alternatives asked for per token, where the target takes them (0: none)
 TEMPERATURES = (0.0, 0.7, 1.0, 1.5)
 TOP_PS = (1.0, 0.9, 0.5)
@@ -185,7 +186,8 @@ def _asks(draw: st.DrawFn, top_logprobs: int, long_prompt: int) -> Ask:
         fields["stop"] = tuple(draw(st.lists(st.sampled_from(STOPS), max_size=MAX_STOPS, unique=True)))
     edge = None
     if draw(_one_in(EDGE_ODDS)):
-        edge = draw(st.sampled_from(("one-word prompt", "one token") + (("longest",) if long_prompt else ())))
+        longest = ("longest prompt", "longest budget") if long_prompt else ()
+        edge = draw(st.sampled_from(("one-word prompt", "one token") + longest))
     return fields, edge
 
 
@@ -201,8 +203,11 @@ def _ask(request: RequestSpec, ask: Optional[Ask], aims: tuple[At, ...], long_pr
         return replace(request, prompt_len=1)
     if edge == "one token" and not any(at.rid == request.rid and at.index > 0 for at in aims):
         return replace(request, max_tokens=1)
-    if edge == "longest":
-        return replace(request, prompt_len=long_prompt, max_tokens=max(request.max_tokens, long_tokens))
+    # One dimension each, so a finding that needs one long shrinks the other back (a long prompt to one token).
+    if edge == "longest prompt":
+        return replace(request, prompt_len=long_prompt)
+    if edge == "longest budget":
+        return replace(request, max_tokens=max(request.max_tokens, long_tokens))
     return request
 
 

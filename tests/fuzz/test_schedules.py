@@ -143,11 +143,12 @@ def _trivial(request: RequestSpec) -> bool:
     return (request.prompt_len, request.max_tokens, request.arrival) == (1, 1, None)
 
 
+# Where a long one is needed, just past short or the profile's longest (an edge length, drawn alike), the rest 1.
 @pytest.mark.parametrize("wanted, smallest", [
     (lambda s: any(r.max_tokens > SHORT_TOKENS for r in s.requests),
-     lambda r: _trivial(r) or (r.prompt_len, r.max_tokens) == (1, SHORT_TOKENS + 1)),
+     lambda r: _trivial(r) or (r.prompt_len, r.max_tokens) in ((1, SHORT_TOKENS + 1), (1, RUNNER["long_tokens"]))),
     (lambda s: any(r.prompt_len > SHORT_PROMPT for r in s.requests),
-     lambda r: _trivial(r) or (r.prompt_len, r.max_tokens) == (SHORT_PROMPT + 1, 1)),
+     lambda r: _trivial(r) or (r.prompt_len, r.max_tokens) in ((SHORT_PROMPT + 1, 1), (RUNNER["long_prompt"], 1))),
 ], ids=["long-budget", "long-prompt"])
 def test_each_shape_shrinks_to_small_values(wanted, smallest):
     """The long branch shrinks to just past short and every other request to the simplest one (drawn with one

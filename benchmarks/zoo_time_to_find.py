@@ -17,7 +17,7 @@ engine makes on its first start (`WARM`).
 The servers must be installed first: `bash ci/zoo.sh install`. One fuzz process at a time (a 2-core box
 shared with others), the one-minute load average taken before and after each run.
 
-    .venv/bin/python benchmarks/zoo_time_to_find.py [--seeds 5] [--runner-seeds 5] [--cap 180]
+    .venv/bin/python benchmarks/zoo_time_to_find.py [--seeds 5] [--runner-seeds 5] [--cap 120] [--first-seed 1]
         [--only SERVER ...] [--profiles ci runner] --json FILE   (each run appended to FILE as it ends)
     .venv/bin/python benchmarks/zoo_time_to_find.py --from-json FILE   (the table of a saved run)
 
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds of the ci (default settings) runs")
     parser.add_argument("--runner-seeds", type=int, default=len(SEEDS), help="seeds of the runner profile's runs")
     parser.add_argument("--first-seed", type=int, default=1, help="the seeds run are this one and the next ones")
-    parser.add_argument("--cap", type=float, default=180.0, help="fuzz budget per run, seconds")
+    parser.add_argument("--cap", type=float, default=120.0, help="fuzz budget per run, seconds")
     parser.add_argument("--only", nargs="*", default=None, help="zoo servers to hunt in")
     parser.add_argument("--profiles", nargs="*", choices=PROFILES, default=list(PROFILES))
     parser.add_argument("--json", type=Path, help="append every run's result here as it ends")

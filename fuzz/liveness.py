@@ -44,6 +44,8 @@ def parked(frame: Any) -> bool:
     """Whether a thread stands in a blocking wait (best effort: its innermost Python frame)."""
     if frame.f_code.co_name in _PARKED_FUNCTIONS:
         return True
+    if frame.f_lineno is None:  # between two lines' bytecode (a zoo run crashed on it): no line to read
+        return False
     return bool(_PARKED_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
 
 

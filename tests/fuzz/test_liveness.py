@@ -225,3 +225,9 @@ def test_a_wait_with_an_mlx_call_still_running_is_slow_not_stalled_until_the_cal
     monkeypatch.undo()
     trace.close_span(span)
     assert not liveness.slow_in_mlx(trace, quiet=False)  # no call open: the backstop judges
+
+
+def test_a_frame_with_no_line_number_is_not_parked_and_does_not_raise() -> None:
+    # CPython gives f_lineno None for a frame between lines' bytecode; a zoo fuzz run crashed in parked() on it.
+    frame = SimpleNamespace(f_code=SimpleNamespace(co_name="step", co_filename=__file__), f_lineno=None)
+    assert parked(frame) is False

@@ -22,6 +22,12 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return textwrap.indent(text.rstrip("\n"), prefix)
 
 
+def _fill(text: str) -> str:
+    """`text` in lines of 88, never split inside a word: "wall-clock" wrapped as "wall-" and "clock" reads
+    as two words to a reader, and to anything that searches the output for the sentence."""
+    return textwrap.fill(text, 88, break_on_hyphens=False, break_long_words=False)
+
+
 def _example(code: str) -> str:
     return _indent(re.sub(r"# expect: (INV\d+)", r"# <- \1", code))
 
@@ -59,11 +65,11 @@ def explain(rule) -> str:
 
     parts = [f"{rule.id} {rule.name()}", ""]
     if not rule.default_enabled:
-        parts += ["Opt-in", _indent(textwrap.fill(
+        parts += ["Opt-in", _indent(_fill(
             f'Off unless `select` names it: select = ["INV", "{rule.id}"] in [tool.invariants], or '
-            f"--select INV,{rule.id}.", 88)), ""]
-    parts += ["What", _indent(textwrap.fill(_placeholders(rule.message), 88)), ""]
-    parts += ["Why", _indent(textwrap.fill(" ".join(rule.why().split()), 88)), ""]
+            f"--select INV,{rule.id}.")), ""]
+    parts += ["What", _indent(_fill(_placeholders(rule.message))), ""]
+    parts += ["Why", _indent(_fill(" ".join(rule.why().split()))), ""]
     bad, good = rule.invalid(), rule.valid()
     if bad:
         parts += ["Example", "  Bad:", _example(bad[0].source), "  Good:", _example(good[0].source), ""]
@@ -74,7 +80,7 @@ def explain(rule) -> str:
         parts += [f"    paths = [...]  # only check these paths (globs); shared keys: {', '.join(SHARED_DEFAULTS)}", ""]
     else:
         parts += [f"Options ([tool.invariants.{rule.id}])", "    paths = [...]  # only check these paths (globs)", ""]
-    parts += ["Known problems", _indent(textwrap.fill(rule.known_problems or "None known.", 88)), ""]
+    parts += ["Known problems", _indent(_fill(rule.known_problems or "None known.")), ""]
     return "\n".join(parts)
 
 
@@ -85,10 +91,10 @@ def explain_kind(kind) -> str:
     oracle = oracle_of(kind)
     summary = (oracle.__doc__ or "").strip().split("\n\n")[0] if oracle is not None else ""
     parts = [f"{kind.name} (fuzz violation kind)", ""]
-    parts += ["What", _indent(textwrap.fill(kind.doc, 88)), ""]
-    parts += ["Oracle", _indent(textwrap.fill(f"{kind.oracle}: {' '.join(summary.split())}" if summary else kind.oracle, 88)), ""]
+    parts += ["What", _indent(_fill(kind.doc)), ""]
+    parts += ["Oracle", _indent(_fill(f"{kind.oracle}: {' '.join(summary.split())}" if summary else kind.oracle)), ""]
     verdict = ("exact: one sighting fails the run, no replay needed" if kind.exact
                else "not exact: counts once it replays (`--confirm` of the `--replays` re-runs)")
-    parts += ["Exact", _indent(textwrap.fill(f"{verdict}. {kind.why}", 88)), ""]
-    parts += ["Known problems", _indent(textwrap.fill(kind.known_problems or "None known.", 88)), ""]
+    parts += ["Exact", _indent(_fill(f"{verdict}. {kind.why}")), ""]
+    parts += ["Known problems", _indent(_fill(kind.known_problems or "None known.")), ""]
     return "\n".join(parts)

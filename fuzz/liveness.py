@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 TICK_S = 0.1          # how often a wait for clients looks again when nothing happened
 # One MLX call may run this long before a wait with no other progress counts as stalled: on a loaded GPU one
-# async_eval took 19.6 s (seven fuzz processes at once, a sampling kernel's first use), and the no-progress
+# async_eval at a prefill took 19.6 s (seven fuzz processes sharing it; why so long was not shown), and the no-progress
 # backstop, scaled to a 12.6 ms step, had called the engine stalled after 13 s (0 of 3 replays).
 MLX_CALL_S = 60.0
 SETTLE_POLL_S = 0.001
@@ -80,8 +80,9 @@ def engine_timer_due(loop: asyncio.AbstractEventLoop, within_s: float) -> bool:
 def runnable(native_id: Optional[int]) -> bool:
     """Whether the kernel has the thread running or ready to run (Linux: its /proc state is R). A thread
     woken from a wait still shows the wait as its innermost frame until the scheduler gives it a CPU, which
-    on a loaded machine took over 0.3 s (a GPU box running 13 fuzz processes: both reference engines were
-    called stalled, neither replayed). False where /proc cannot tell (macOS): the frames decide alone."""
+    on a loaded machine may outlast a short quiet window. (The GPU run's stalls this was first written for
+    turned out to be one slow MLX call: `slow_in_mlx`.) False where /proc cannot tell (macOS): the frames
+    decide alone."""
     try:
         with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
             return stat.read().rsplit(b")", 1)[1].split()[0] == b"R"

@@ -34,7 +34,7 @@ import sys
 import threading
 import types
 from dataclasses import asdict
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from mlx_invariants.fuzz.errors import SentinelError
 from mlx_invariants.fuzz.observe import Observer
@@ -460,33 +460,56 @@ def mlx_version() -> str:
 
 
 def file_emitter(path: str) -> Callable[[Event], None]:
-    """Append each finished span or error as one JSON line; a killed process loses nothing finished."""
+    """Append each finished span or error as one JSON line in one write: a line written in pieces could be cut by
+    a kill between them, and a process that forks mid-write would flush its copy of the half line again."""
     lock = threading.Lock()
-    handle = open(path, "a", buffering=1, encoding="utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def emit(event: Event) -> None:
-        line = json.dumps(asdict(event), default=str)
+        line = (json.dumps(asdict(event), default=str) + "\n").encode("utf-8")
         with lock:
-            handle.write(line + "\n")
+            while line:
+                line = line[os.write(fd, line):]
     return emit
 
 
+def _parse_record(line: str) -> Optional[dict[str, Any]]:
+    """One line's record. A half line a killed writer left runs into the next process's record: that one is
+    read from its opening, which an unescaped `{"seq": ` marks (inside a JSON string it reads \\"seq\\")."""
+    for start in (0, line.rfind('{"seq": ')):
+        if start >= 0:
+            try:
+                return json.loads(line[start:])
+            except ValueError:
+                pass
+    return None
+
+
 def read_records(path: str, offset: int = 0) -> tuple[list[Event], int]:
-    """Events written by `file_emitter` from byte `offset` on, and the offset to continue from."""
+    """Events written by `file_emitter` in the lines that begin at byte `offset` or later, and the offset to
+    continue from. `offset` may be any size the file had, taken while a line was being written: that line began
+    before it and is skipped."""
     events: list[Event] = []
+    start = max(offset - 1, 0)
     try:
         with open(path, "rb") as handle:
-            handle.seek(offset)
+            handle.seek(start)
             data = handle.read()
     except FileNotFoundError:
         return events, offset
+    if offset > 0:
+        first = data.find(b"\n")
+        if first < 0:
+            return events, offset  # the line in progress at `offset` is not finished yet
+        data, start = data[first + 1:], start + first + 1
     complete = data[: data.rfind(b"\n") + 1]
-    for raw in complete.decode("utf-8").splitlines():
-        if raw.strip():
-            fields = json.loads(raw)
-            if "injection_error" in fields:
-                events.append(Event(0, "check", "startup-failed", info={"error": fields["injection_error"]}))
-                continue
-            fields["stack"] = tuple(fields.get("stack", ()))
-            events.append(Event(**fields))
-    return events, offset + len(complete)
+    for raw in complete.decode("utf-8", errors="replace").splitlines():
+        fields = _parse_record(raw)
+        if fields is None:
+            continue
+        if "injection_error" in fields:
+            events.append(Event(0, "check", "startup-failed", info={"error": fields["injection_error"]}))
+            continue
+        fields["stack"] = tuple(fields.get("stack", ()))
+        events.append(Event(**fields))
+    return events, start + len(complete)

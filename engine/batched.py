@@ -83,12 +83,17 @@ class BatchOwner(OwnerThread):
             self._pending, self._aborts = [], set()
 
     def held(self) -> dict[str, int]:
-        """Generator rows (as the owner's books and as the generator itself counts them), started requests,
-        requests waiting for a seat, and the inbox's requests and aborts."""
+        """The owner's books (`seats`), and the inbox's requests and aborts."""
         with self.lock:
             inbox, aborts = len(self._pending), len(self._aborts)
+        return self.seats() | {"inbox": inbox, "aborts": aborts}
+
+    def seats(self) -> dict[str, int]:
+        """Generator rows (as the owner's books and as the generator itself counts them), started requests and
+        requests waiting for a seat. No lock: a check made on the owner thread at a point inside its iteration
+        must not wait for the inbox lock, which the owner itself may hold there."""
         return {"rows": len(self._uid_of), "generator": self._generator_rows, "running": len(self._active),
-                "waiting": len(self._waiting), "inbox": inbox, "aborts": aborts}
+                "waiting": len(self._waiting)}
 
     def emit(self, events: list[Event]) -> None:
         """The generator's own row count is taken before the events go out, so the loop never sees a request
@@ -387,7 +392,7 @@ class BatchedEngine(EngineFrontend):
         owner = self._owner
         if owner is None or threading.current_thread() is not owner:
             return []
-        held = owner.held()
+        held = owner.seats()
         return [f"{held[count]} {what}, more than the batch's {owner.max_batch} seats"
                 for count, what in (("running", "requests started"), ("rows", "rows in the generator"))
                 if held[count] > owner.max_batch]

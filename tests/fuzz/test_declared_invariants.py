@@ -4,6 +4,7 @@ does not hold is `engine-invariant-broken`: the batched reference engine's seats
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,21 @@ def one_seat_too_many(tmp_path_factory: pytest.TempPathFactory) -> str:
     return import_copy(plant, tmp_path_factory.mktemp("plants"))
 
 
+@pytest.fixture(scope="module")
+def admits_under_its_lock(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched engine, its owner holding the inbox lock while it admits: the owner reaches its prefill points
+    inside its own critical section, where the fuzzer asks for the engine's invariants."""
+    edit = Edit("engine/batched.py", """
+            self._admit(events)
+        """, """
+            with self.lock:
+                self._admit(events)
+        """)
+    base = next(m for m in CATALOGUE if "batched" in m.routes)
+    plant = dataclasses.replace(base, id="admits-under-its-lock", edits=(edit,), routes=("batched",))
+    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+
+
 def _burst(package: str | None) -> list:
     target = Target.reference("batched", **({"package": package} if package else {}))
     return judge(run_scenario(target.build(), BURST))
@@ -46,3 +62,14 @@ def test_a_burst_started_past_the_batchs_seats_breaks_the_invariant_the_engine_d
 
 def test_the_reference_engine_holds_its_seats_through_the_same_burst():
     assert _burst(None) == []
+
+
+def test_asking_for_the_invariants_inside_the_owners_critical_section_does_not_deadlock(admits_under_its_lock: str):
+    """The seats are the owner's own books: asking for them at a point the owner reached holding its inbox lock
+    must not wait for that lock (it once did, and the fuzz run of such an engine hung for good)."""
+    found: list = []
+    run = threading.Thread(target=lambda: found.extend(_burst(admits_under_its_lock)), daemon=True)
+    run.start()
+    run.join(120)
+    assert not run.is_alive(), "the scenario never ended: the invariant check waited for a lock its thread held"
+    assert not [v for v in found if v.kind == "engine-invariant-broken"], found

@@ -10,7 +10,8 @@ trace as the sentinel's spans:
   built while installed by code outside the standard library and this harness
   (`threading.Lock` is a builtin factory: the module attribute is replaced).
   Each names the lock, the holder (a task, or a thread for `threading.Lock`)
-  and, on release, the exception being unwound, if any;
+  and, on release, the exception being unwound, if any; and a "wait" when a
+  thread running an event loop found a `threading.Lock` taken and waited;
 - "work" events: a job handed to a thread (`asyncio.to_thread`,
   `loop.run_in_executor`, `ThreadPoolExecutor.submit`, `threading.Thread`
   started outside the standard library): "submit" (by which task or thread,
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import asyncio.events as asyncio_events
 import asyncio.locks
 import asyncio.tasks
 import concurrent.futures
@@ -39,7 +41,7 @@ import threading
 import weakref
 from typing import Any, Callable, Optional
 
-from mlx_invariants.fuzz.trace import Event, Trace, capture_stack
+from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
 
 _HARNESS = os.path.dirname(os.path.abspath(__file__))
 _STDLIB = sysconfig.get_paths()["stdlib"]
@@ -137,6 +139,13 @@ class Observer:
                                         "unwinding": unwinding.__name__ if unwinding else None},
                     stack=capture_stack(3) if unwinding else ())
 
+    def waited(self, lock: Any, since: float, holder: tuple[int, str]) -> None:
+        """An event loop's thread waited from `since` for a `threading.Lock` that `holder` (thread token, name)
+        took last: what that thread did meanwhile, every request on the loop waited for."""
+        self.record("sync", "wait", {"lock": id(lock), "type": "threading.Lock", "since": since,
+                                     "holder_thread": holder[0], "holder": f"thread #{holder[0]} ({holder[1]})"},
+                    stack=capture_stack(3))
+
     def submitted(self, via: str, target: Any) -> int:
         """A job handed to a thread: by whom, and under which locks, each with its holder. A task holds
         what the task that created it held then too (`wait_for(to_thread(...))` runs it in a new task),
@@ -228,10 +237,20 @@ class ObservedThreadLock:
 
     def __init__(self, observer: Observer, inner: Any):
         self._observer, self._inner = observer, inner
+        self._holder: tuple[int, str] = (0, "")  # the last taker's thread token and name
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        got = self._inner.acquire(blocking, timeout)
+        waits = blocking and self._observer.installed and asyncio_events._get_running_loop() is not None
+        if waits and self._inner.acquire(False):
+            waits = False  # free: nothing was waited for
+            got = True
+        else:
+            since, holder = self._observer.trace.now(), self._holder
+            got = self._inner.acquire(blocking, timeout)
         if got and self._observer.installed:
+            if waits:  # an event loop's thread stood still until another thread let go
+                self._observer.waited(self, since, holder)
+            self._holder = (thread_token(), threading.current_thread().name)
             self._observer.acquired(self, "threading.Lock", *_thread_holder())
         return got
 

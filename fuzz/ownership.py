@@ -13,6 +13,8 @@ entered MLX first). From those, for any engine:
 - an MLX generator (mlx-lm's `generate_step`, or any generator target of the
   sentinel) dropped mid-body on a thread other than the one that made it:
   its `with mx.stream(...)` exits and `finally` blocks run there;
+- an event loop's thread waited for a `threading.Lock` whose holder was
+  inside MLX meanwhile: the loop stood still for another thread's MLX work;
 - a task whose cancel was delivered ended as if nothing happened (returned
   normally, with no `uncancel()` to say it took the cancel on purpose).
   `asyncio.shield` and a drain that re-raises end cancelled, and
@@ -212,5 +214,38 @@ def mlx_stays_off_the_loop(trace: Trace) -> Iterator[Violation]:
                             stacks=(span.stack,))
 
 
+@yields(ViolationKind(
+    "loop-waits-for-mlx", "A thread running an asyncio event loop waited for a `threading.Lock` while the thread "
+                          "holding it was inside MLX (a forward pass or generation step, or 50 ms or more of "
+                          "MLX): the loop, and every request on it, stood still for the holder's MLX work.",
+    exact=False,
+    why="Whether the loop asks for the lock while the holder is inside MLX depends on thread timing, so it "
+        "counts once it replays; that the holder keeps the lock across its MLX work is what makes it possible.",
+    known_problems="Sees `threading.Lock`s built by code outside the standard library (not `RLock`s, "
+                   "`Condition`s or locks of C extensions). Waits before the scenario's first request "
+                   "(loading, warm-up) are not judged. The static INV114 finds the same shape in source."))
+def loop_never_waits_for_mlx(trace: Trace) -> Iterator[Violation]:
+    """An event loop's thread waited on a lock its holder kept across MLX work (once per lock)."""
+    first = trace.first("request", "submit")
+    spans, seen = trace.of("mlx"), set()
+    for wait in trace.of("sync", "wait"):
+        lock, since = wait.info["lock"], wait.info["since"]
+        if first is None or wait.seq < first.seq or lock in seen:
+            continue
+        inside = [(span, min(wait.t, span.t_end if span.t_end is not None else wait.t) - max(since, span.t))
+                  for span in spans if span.thread == wait.info["holder_thread"] and span.t < wait.t
+                  and (span.t_end is None or span.t_end > since)]
+        overlap = sum(part for _, part in inside)
+        if not inside or (overlap < LOOP_MLX_S and not any(span.name.endswith(DECODE_SPANS) for span, _ in inside)):
+            continue
+        seen.add(lock)
+        longest = max(inside, key=lambda pair: pair[1])[0]
+        yield Violation("loop-waits-for-mlx",
+                        f"{wait.who}, which runs an asyncio event loop, waited {wait.t - since:.3f}s for a "
+                        f"threading.Lock that {wait.info['holder']} held while inside MLX ({longest.name}, "
+                        f"{overlap * 1000:.0f} ms of the wait): every request on that loop waited with it",
+                        stacks=(wait.stack, longest.stack))
+
+
 OWNERSHIP_ORACLES = (lock_kept_over_its_work, mlx_only_on_loader, mlx_finalized_where_it_lives, cancel_is_honoured,
-                     mlx_stays_off_the_loop)
+                     mlx_stays_off_the_loop, loop_never_waits_for_mlx)

@@ -113,7 +113,8 @@ EVENTS: dict[str, EventKind] = {
     "engine": EventKind("the engine's life inside a scenario (a restart fault)", {
         "stopped": "shut down, checked as after any shutdown", "restarted": "started again and settled"}),
     "sync": EventKind("an asyncio or threading lock or semaphore (drop-in observation, fuzz/observe.py)", {
-        "acquire": "taken (info: holder)", "release": "let go (info: holder, the exception being unwound)"}),
+        "acquire": "taken (info: holder)", "release": "let go (info: holder, the exception being unwound)",
+        "wait": "an event loop's thread waited for a taken `threading.Lock` (info: since, its last taker)"}),
     "work": EventKind("work handed to a thread (drop-in observation)", {
         "submit": "handed over (info: how, by whom, under which locks)", "start": "began on its thread",
         "finish": "ended on its thread"}),

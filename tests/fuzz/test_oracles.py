@@ -316,7 +316,7 @@ def test_a_clean_trace_passes_every_oracle():
         request("end", outcome="completed", reason="length", message=""), check("status", active=0, queued=0),
         check("loop-lag", max_s=0.01), check("followup", got=completed(5), expected=completed(5)))
     assert judge(clean) == []
-    assert len(ORACLES) == 31  # 16 + ownership.py's five + compute.py's one + transport.py's one + lost_worker.py's three
+    assert len(ORACLES) == 32  # 16 + ownership.py's six + compute.py's one + transport.py's one + lost_worker.py's three
     # + rest.py's one + differential.py's one + surface.py's two + stopping.py's one
 
 

@@ -277,8 +277,11 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
         "replaces one, `--no-loro` skips these runs).", "",
         "## Scoring", "",
         "As the corpus defines it. Each file is checked at its commit in a temporary tree that keeps its "
-        "repository path, with the other `.py`/`.pyi` files of its folder and the `__init__.py` of each parent "
-        "package at the same commit; only the file under test is scored. **Detected**: some finding in the buggy "
+        "repository path, with the other `.py`/`.pyi` files of its folder, every `.py`/`.pyi` file of the package "
+        "it belongs to (the folder of its topmost `__init__.py`, as in the repository a user checks one file of: "
+        "the checker reads it to tell a def nothing names, docs/checker.md \"Code nothing in the package names\") "
+        "and the `__init__.py` of each parent package at the same commit; `invariants check` is given the file "
+        "under test alone, and only it is scored. **Detected**: some finding in the buggy "
         "file lies within a span widened by ±3 lines. **Silent at fix**: no finding in the fixed file lies inside "
         "`fix_span` (not widened); a case whose `fix_span` is null is not scored for this. **Clean files**: every "
         "finding counts; one inside a `justified` span (±3 lines) is also counted as justified. S: a syntactic "

@@ -87,15 +87,22 @@ class Mirror:
             target.write_bytes(contents[blob])
 
     def materialise(self, commit: str, path: str, dest: Path) -> Path:
-        """`path` at `commit` under `dest`, with the .py/.pyi files of its folder and the
-        `__init__.py` of each parent package at the same commit; returns the file under test."""
+        """`path` at `commit` under `dest`, with the .py/.pyi files of its folder, every .py/.pyi
+        file of the package it belongs to (the folder of its topmost `__init__.py`: what the checker
+        reads to tell a def its package never names, model/unreferenced.py) and the `__init__.py` of
+        each parent package, at the same commit; returns the file under test."""
         folder = PurePosixPath(path).parent
         siblings = self._files(commit, [f"{folder}/"] if str(folder) != "." else None, recursive=False)
         if path not in siblings:
             raise MirrorError(f"{self.repo}: commit {commit} has no file {path}")
         files = {p: b for p, b in siblings.items() if p.endswith(SOURCE_SUFFIXES)}
         files[path] = siblings[path]
-        files.update(self._files(commit, _parent_inits(folder), recursive=False))
+        inits = self._files(commit, _parent_inits(folder), recursive=False)
+        files.update(inits)
+        top = _top_package(folder, set(inits) | set(siblings))
+        if top is not None:
+            files.update({p: b for p, b in self._files(commit, [f"{top}/"], recursive=True).items()
+                          if p.endswith(SOURCE_SUFFIXES)})
         self._write(files, dest)
         return dest / path
 
@@ -108,6 +115,16 @@ class Mirror:
         files.update(self._files(commit, _parent_inits(PurePosixPath(folder)), recursive=False))
         self._write(files, dest)
         return dest / folder
+
+
+def _top_package(folder: PurePosixPath, present: set[str]) -> PurePosixPath | None:
+    """The outermost folder of the unbroken chain of packages (an `__init__.py` in each) that ends at
+    `folder`; None when `folder` is not a package."""
+    top = None
+    current = folder
+    while str(current) != "." and f"{current}/__init__.py" in present:
+        top, current = current, current.parent
+    return top
 
 
 def _parent_inits(folder: PurePosixPath) -> list[str]:

@@ -10,6 +10,7 @@ and thresholds they use.
     owner-functions = ["Engine._generation_loop"]  # declared roles (docs/checker.md "Declared roles")
     mlx-locks = ["self._generation_lock"]
     mlx-version = "0.31.2"            # instead of the lowest the project's metadata admits (pins.py)
+    report-unreferenced = true        # a library: report in defs its own package never names too
 
     [tool.invariants.INV101]          # one table per rule: its options and scope
     max-seconds = 10
@@ -64,6 +65,9 @@ SHARED_DEFAULTS: dict[str, Any] = {
     "batch-generator-names": ["*batch_generator", "*batch_gen"],
     # Dotted calls of the project's own that run MLX (a scheduler step).
     "mlx-calls": ["*scheduler.step"],
+    # The project's helpers that give the calling thread its own MLX generation stream (INV118, and
+    # an engine loop that owns MLX on the event loop's thread: loop_owner.py).
+    "stream-binders": ["*bind*stream*"],
     "event-names": ["*event*", "*ready*", "*started*", "*stopped*", "*done*", "*finished*", "*_evt"],
     "readiness-waits": ["wait_ready", "wait_until_ready", "wait_for_ready", "wait_started", "wait_idle", "wait_stopped"],
 }
@@ -84,6 +88,9 @@ TOP_LEVEL_DEFAULTS: dict[str, Any] = {
     "mlx-version": "",
     "mlx-lm-version": "",
     "mlx-vlm-version": "",
+    # Findings in a def nothing of its package names (model/unreferenced.py) are left out, as code the
+    # server never runs; a library whose users call what the package does not sets this.
+    "report-unreferenced": False,
     **SHARED_DEFAULTS,
 }
 
@@ -119,6 +126,7 @@ class Settings:
     max_file_bytes: int
     shared: dict[str, Any]
     max_file_seconds: float = TOP_LEVEL_DEFAULTS["max-file-seconds"]
+    report_unreferenced: bool = False
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     rule_paths: dict[str, list[str]] = field(default_factory=dict)
     enabled_ids: list[str] = field(default_factory=list)
@@ -285,6 +293,7 @@ def from_table(
         cache_dir=cache_dir if cache_dir.is_absolute() else root / cache_dir,
         max_file_bytes=values["max-file-bytes"],
         max_file_seconds=values["max-file-seconds"],
+        report_unreferenced=values["report-unreferenced"],
         shared={k: values[k] for k in SHARED_DEFAULTS},
         rule_options=rule_options,
         rule_paths=rule_paths,

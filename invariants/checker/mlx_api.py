@@ -45,6 +45,9 @@ GENERATOR_MLX_METHODS = frozenset({
     "insert", "insert_segments", "extract_cache", "remove", "next", "next_generated", "close", "step", "prefill",
 })
 BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
+# mlx.core calls that give the calling thread a stream of its own (a project's helper doing so is
+# named like stream-binders).
+STREAM_BINDING = frozenset({"mlx.core.new_stream", "mlx.core.set_default_stream"})
 # mlx.core calls that read counters or settings and never encode GPU work. `random.seed` only
 # replaces the process-wide PRNG key with a constant array (no primitive, no stream): nothing a
 # worker thread's stream waits on or shares.

@@ -22,6 +22,7 @@ from mlx_invariants.checker.config import Settings, selected
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.files import SourceFile, discover
 from mlx_invariants.checker.model import phase
+from mlx_invariants.checker.model.unreferenced import Unreferenced
 from mlx_invariants.checker.rule import Finding
 
 UNREADABLE = "INV000"
@@ -100,11 +101,16 @@ def check_paths(
     # The MLX each file's project runs on: findings true only on some versions are judged by it, after the
     # cache (a result holds for any version, and an edited pin takes effect at once).
     projects = pins.Projects(settings.mlx_versions)
+    for path, rows in across.items():
+        reports[path] = {**reports[path], "findings": reports[path]["findings"] + rows}
+    # Findings in defs their package never names are left out (model/unreferenced.py), unless asked for.
+    dead: dict[str, set[int]] = {}
+    if not settings.report_unreferenced:
+        candidates = {f.path: {row[1] for row in reports[f.path]["findings"] if row[0] != UNREADABLE} for f in files}
+        dead = Unreferenced(settings, texts, cache is not None).dead_lines(candidates)
     for file in files:
-        report = reports[file.path]
-        if file.path in across:
-            report = {**report, "findings": report["findings"] + across[file.path]}
-        result.findings.extend(_file_findings(file, report, settings, report_unused, projects.of(file.path)))
+        result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused,
+                                              projects.of(file.path), dead.get(file.path, set())))
     result.findings.sort()
     return result
 
@@ -173,7 +179,9 @@ def _balanced_chunks(costs: list[int], count: int) -> list[list[int]]:
 
 
 def _file_findings(file: SourceFile, report: Report, settings: Settings, report_unused: bool,
-                   project: pins.Pins) -> list[Finding]:
+                   project: pins.Pins, dead: set[int] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
+    """What the report shows of `file`, less the lines in `dead` (defs the package never names:
+    a suppression there still counts as used)."""
     enabled = set(settings.enabled_ids)
     found: list[Finding] = []
     used: set[tuple[int, str]] = set()
@@ -192,6 +200,8 @@ def _file_findings(file: SourceFile, report: Report, settings: Settings, report_
             continue
         if suppressed_by:
             used.add((suppressed_by, rule))
+            continue
+        if line in dead:
             continue
         found.append(Finding(file.display, line, col, rule, message))
     if report_unused and selected(UNUSED, settings.select, settings.ignore):

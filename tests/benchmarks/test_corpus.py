@@ -141,13 +141,19 @@ def test_scoring_margins(mirror: tuple[Path, str, str], tmp_path: Path, capsys: 
     assert line in (tmp_path / "corpus.md").read_text().splitlines()
 
 
-def test_tree_keeps_the_folder_and_parent_packages(mirror: tuple[Path, str, str], tmp_path: Path) -> None:
+def test_tree_keeps_the_folder_and_its_whole_package(mirror: tuple[Path, str, str], tmp_path: Path) -> None:
+    """The package is laid out whole, as in the repository a user checks one file of: the checker
+    reads it to tell a def nothing names (fails if `sub/deep.py` is left out); a file outside any
+    package gets its folder alone."""
     root, buggy, _ = mirror
-    under_test = mirrors.find(root, "acme/server").materialise(buggy, PATH, tmp_path / "tree")
+    server = mirrors.find(root, "acme/server")
+    under_test = server.materialise(buggy, PATH, tmp_path / "tree")
     assert under_test == tmp_path / "tree" / PATH and under_test.read_text() == BUGGY
     laid = sorted(p.relative_to(tmp_path / "tree").as_posix() for p in (tmp_path / "tree").rglob("*") if p.is_file())
     assert laid == ["srv/__init__.py", "srv/pkg/__init__.py", "srv/pkg/engine.py", "srv/pkg/helpers.py",
-                    "srv/pkg/types.pyi"]
+                    "srv/pkg/sub/deep.py", "srv/pkg/types.pyi"]
+    server.materialise(buggy, "top.py", tmp_path / "alone")
+    assert [p.name for p in (tmp_path / "alone").rglob("*") if p.is_file()] == ["top.py"]
 
 
 def test_missing_mirror_or_commit_is_a_usage_error(mirror: tuple[Path, str, str], tmp_path: Path,

@@ -18,7 +18,7 @@ from typing import Any
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
+    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 
@@ -57,6 +57,7 @@ class _Resolver:
         self.declared_locks = tuple(dict.fromkeys(
             m.group(1) for line in self.lines if "mlx-lock" in line and (m := _LOCK_MARK.match(line))))
         self.lock_names = classify.globs([*shared["lock-names"], *shared["mlx-locks"], *self.declared_locks])
+        self.binders = classify.globs(shared["stream-binders"])
 
     # --- structure ---------------------------------------------------------------------------
     def summary(self, tree: ast.Module) -> FileSummary:
@@ -239,6 +240,8 @@ class _Resolver:
                 continue
             target = self.ref(call.func, fn)
             text = dotted(call.func) or (target or "")
+            if target in classify.STREAM_BINDING or self.binders(text):
+                touches.append(Touch(BIND, text, call.lineno))
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))
@@ -252,9 +255,10 @@ class _Resolver:
             _OWNER_MARK.search(self.lines[line - 1] if 0 < line <= len(self.lines) else ""))
         guards = tuple(fn.locked)
         fallbacks = _fallbacks(node, set(fn.params), [o.place.line for o in offloads]) if offloads else ()
-        return Function(fn.name, line, isinstance(node, ast.AsyncFunctionDef), fn.generator,
+        is_async = isinstance(node, ast.AsyncFunctionDef)
+        return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
-                        fallbacks)
+                        fallbacks, is_async and _loops(node))
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -457,6 +461,18 @@ class _Resolver:
         while above > 1 and self.lines[above - 2].lstrip().startswith("#"):
             above -= 1
         return Place(line, col + 1, first, last, above)
+
+
+def _loops(node: ast.AST) -> bool:
+    """A def's own body has a `while` (nested defs and classes are theirs)."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.While):
+            return True
+        if not isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(current))
+    return False
 
 
 def _fallbacks(node: ast.AST, params: set[str], handoffs: list[int]) -> tuple[tuple[int, int], ...]:

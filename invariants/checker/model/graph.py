@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_invariants.checker.model.summary import (
-    BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call, FileSummary,
+    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call, FileSummary,
     Function,
 )
 
@@ -30,6 +30,7 @@ BLOCKING = frozenset({BLOCK, GEN})            # what INV108 counts: MLX that mak
 ANY_MLX = frozenset({BLOCK, GEN, TOUCH, LOAD})  # what INV107 counts: any MLX on the wrong thread
 GENERATION = frozenset({GEN})                 # a generation library's own stream: a version fact for INV107
 LOADING = frozenset({LOAD})
+BINDING = frozenset({BIND})                   # gives the calling thread its own generation stream
 # MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
 UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 # Thread roles: where a function runs.
@@ -92,6 +93,7 @@ class Package:
         self.forwards: dict[Key, dict[str, Forward]] = {}
         self._via_class: set[int] = set()
         self.loaders: set[Key] = set()
+        self._hands_off: dict[str, bool] = {}  # module -> it hands MLX to a thread somewhere
 
     # --- modules and names -----------------------------------------------------------------
     def summary(self, module: str) -> FileSummary | None:
@@ -273,6 +275,7 @@ class Package:
         self.reach[BLOCKING] = self._reach(BLOCKING, skip=self.loaders)
         self.reach[ANY_MLX] = self._reach(ANY_MLX)
         self.reach[GENERATION] = self._reach(GENERATION)
+        self.reach[BINDING] = self._reach(BINDING)
         self._forwarders()
         self._roles()
         inline = sorted({lock for summary in self._summaries.values() if summary is not None for lock in summary.mlx_locks})
@@ -311,6 +314,32 @@ class Package:
         """Whether INV125 asks about this function: its family takes a declared MLX lock somewhere
         (a class that serializes its MLX by one), so other classes' handlers are not judged by it."""
         return self.family(key) in self._families
+
+    def owns_on_loop(self, key: Key) -> bool:
+        """An engine loop that made the event loop's thread its MLX owner (checker/loop_owner.py):
+        an async def with a `while` that binds the generation streams, itself or through the sync
+        defs it calls, in a module that hands no MLX to any thread."""
+        fn = self.function(key)
+        if fn is None or not fn.is_async or not fn.loops:
+            return False
+        binds = any(t.kind == BIND for t in fn.mlx) or any(
+            target is not None and (target, RUN) in self.reach[BINDING] for _, _, target, _ in self.edges.get(key, ()))
+        return binds and not self._hands_off_mlx(key[0])
+
+    def _hands_off_mlx(self, module: str) -> bool:
+        """Some function of `module` hands a callable that reaches MLX (or an MLX name) to a thread."""
+        found = self._hands_off.get(module)
+        if found is None:
+            summary = self.summary(module)
+            found = False
+            for fn in summary.functions.values() if summary is not None else ():
+                for work in fn.offloads:
+                    target, symbol = self.callee(module, work.target) if work.target is not None else (None, None)
+                    if (target is not None and (target, RUN) in self.reach[ANY_MLX]) or (
+                            symbol is not None and symbol.kind == "external" and symbol.module.startswith(_MLX_ROOTS)):
+                        found = True
+            self._hands_off[module] = found
+        return found
 
     def on_loop(self, key: Key) -> bool:
         """Runs on the event loop: an `async def`, or called from one, and not declared an owner's."""
@@ -519,5 +548,5 @@ def _external_kind(qual: str, use: str) -> str | None:
     return classify.by_name(qual)
 
 
-__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED",
+__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED", "BINDING",
            "LOOP", "OWNER_THREAD"]

@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from mlx_invariants.checker import source
-from mlx_invariants.checker.cache import prepare_folder, write_atomic
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.model.graph import Package
+from mlx_invariants.checker.model.layout import Layout
+from mlx_invariants.checker.model.stored import Stored
 from mlx_invariants.checker.model.queries import QUERIES, ModelFinding
 from mlx_invariants.checker.model.summary import FileSummary
 
@@ -73,13 +74,13 @@ def package_findings(
         return {}
     roots: dict[str, dict[str, str]] = {}  # root -> module -> path
     packages: dict[str, bool] = {}
-    layout = _Layout()
+    layout = Layout()
     for file in files:
         if file.problem is None and file.path in known and file.path.endswith(".py"):
             root, module, is_package = layout.module_of(file.path)
             roots.setdefault(root, {})[module] = file.path
             packages[file.path] = is_package
-    stored = _Stored(settings, cache)
+    stored = Stored(settings.cache_dir / f"model-{settings.key}.json" if cache is not None else None)
     found: dict[str, list[Row]] = {}
     for root, modules in roots.items():
         fingerprint = _fingerprint(rules, {m: known[p][1] for m, p in modules.items()})
@@ -181,70 +182,6 @@ class _Summaries:
             self.cache.put(path, info, digest, report)
 
 
-class _Layout:
-    """Module names from the file system: how far up `__init__.py` files go."""
-
-    def __init__(self) -> None:
-        self._package_dirs: dict[str, bool] = {}
-
-    def _is_package_dir(self, folder: str) -> bool:
-        found = self._package_dirs.get(folder)
-        if found is None:
-            found = self._package_dirs[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
-        return found
-
-    def module_of(self, path: str) -> tuple[str, str, bool]:
-        """(root, dotted module name, is a package's `__init__`)."""
-        folder, name = os.path.split(os.path.abspath(path))
-        stem = name[:-3]
-        parts = [] if stem == "__init__" else [stem]
-        while self._is_package_dir(folder):
-            folder, package = os.path.split(folder)
-            parts.insert(0, package)
-            if not package:
-                break
-        if not parts:  # an `__init__.py` in a folder that is not a package: impossible, but harmless
-            parts = [stem]
-        return folder, ".".join(parts), stem == "__init__"
-
-
 def _fingerprint(rules: list[str], digests: dict[str, str]) -> str:
     blob = json.dumps([rules, sorted(digests.items())], separators=(",", ":"))
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
-
-
-class _Stored:
-    """The findings of each unchanged package, by fingerprint, in `model-<key>.json`."""
-
-    def __init__(self, settings: Settings, cache: Cache | None) -> None:
-        self.file = settings.cache_dir / f"model-{settings.key}.json" if cache is not None else None
-        self.old: dict[str, Any] = {}
-        self.new: dict[str, Any] = {}
-        if self.file is not None:
-            try:
-                data = json.loads(self.file.read_text(encoding="utf-8"))
-                self.old = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
-                pass
-
-    def get(self, fingerprint: str) -> dict[str, list[Row]] | None:
-        rows = self.old.get(fingerprint)
-        if isinstance(rows, dict):
-            self.new[fingerprint] = rows
-            return rows
-        return None
-
-    def put(self, fingerprint: str, rows: dict[str, list[Row]]) -> None:
-        self.new[fingerprint] = rows
-
-    def save(self) -> None:
-        if self.file is None or self.new == self.old:
-            return
-        try:
-            prepare_folder(self.file.parent)
-            for old in self.file.parent.glob("model-*.json"):
-                if old != self.file:
-                    old.unlink(missing_ok=True)
-            write_atomic(self.file.parent, self.file.name, self.new)
-        except OSError:
-            pass

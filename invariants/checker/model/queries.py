@@ -43,17 +43,19 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
     (through plain calls, not through a thread handoff), or iterates a generator that does.
 
     As in the per-file rule, a call in the arm of a mode `if` whose other arm hands work to a
-    thread is the server's mode without that worker, and is not reported. An object the loop steps itself (`self.step()` reaching
+    thread is the server's mode without that worker, and the MLX of an engine loop that owns MLX
+    on the loop's thread (`Package.owns_on_loop`) is that owner's: neither is reported. An object the loop steps itself (`self.step()` reaching
     `self.batch_generator.next()` in this module) belongs to the loop: the steps are reported,
     not its other calls there (its `close()` at shutdown)."""
     summary = package.summary(module)
     if summary is None:
         return
-    found: list[tuple[Call, ModelFinding]] = []
+    found: list[tuple[Call, ModelFinding, bool]] = []  # a call, its finding, and whether an MLX-owning loop makes it
     owned: set[str] = set()
     for name, fn in summary.functions.items():
         if not fn.is_async or not package.on_loop((module, name)):  # declared to run on the owner thread
             continue
+        owner = package.owns_on_loop((module, name))
         for call in fn.calls:
             if fn.in_fallback(call.place.line):
                 continue  # the mode without the worker the other arm hands the work to
@@ -71,14 +73,14 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
                 what, place = f"iterating `{call.text}()` ({path})", call.iterated_at
             else:
                 what, place = f"`{call.text}()` ({path})", call.place
-            found.append((call, ModelFinding("INV108", place, ON_LOOP_MESSAGE.format(what=what))))
+            found.append((call, ModelFinding("INV108", place, ON_LOOP_MESSAGE.format(what=what)), owner))
             for (mod, _), text in [((module, name), call.text), *package.links(BLOCKING, node)]:
                 receiver, _, method = text.rpartition(".")
                 if mod == module and method in _STEPS and receiver not in ("", "self", "cls"):
                     owned.add(receiver)
-    for call, finding in found:
+    for call, finding, owners in found:
         receiver, _, method = call.text.rpartition(".")
-        if receiver in owned and method not in _STEPS:
+        if (receiver in owned and method not in _STEPS) or owners:
             continue
         yield finding
 

@@ -25,6 +25,7 @@ GEN = "generate"     # a generation: it waits too, on the generation library's o
 TOUCH = "touch"      # encodes MLX work without waiting for it (mx.array, a prompt cache)
 LOAD = "load"        # loads weights: start-up work
 RETURNS = "returns"  # returns an MLX generator (`return stream_generate(...)`): MLX runs where it is iterated
+BIND = "bind"        # gives the calling thread its own generation stream (beside the call's other kind, if any)
 
 # How a call's result is used (Call.use).
 PLAIN = "call"
@@ -143,6 +144,7 @@ class Function:
     owner: bool = False
     guards: tuple[tuple[int, int, str], ...] = ()
     fallbacks: tuple[tuple[int, int], ...] = ()  # arms of a mode `if` whose other arm hands work to a thread
+    loops: bool = False  # an async def with a `while` in its own body: an engine loop (loop_owner.py)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -155,7 +157,7 @@ class Function:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
-        flags = "a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner
+        flags = "a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner + "l" * self.loops
         if flags:
             out["flags"] = flags
         if self.calls:
@@ -179,7 +181,7 @@ class Function:
             tuple(Offload.from_json(o) for o in data.get("offloads", ())),
             tuple(Touch.from_json(t) for t in data.get("mlx", ())),
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
-            tuple((a, b) for a, b in data.get("fallbacks", ())),
+            tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
         )
 
 

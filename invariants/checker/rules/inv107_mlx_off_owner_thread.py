@@ -1,20 +1,15 @@
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
-from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.loop_owner import handed_reaches
 from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, requires
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import Handoff, handoff, shifting_pool, unwrap_callable
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
-
-if TYPE_CHECKING:
-    from mlx_invariants.checker.walker import FileContext
 
 
 @dataclass
@@ -307,29 +302,11 @@ class MlxOffOwnerThread(Rule):
                 if pool is None:  # one thread, or not known here
                     continue
                 where = f"`{dotted(work.executor) or 'an executor'}`, {pool} (any of them each call)"
-            what = self._reaches(candidate.target, mlx_api.reaches)
+            what = handed_reaches(candidate.target, self.ctx, mlx_api.reaches)
             if what is None:
                 continue
             label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
             message = self.message.format(target=label, what=what, where=where)
             self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(
-                self._reaches(candidate.target, mlx_api.generation) is not None))
+                handed_reaches(candidate.target, self.ctx, mlx_api.generation) is not None))
 
-    def _reaches(self, target: cst.BaseExpression, kind: Callable[[CallSite, FileContext], str | None]) -> str | None:
-        """The first call of `kind` (any MLX, or a generation) that handing `target` over runs."""
-        ctx = self.ctx
-        direct = lambda site: kind(site, ctx)  # noqa: E731
-        if isinstance(target, cst.Lambda):
-            facts = ctx.function_facts(target)
-            return ctx.facts.first_reaching(facts, direct) if facts else None
-        if isinstance(target, cst.Name | cst.Attribute):
-            # Handing over `mx.eval` or `self.model` itself is as good as calling it there.
-            probe = CallSite(cst.Call(func=target), ctx.resolve(target), dotted(target), None)
-            found = kind(probe, ctx)
-            if found:
-                return found
-            for function in ctx.facts.by_key.get(ctx.key(target) or "", ()):
-                found = ctx.facts.first_reaching(function, direct)
-                if found:
-                    return found
-        return None

@@ -5,6 +5,7 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.branches import Arms
 from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.loop_owner import LoopOwner
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import handoff
@@ -32,6 +33,85 @@ _ENGINE = {"app/engine.py": '''
         mx.eval(logits)
         return logits
 '''}
+
+
+# A server module that builds the warm-up helper below: it awaits its `prime`, or never names it.
+_PRIMED = {"app/server.py": '''
+    from .main import Warmup
+
+    class Server:
+        def __init__(self, model):
+            self.warmup = Warmup(model)
+
+        async def start(self, tokens):
+            await self.warmup.prime(tokens)
+'''}
+_UNPRIMED = {"app/server.py": '''
+    from .main import Warmup
+
+    class Server:
+        def __init__(self, model):
+            self.warmup = Warmup(model)
+'''}
+_WARMUP = '''
+    class Warmup:
+        def __init__(self, model):
+            self.model = model
+
+        async def prime(self, tokens):
+            return self.model(tokens)  # expect: INV108
+'''
+
+
+# An engine loop that binds the generation streams on the loop's thread and steps there; with
+# `warm_up` its file also steps the same generator on a worker, so the loop is not the one owner.
+_LOOP_OWNER = '''
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+    from .streams import bind_generation_streams
+
+    class VisionScheduler:
+        def __init__(self, batch_generator):
+            self.batch_generator = batch_generator
+            self.pool = ThreadPoolExecutor(max_workers=1)
+
+        async def serve(self):
+            bind_generation_streams()
+            while self.batch_generator.active:
+                self.batch_generator.next()  # expect: INV108
+                await asyncio.sleep(0)
+'''
+_WARM_UP = '''
+        async def warm_up(self):
+            await asyncio.get_running_loop().run_in_executor(self.pool, self.batch_generator.next)
+'''
+# The same through the package model: the loop binds through a helper of another module.
+_STREAMS = {"app/streams.py": '''
+    import mlx.core as mx
+
+    def pin_thread_streams():
+        mx.set_default_stream(mx.new_stream(mx.gpu))
+''', **_ENGINE}
+_MODEL_LOOP = '''
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+    from .engine import Engine
+    from .streams import pin_thread_streams
+
+    class Decoder:
+        def __init__(self):
+            self.engine = Engine()
+            self.pool = ThreadPoolExecutor(max_workers=1)
+
+        async def run(self, inbox):
+            pin_thread_streams()
+            while True:
+                self.engine.generate_all(await inbox.get())  # expect: INV108
+'''
+_MODEL_WARM_UP = '''
+        async def warm_up(self):
+            await asyncio.get_running_loop().run_in_executor(self.pool, self.engine.generate_all, [0])
+'''
 
 
 class BlockingMlxOnEventLoop(Rule):
@@ -73,7 +153,18 @@ class BlockingMlxOnEventLoop(Rule):
     requests take; it is not reported (checker/branches.py). Issue 23: mlx-vlm's five
     `generate`/`stream_generate` calls for when `runtime.response_generator is None`
     were graded arguable blind (a rare mode); an arm picked by the request (`if
-    max_tokens <= 1:`) is still reported."""
+    max_tokens <= 1:`) is still reported.
+
+    An engine loop may make the loop's thread the MLX owner itself: an `async def`
+    with a `while` that binds the generation streams on its own thread (`mx.new_stream`,
+    `mx.set_default_stream`, a stream-binders helper), in a file that hands no MLX
+    to any thread (checker/loop_owner.py; the package model asks the same of the
+    module). Its MLX is that owner's, and the hand-off this rule asks for would take
+    it off the streams it belongs to; it is not reported. Issue 23: vllm-mlx's MLLM
+    scheduler, whose model is built on the loop (mllm_scheduler.py@4b654c0:1001), was
+    graded arguable blind. Its `EngineCore._engine_loop`, which steps on a worker and
+    falls back to stepping on the loop after binding there (engine_core.py@4b654c0:326,
+    the corpus's V13b), runs MLX on two threads and is still reported."""
 
     id = "INV108"
     catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's forward pass, "
@@ -94,7 +185,10 @@ class BlockingMlxOnEventLoop(Rule):
         "reported in a project on MLX 0.31.2 or later, where it waits only for the loop thread's own "
         "stream, even after an `mx.async_eval` on the loop that it does wait for; called through a helper "
         "it is reported whatever the version. A server that runs in its mode without the worker (the "
-        "inline arm of a mode `if` beside a hand-off) blocks the loop unseen."
+        "inline arm of a mode `if` beside a hand-off) blocks the loop unseen, and so does an engine loop "
+        "that binds the streams on the loop's thread in a file that hands no MLX to a thread, however "
+        "long its steps (a `while` in a request handler that binds passes for one). Code inside a def its "
+        "package never names is not judged (docs/checker.md, \"Code nothing in the package names\")."
     )
     triggers = (("async",), ("mlx", "model", "generat", "scheduler"))
 
@@ -249,8 +343,39 @@ class BlockingMlxOnEventLoop(Rule):
                 else:
                     return await asyncio.get_running_loop().run_in_executor(OWNER, engine.Engine().generate_all, prompt)
         ''', files=_ENGINE),
+        Invalid(_WARMUP, files=_PRIMED),
+        Invalid(_LOOP_OWNER + _WARM_UP),
+        Invalid(_MODEL_LOOP + _MODEL_WARM_UP, files=_STREAMS),
+        # An engine loop that never makes the loop's thread an MLX owner: the owner thread is elsewhere.
+        Invalid(_MODEL_LOOP.replace("            pin_thread_streams()\n", ""), files=_STREAMS),
+        # A request handler that binds on the loop and generates there is no engine loop: it blocks the rest.
+        Invalid('''
+            from mlx_lm import stream_generate
+            from .streams import bind_generation_streams
+
+            async def stream(model, tokenizer, prompt, send):
+                bind_generation_streams()
+                for response in stream_generate(model, tokenizer, prompt):  # expect: INV108
+                    await send(response.text)
+        '''),
+        Invalid(_MODEL_LOOP.replace("  # expect: INV108", "") + '''
+        async def once(self, prompt):
+            pin_thread_streams()
+            return self.engine.generate_all(prompt)  # expect: INV108
+''', files=_STREAMS),
+        # A library's users may call what its own package never does: report-unreferenced judges that too.
+        Invalid(_WARMUP, files=_UNPRIMED, options={"report-unreferenced": True}),
     ]
     VALID = [
+        # Nothing in the package names `prime`: the server never runs it (checker/model/unreferenced.py).
+        Valid(_WARMUP.replace("  # expect: INV108", ""), files=_UNPRIMED),
+        # The loop owns MLX on its own thread (loop_owner.py): nothing of the file steps it elsewhere.
+        Valid(_LOOP_OWNER.replace("  # expect: INV108", "")),
+        Valid(_MODEL_LOOP.replace("  # expect: INV108", ""), files=_STREAMS),
+        Valid(_MODEL_LOOP.replace("            pin_thread_streams()\n", "").replace(
+            "self.engine.generate_all(await inbox.get())  # expect: INV108",
+            "await asyncio.get_running_loop().run_in_executor(self.pool, self.engine.generate_all, await inbox.get())"),
+            files=_STREAMS),
         # The server's own state picks the mode for every request: without a pool it runs inline.
         Valid('''
             import asyncio
@@ -451,6 +576,7 @@ class BlockingMlxOnEventLoop(Rule):
         self.functions: dict[int, cst.CSTNode] = {}  # id of a call or loop -> the async def it is in
         self.handoffs: dict[int, list[cst.Call]] = {}  # per async def: its hand-offs to a thread
         self.arms: dict[int, Arms] = {}
+        self.owner = LoopOwner(ctx)
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -502,12 +628,15 @@ class BlockingMlxOnEventLoop(Rule):
             func = site.node.func
             if isinstance(func, cst.Attribute) and not _steps(site.text or "") and dotted(func.value) in owned:
                 continue
+            if self.owner.owns(self.functions[id(site.node)]):
+                continue  # the step of an engine loop that owns MLX on the loop's thread (loop_owner.py)
             # From MLX 0.31.2 `mx.synchronize()` waits for the loop thread's own stream, not the worker's.
             own_stream = site.qual == "mlx.core.synchronize" and not site.node.args
             self.ctx.report_at(self.id, site.node, statement, self.message.format(what=what),
                                ("thread-local-streams",) if own_stream else ())
         for loop, statement in self.loops:
-            if mlx_api.is_mlx_generator(loop.iter, self.ctx) and not self._fallback(loop):
+            if (mlx_api.is_mlx_generator(loop.iter, self.ctx) and not self._fallback(loop)
+                    and not self.owner.owns(self.functions[id(loop)])):
                 text = dotted(loop.iter.func) if isinstance(loop.iter, cst.Call) else dotted(loop.iter)
                 what = f"iterating `{text or 'an MLX generator'}`"
                 self.ctx.report_at(self.id, loop, statement, self.message.format(what=what))

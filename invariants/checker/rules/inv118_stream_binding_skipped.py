@@ -37,7 +37,6 @@ class StreamBindingSkipped(Rule):
         "may bind for it); a binding is a call named like stream-binders or `mx.stream`/`mx.new_stream`/"
         "`mx.set_default_stream`, made in the def or in a def of this file it calls, anywhere in its body."
     )
-    options = {"stream-binders": ["*bind*stream*"]}
     triggers = (("stream",),)
 
     INVALID = [

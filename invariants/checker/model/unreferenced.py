@@ -1,0 +1,277 @@
+"""Defs that no code of their package names: what runs only if a user calls it, never the server.
+
+A hazard the rules report needs its code to run. A method that nothing in the package calls,
+references, registers or even mentions (in code, a string or a comment), and that no class
+outside the package can call back as a hook, never runs while the server runs; nor does a def
+named only inside such defs. Findings inside one are left out (issue 23: vllm-mlx's
+`Scheduler.promote_from_ssd`, which nothing but the tests calls, and the `async_promote` that
+only it calls, were graded false positives blind). A library's users call what its package
+never does, so `report-unreferenced = true` reports these too.
+
+What counts as named, deliberately wide (a missed call is a missed alarm, a wrong one silence):
+any whole-word occurrence of the def's name anywhere in the package's files (the folder of the
+topmost `__init__.py`, discovered with the run's excludes, whichever files the run was given)
+outside its own body, other than a `def`/`class` line of that name, unless the occurrence sits
+inside defs that are themselves unreferenced. Always live: a decorated def (a route, a
+registration, a property), a dunder, a public module-level function (an entry point, the
+library's API), a method of a class the package never names (how it is used is unknown), and a
+method of a class with a base from outside the package (the framework may call it: `do_POST`,
+a gRPC servicer's methods). A file outside any package is not judged.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mlx_invariants.checker import source
+from mlx_invariants.checker.errors import SourceError
+from mlx_invariants.checker.files import discover
+from mlx_invariants.checker.model.layout import Layout
+from mlx_invariants.checker.model.stored import Stored
+
+if TYPE_CHECKING:
+    from mlx_invariants.checker.config import Settings
+
+# Decorators that leave a def called by its name, as any other.
+_PLAIN = frozenset({"staticmethod", "classmethod"})
+# Bases that call nothing of a subclass by name.
+_INERT_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})
+_BODIES = ("body", "orelse", "finalbody")
+_DEFINES = re.compile(r"(?:def|class)\s+$")
+
+
+@dataclass(frozen=True)
+class _Def:
+    """A def of a parsed file: its span (from its first decorator), the def around it, and the
+    class it is a method of."""
+
+    path: str
+    name: str
+    first: int
+    last: int
+    parent: _Def | None
+    cls: ast.ClassDef | None
+    decorated: bool
+
+
+class Unreferenced:
+    """Answers, for the lines of findings, which lie in a def their package never names."""
+
+    def __init__(self, settings: Settings, texts: dict[str, str], use_cache: bool) -> None:
+        self.settings = settings
+        self.texts = texts
+        self.layout = Layout()
+        self.stored = Stored(settings.cache_dir / f"unreferenced-{settings.key}.json" if use_cache else None)
+        self._packages: dict[str, list[str]] = {}  # package folder -> its files
+        self._trees: dict[str, ast.Module | None] = {}
+        self._defs: dict[str, list[_Def] | None] = {}  # path -> its defs, outermost first
+        self._live: dict[tuple[str, int], bool] = {}
+        self._visiting: set[tuple[str, int]] = set()
+
+    def dead_lines(self, candidates: dict[str, set[int]]) -> dict[str, set[int]]:
+        """For each path, those of its lines inside a def (or inside a def around one) that the
+        package never names. A package whose files and candidate lines are unchanged since a
+        run that kept its answer is not read again."""
+        by_package: dict[str, dict[str, set[int]]] = {}
+        for path, lines in candidates.items():
+            folder = self._package_of(path) if lines else None
+            if folder is not None:
+                by_package.setdefault(folder, {})[path] = lines
+        dead: dict[str, set[int]] = {}
+        for folder, wanted in by_package.items():
+            fingerprint = self._fingerprint(folder, wanted)
+            found = self.stored.get(fingerprint)
+            if found is None:
+                found = {path: sorted(self._dead_in(path, lines, folder)) for path, lines in wanted.items()}
+                self.stored.put(fingerprint, found)
+            dead.update((path, set(lines)) for path, lines in found.items() if lines)
+        self.stored.save()
+        return dead
+
+    def _dead_in(self, path: str, lines: set[int], folder: str) -> set[int]:
+        defs = self._parsed(path)
+        if not defs:
+            return set()
+        dead = set()
+        for line in lines:
+            inner = _innermost(defs, line)
+            chain = []
+            while inner is not None:
+                chain.append(inner)
+                inner = inner.parent
+            if any(not self._is_live(d, folder) for d in reversed(chain)):
+                dead.add(line)
+        return dead
+
+    def _fingerprint(self, folder: str, wanted: dict[str, set[int]]) -> str:
+        """The package's files as the file system describes them, and the lines asked about."""
+        parts: list[Any] = [sorted((p, sorted(lines)) for p, lines in wanted.items())]
+        for path in self._packages[folder]:
+            try:
+                info = os.stat(path)
+                parts.append((path, info.st_size, info.st_mtime_ns, info.st_ino))
+            except OSError:
+                parts.append((path, None))
+        blob = json.dumps(parts, separators=(",", ":"))
+        return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+
+    # --- the package -----------------------------------------------------------------------
+    def _package_of(self, path: str) -> str | None:
+        root, _, _ = self.layout.module_of(path)
+        below = os.path.relpath(os.path.abspath(path), root).split(os.sep)
+        if len(below) < 2:
+            return None  # a module of its own, in no package: no package to look in
+        folder = os.path.join(root, below[0])
+        if folder not in self._packages:
+            found = discover([folder], self.settings, force_exclude=True)
+            self._packages[folder] = [f.path for f in found if f.problem is None]
+        return folder
+
+    def _text(self, path: str) -> str:
+        text = self.texts.get(path)
+        if text is None:
+            try:
+                text = source.decode(source.read(path, self.settings.max_file_bytes))
+            except SourceError:
+                text = ""
+            self.texts[path] = text
+        return text
+
+    def _parsed(self, path: str) -> list[_Def] | None:
+        if path not in self._defs:
+            tree = self._tree(path)
+            self._defs[path] = _collect(path, tree) if tree is not None else None
+        return self._defs[path]
+
+    def _tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            try:
+                self._trees[path] = ast.parse(self._text(path))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._trees[path] = None
+        return self._trees[path]
+
+    # --- liveness --------------------------------------------------------------------------
+    def _is_live(self, d: _Def, folder: str) -> bool:
+        key = (d.path, d.first)
+        if key in self._live:
+            return self._live[key]
+        if key in self._visiting:
+            return False  # defs that name only each other: none of them is reached this way
+        self._visiting.add(key)
+        try:
+            live = self._always_live(d, folder) or self._named(d.name, d, folder)
+        finally:
+            self._visiting.discard(key)
+        self._live[key] = live
+        return live
+
+    def _always_live(self, d: _Def, folder: str) -> bool:
+        if d.decorated or (d.name.startswith("__") and d.name.endswith("__")):
+            return True
+        if d.cls is None:
+            return d.parent is None and not d.name.startswith("_")  # a public function of the module
+        span = (d.path, d.cls.lineno, d.cls.end_lineno or d.cls.lineno)
+        return not self._named(d.cls.name, span, folder) or self._hooked(d.cls, d.path, folder, 0)
+
+    def _hooked(self, cls: ast.ClassDef, path: str, folder: str, depth: int) -> bool:
+        """Some base of `cls`, or of its bases in the package, is not the package's own."""
+        if depth > 8:
+            return True
+        for base in cls.bases:
+            name = _terminal(base)
+            if name in _INERT_BASES:
+                continue
+            homes = [p for p in self._packages[folder] if re.search(rf"^[ \t]*class[ \t]+{re.escape(name or '')}\b",
+                                                                       self._text(p), re.M)] if name else []
+            if not homes:
+                return True
+            for home in homes:
+                for other in _classes(self._tree(home), name):  # type: ignore[arg-type]
+                    if self._hooked(other, home, folder, depth + 1):
+                        return True
+        return False
+
+    def _named(self, name: str, own: _Def | tuple[str, int, int], folder: str) -> bool:
+        """`name` occurs somewhere in the package outside `own` (a def, or a path and a line span)
+        and outside a def or class line of that name, at a place that runs: module or class
+        level, or inside a live def."""
+        path, first, last = (own.path, own.first, own.last) if isinstance(own, _Def) else own
+        pattern = re.compile(rf"\b{re.escape(name)}\b")
+        for other in self._packages[folder]:
+            text = self._text(other)
+            if name not in text:
+                continue
+            defs = None
+            for match in pattern.finditer(text):
+                if _DEFINES.search(text, max(0, match.start() - 12), match.start()):
+                    continue
+                line = text.count("\n", 0, match.start()) + 1
+                if other == path and first <= line <= last:
+                    continue
+                if defs is None:
+                    defs = self._parsed(other)
+                    if defs is None:
+                        return True  # a file that does not parse: assume it calls it
+                around = _innermost(defs, line)
+                if around is None or self._is_live(around, folder):
+                    return True
+        return False
+
+
+def _collect(path: str, tree: ast.Module) -> list[_Def]:
+    """The defs of a module, outermost first; only statements are walked (a def is one)."""
+    found: list[_Def] = []
+
+    def walk(body: list[ast.stmt], parent: _Def | None, cls: ast.ClassDef | None) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+                decorated = any(_terminal(d) not in _PLAIN for d in stmt.decorator_list)
+                d = _Def(path, stmt.name, first, stmt.end_lineno or stmt.lineno, parent, cls, decorated)
+                found.append(d)
+                walk(stmt.body, d, None)
+                continue
+            inner = stmt if isinstance(stmt, ast.ClassDef) else cls
+            for field in _BODIES:
+                part = getattr(stmt, field, None)
+                if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
+                    walk(part, parent, inner)
+            for handler in getattr(stmt, "handlers", ()):
+                walk(handler.body, parent, inner)
+            for case in getattr(stmt, "cases", ()):
+                walk(case.body, parent, inner)
+
+    walk(tree.body, None, None)
+    return found
+
+
+def _innermost(defs: list[_Def], line: int) -> _Def | None:
+    best = None
+    for d in defs:
+        if d.first <= line <= d.last and (best is None or d.first >= best.first):
+            best = d
+    return best
+
+
+def _classes(tree: ast.Module | None, name: str) -> list[ast.ClassDef]:
+    if tree is None:
+        return []
+    return [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+
+
+def _terminal(expr: ast.AST) -> str | None:
+    """`Base`, `mod.Base`, `Generic[T]`, `decorator(...)`: the last name."""
+    while isinstance(expr, ast.Subscript | ast.Call):
+        expr = expr.value if isinstance(expr, ast.Subscript) else expr.func
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    if isinstance(expr, ast.Name):
+        return expr.id
+    return None

@@ -5,8 +5,10 @@ catalogue's entries the fuzzer must kill name theirs (`Mutant.seed`, see
 tests/mutants/test_fuzz_kills.py); together they replay the history this
 harness exists to prevent from coming back. After them come a few scenarios
 for a class of bug no entry seeds (`CLASS_SCENARIOS`, each tried where the
-target marks the points it aims at) and, where the target reports its
-capacity, one burst past it (`burst`): generation draws either only rarely.
+target marks the points it aims at), one request of each transport asking
+for every field of the request surface (`surface_tour`) and, where the
+target reports its capacity, one burst past it (`burst`): generation draws
+each only now and then.
 Each costs every run's first seconds, so they stay few and short.
 """
 
@@ -60,6 +62,17 @@ def class_scenarios(points: tuple[str, ...]) -> list[Scenario]:
         return {f.at.point for f in scenario.faults} | {r.arrival.point for r in scenario.requests if r.arrival}
 
     return [s for s in CLASS_SCENARIOS.values() if aims(s) <= set(points)]
+
+
+def surface_tour(top_logprobs: int) -> Scenario:
+    """Every field a request may ask for beyond the plain greedy answer, once, on both transports and both
+    routes: log-probabilities (with `top_logprobs` alternatives where the target takes them), sampling with a
+    seed, a stop string. Generation asks for them in one request in `SURFACE_ODDS`, so a run that ends after
+    a few examples (a slow server, a short budget) may never have rendered a log-probability; a bug on that
+    path (a value that crosses threads unevaluated, a payload that cannot render it) shows on the first."""
+    return Scenario((RequestSpec("r0", 4, 3, True, logprobs=True, top_logprobs=top_logprobs),
+                     RequestSpec("r1", 4, 3, False, route="chat", logprobs=True, temperature=0.7, top_p=0.9, seed=7,
+                                 stop=("e",))))
 
 
 def burst(capacity: int) -> Scenario:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.case import dumps_case
-from mlx_invariants.fuzz.corpus import SEED_SCENARIOS, burst, class_scenarios
+from mlx_invariants.fuzz.corpus import SEED_SCENARIOS, burst, class_scenarios, surface_tour
 from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, FIRST_USE_STALL_S
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import ViolationFound
@@ -461,11 +461,13 @@ class _Fuzz:
 
     def seed_corpus(self) -> list[Scenario]:
         """What every run tries first (fuzz/corpus.py): the catalogue's seeds, the class scenarios aimed at
-        points the target marks, and, where its capacity is known (given, or read by the baseline), a burst
-        of one request past it (no more than `requests_for` allows)."""
+        points the target marks, the request surface's tour, and, where its capacity is known (given, or read
+        by the baseline), a burst of one request past it (no more than `requests_for` allows)."""
         requests = requests_for(self.profile, self.settings.capacity, self.capacity)
         bursts = [burst(min(requests.capacity, requests.most - 1))] if requests.capacity is not None else []
-        return [*SEED_SCENARIOS.values(), *class_scenarios(self.target.points), *bursts]
+        # over HTTP the sampled token's log-probability only, as generation asks (`search`)
+        tour = surface_tour(0 if self.target.kind.over_http else 2)
+        return [*SEED_SCENARIOS.values(), *class_scenarios(self.target.points), tour, *bursts]
 
     def _round(self, strategy: Any, explicit: list[Scenario], count: int, seed: Optional[int], derandomize: bool,
                phases: tuple[str, ...]) -> None:

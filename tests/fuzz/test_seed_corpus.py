@@ -1,5 +1,6 @@
-"""What every run tries first beyond the catalogue's seeds: a burst past the capacity the target reports, and
-the class scenarios aimed at points it marks; a burst started past the batch's seats is found among them."""
+"""What every run tries first beyond the catalogue's seeds: a burst past the capacity the target reports, the class
+scenarios aimed at points it marks, and a tour of the request surface; a burst started past the batch's seats, and
+a log-probability that crosses to the loop unevaluated, are found among them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, burst, class_scenarios
+from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, burst, class_scenarios, surface_tour
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
@@ -16,7 +17,7 @@ from mlx_invariants.mutants.copies import import_copy
 from mlx_invariants.mutants.mutant import Edit
 from tests.conftest import BACKSTOP_S
 
-CORPUS = len(SEED_SCENARIOS) + len(CLASS_SCENARIOS) + 1  # the seeds, the class scenarios, the burst
+CORPUS = len(SEED_SCENARIOS) + len(CLASS_SCENARIOS) + 2  # the seeds, the class scenarios, the tour, the burst
 
 
 def test_a_burst_holds_one_request_more_than_the_capacity_and_class_scenarios_need_their_points():
@@ -43,3 +44,37 @@ def test_the_seed_corpus_bursts_past_the_reported_capacity_and_finds_a_bound_ove
     result = run_fuzz(target, FuzzSettings(profile="ci", examples=CORPUS, budget_s=BACKSTOP_S, debug_run=False))
     assert [f.kind for f in result.findings][:1] == ["engine-invariant-broken"], result.findings
     assert result.findings[0].examples_before == CORPUS, result.findings[0]
+
+
+def test_the_tour_asks_for_every_request_field_on_both_transports_and_routes():
+    requests = surface_tour(2).requests
+    assert {r.stream for r in requests} == {True, False} and {r.route for r in requests} == {"completions", "chat"}
+    assert all(r.logprobs for r in requests) and max(r.top_logprobs for r in requests) == 2
+    assert any(r.temperature and r.top_p < 1 and r.seed is not None and r.stop for r in requests)
+    assert surface_tour(0).requests[0].top_logprobs == 0  # over HTTP: the sampled token's only
+
+
+@pytest.fixture(scope="module")
+def logprob_left_lazy(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched engine handing each token's log-probability to the loop as an unevaluated MLX array, and the
+    chat payload reading it there with `float()`: only a request that asks for log-probabilities goes that way."""
+    edits = (Edit("engine/batched.py", """
+        logprob = logprob_of(logprobs, token) if params.logprobs else None
+        """, """
+        logprob = logprobs[token] if params.logprobs else None
+        """), Edit("engine/http/payloads.py", """
+        return {"content": [{"token": t.text, "logprob": t.logprob, "bytes": list(t.text.encode()),
+        """, """
+        return {"content": [{"token": t.text, "logprob": float(t.logprob), "bytes": list(t.text.encode()),
+        """))
+    base = next(m for m in CATALOGUE if "batched" in m.routes)
+    plant = dataclasses.replace(base, id="logprob-left-lazy", edits=edits, routes=("batched",))
+    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+
+
+def test_the_seed_corpus_renders_a_log_probability_and_finds_one_that_crossed_threads_lazily(logprob_left_lazy: str):
+    target = Target.served("batched", package=logprob_left_lazy)
+    result = run_fuzz(target, FuzzSettings(profile="ci", examples=CORPUS, budget_s=BACKSTOP_S, debug_run=False))
+    assert result.findings, "the seed corpus never asked for a log-probability over HTTP"
+    assert {f.kind for f in result.findings} & {"mlx-no-stream", "mlx-off-owner"}, result.findings
+    assert result.findings[0].examples_before <= CORPUS, result.findings[0]

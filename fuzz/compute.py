@@ -27,6 +27,7 @@ from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, yields
 
 GONE_STEPS = 8            # decode steps of MLX after the last client went, allowed (a step in flight, a cache flush)
+GONE_TOKENS = GONE_STEPS + 2  # a budget past that bound: the least a gone client's long request draws (fuzz.strategies)
 MIN_ENTRIES = 8           # and never fewer MLX entries than this: a flush or one step is never a finding
 QUIET_STEPS = 2           # decode steps without an MLX entry: the engine has stopped
 DEFAULT_STEP_S = 0.02     # one decode step when no pace was measured (a scenario run outside the runner)

@@ -47,7 +47,8 @@ class DriverSettings:
     quiet_ticks: int = 3          # ticks with every thread parked and the loop idle: stalled
     stall_s: float = 5.0          # backstop: no progress at all for this long
     cap_s: float = 2.0            # a paused worker resumes after this even if the loop never idles
-    backstop_s: float = 60.0      # the whole scenario
+    backstop_s: float = 60.0      # the whole scenario, once its engine started
+    start_s: float = 60.0         # a fresh engine's start, timed apart from the scenario (`_start_in_time`)
     lag_bound_s: float = 2.0
     strict: bool = False          # the sentinel refuses bad entries instead of only recording them
     step_s: float = 0.0           # one decode step as the runner measured it (fuzz.pace); 0: not measured
@@ -124,8 +125,9 @@ class ScenarioRun:
 
     async def main(self) -> None:
         self.loop.set_exception_handler(self._loop_error)
-        self.tasks_before = set(asyncio.all_tasks(self.loop))
-        self.threads_before = set(threading.enumerate())
+        self.adapter.set_point_hook(self.injector.hook)
+        if not await self._start_in_time():
+            return
         body = self.loop.create_task(self._body(), name="fuzz-body")
         done, _ = await asyncio.wait({body}, timeout=self.settings.backstop_s)
         self.injector.release_wedged()  # whatever happened, no worker stays blocked in the hook
@@ -135,9 +137,6 @@ class ScenarioRun:
             raise body.exception()  # a driver bug: let it surface with its traceback
 
     async def _body(self) -> None:
-        self.adapter.set_point_hook(self.injector.hook)
-        if not await self._started():
-            return
         self.trace.meta["stall_timeout_s"] = getattr(self.adapter, "stall_timeout_s", None)  # its promise, if any
         lag = self.loop.create_task(self._watch_lag(), name="fuzz-lag")
         for client in self.clients.values():
@@ -198,6 +197,21 @@ class ScenarioRun:
         if isinstance(healthy, bool) and not restarted:
             self.trace.record("check", "health", info={"healthy": healthy, "fault": fault})
         self.injector.release_wedged()
+
+    async def _start_in_time(self) -> bool:
+        """`_started` under its own bound, `start_s`, before the scenario's backstop begins: a first start that
+        imports and loads for a minute is the engine's time, not the scenario's (nor its follow-up's). A start
+        that does not return within it is a stall of the start, named so; a fresh engine's start time goes to
+        the trace's meta (`start_s`)."""
+        fresh, began = not self.engine.running, self.loop.time()
+        start = self.loop.create_task(self._started(), name="fuzz-start")
+        done, _ = await asyncio.wait({start}, timeout=self.settings.start_s)
+        if not done:
+            self._record_stall("start", ["start"], bound_s=self.settings.start_s)
+            return False
+        if fresh:
+            self.trace.meta["start_s"] = round(self.loop.time() - began, 3)
+        return start.result()
 
     async def _started(self) -> bool:
         """Start the engine unless it is already running, then wait for it to settle; False (recorded) if
@@ -586,9 +600,9 @@ class ScenarioRun:
         while readings:
             self.trace.record("check", "stopping-health", info=readings.pop(0))
 
-    def _record_stall(self, name: str, rids: list[str]) -> None:
+    def _record_stall(self, name: str, rids: list[str], **info: Any) -> None:
         report = doing(self.trace, [r for r in rids if r in self.clients]) + stacks(self.loop)
-        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": report})
+        self.trace.record("check", "stalled", info={"rids": rids, "why": name, "stacks": report, **info})
 
     def _record_waiters(self) -> None:
         record_waiters(self.trace, self.loop, [c.spec.rid for c in self._unfinished()])

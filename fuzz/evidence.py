@@ -7,7 +7,8 @@ to act on. `write_run_folder` writes, under the report folder:
 
     <time>-<target>/
       summary.json    a `fuzz.summary.RunSummary`: target, versions, device, seed, budget,
-                      scenarios, requests drawn (past which capacity, from where), per-oracle
+                      scenarios, requests drawn (past which capacity, from where), the points
+                      faults aimed at (`fuzz.aims`), per-oracle
                       counts, sentinel totals (MLX calls, threads), every finding with its status,
                       replay command and time to first find
       summary.md      the same for people; a CI job can append it to its job summary as is
@@ -103,7 +104,7 @@ def summarize(result: "FuzzResult") -> RunSummary:
     return RunSummary(
         label=result.target.label if result.target else result.engine, target=result.target,
         examples=result.examples, elapsed_s=round(result.elapsed_s, 2), budget_s=result.budget_s,
-        seed=result.seed, examples_cap=result.examples_cap, requests=result.requests,
+        seed=result.seed, examples_cap=result.examples_cap, requests=result.requests, aims=result.aims,
         scenario_runs=result.scenario_runs, engines_started=result.engines_started,
         pace=Pace(**result.pace.to_json()),  # as summary.json rounds it, so it reads back the same
         oracle_counts=dict(sorted(result.counts.items())),
@@ -256,7 +257,7 @@ def merge_summaries(target: Target, jobs: list[JobPart]) -> RunSummary:
         elapsed_s=max((part.elapsed_s for part in done), default=0.0),
         budget_s=max((part.budget_s for part in done), default=0.0), seed=tuple(row.seed for row in rows),
         examples_cap=sum(caps) if caps and None not in caps else None,
-        requests=done[0].requests if done else None,
+        requests=done[0].requests if done else None, aims=done[0].aims if done else None,
         scenario_runs=sum(part.scenario_runs for part in done),
         engines_started=sum(part.engines_started for part in done), pace=None,
         oracle_counts=dict(sorted(oracle_counts.items())),

@@ -85,13 +85,18 @@ class FollowupOutcome:
 def reference_of(baseline: Trace, label: str, log_tail: str = "", *, sees_server_mlx: bool = False) -> FollowupOutcome:
     """The baseline's follow-up outcome, the reference every later follow-up is compared with.
 
-    Raises `SetupError` when the engine did not start, when that follow-up (a fresh engine with nothing
+    Raises `SetupError` when the engine did not start (or its start did not return in its own bound, timed
+    apart from the follow-up's), when that follow-up (a fresh engine with nothing
     else running) was refused for what it is (`refused_as_sent`), or, for a launched server whose MLX calls
     the sentinel records (`sees_server_mlx`), when the server never entered MLX while serving it. A
     follow-up that crashed, failed or was refused as busy is the engine's to answer for: the oracles judge
     the baseline like any scenario.
     """
     tail = f"\nthe server's last log lines:\n{log_tail}" if log_tail else ""
+    start = next((c for c in baseline.of("check", "stalled") if c.info.get("why") == "start"), None)
+    if start is not None:
+        raise SetupError(f"{label}: the engine's first start did not return within {start.info['bound_s']:g}s "
+                         f"(its imports, model load and warm-up), so no request was sent{tail}")
     failed = baseline.first("check", "startup-failed")
     if failed is not None:
         raise SetupError(f"{label}: the engine did not start: {failed.info.get('error')}{tail}")

@@ -297,6 +297,10 @@ def stays_live(trace: Trace) -> Iterator[Violation]:
     """Nothing could run but requests were unfinished: a deadlock, reported with every stack."""
     basis = trace.meta.get("stall_basis")  # what the wait scaled with, as the runner measured it
     for check in trace.of("check", "stalled"):
+        if check.info.get("why") == "start":  # timed apart from the scenario (fuzz/driver.py: `_start_in_time`)
+            yield Violation("stalled", f"the engine's start did not return within {check.info['bound_s']:g}s",
+                            detail=check.info.get("stacks", ""))
+            continue
         why = f" (no progress within {basis})" if basis else ""
         yield Violation("stalled", f"nothing can run but {', '.join(check.info['rids'])} are unfinished{why}",
                         detail=check.info.get("stacks", ""))

@@ -29,12 +29,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from mlx_invariants.fuzz.compute import GONE_TOKENS
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.liveness import TICK_S
+from mlx_invariants.fuzz.profiles import PROFILES
 from mlx_invariants.fuzz.trace import Event, Trace
 
 STEP_FACTOR = 20          # decode steps of silence before in-process quiescence counts as a stall
 MAX_SCENARIO_TOKENS = 40  # three requests of up to 10 tokens (fuzz.strategies) and the follow-up
+GONE_DECODE_S = 1.0       # a gone client's long budget decodes about this long: past a server's disconnect poll
+# ... but no more tokens than the runner profile's longest budget (which fits the tiny model's context beside its
+# longest prompt: tests/fuzz/test_schedules.py)
+GONE_MOST_TOKENS = PROFILES["runner"].long_tokens
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,17 @@ def measure(baseline: Trace, startup_s: float = 0.0) -> Pace:
     mlx_s = max(e.t_end or e.t for e in spans) - min(e.t for e in spans) if spans else 0.0
     return Pace(step_s=max(ends[-1].t - submit.t, 0.0) / tokens, startup_s=startup_s,
                 mlx_per_step=len(spans) / tokens, mlx_step_s=mlx_s / tokens)
+
+
+def gone_budget(pace: Pace) -> int:
+    """The budget a request whose client goes away draws now and then (`fuzz.strategies._outlast`): past the
+    compute oracle's bound (`GONE_TOKENS`), and about `GONE_DECODE_S` of decoding where the pace was measured,
+    so a server that notices a gone client only at its next poll (vllm-mlx's every 0.5 s) is still decoding
+    when it polls. Counted in MLX time per step, the real step (the wall pace over HTTP is several times it),
+    else in the wall pace; at most `GONE_MOST_TOKENS`."""
+    step_s = pace.mlx_step_s or pace.step_s
+    paced = math.ceil(GONE_DECODE_S / step_s) if step_s > 0 else 0
+    return max(GONE_TOKENS, min(paced, GONE_MOST_TOKENS))
 
 
 def followup_spans(trace: Trace, submit: Event, end: Event) -> list[Event]:

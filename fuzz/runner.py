@@ -39,15 +39,16 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from mlx_invariants.fuzz.aims import Aims, aims_for
 from mlx_invariants.fuzz.case import dumps_case
 from mlx_invariants.fuzz.corpus import SEED_SCENARIOS, burst, class_scenarios, surface_tour
-from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, FIRST_USE_STALL_S
+from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, FIRST_START_S, FIRST_USE_STALL_S
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import ViolationFound
 from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
 from mlx_invariants.fuzz.findings import Finding, FindingsBook, confirmed, signature
 from mlx_invariants.fuzz.oracles import Violation, judge
-from mlx_invariants.fuzz.pace import Pace, driver_settings, measure
+from mlx_invariants.fuzz.pace import Pace, driver_settings, gone_budget, measure
 from mlx_invariants.fuzz.profiles import (PROFILES, Profile, Requests, hypothesis_settings, requests_for,
                                           search_phases)
 from mlx_invariants.fuzz.report import Failure, device_info
@@ -119,6 +120,7 @@ class FuzzResult:
     pace: Pace = field(default_factory=Pace)
     target: Optional[Target] = None
     requests: Optional[Requests] = None   # how many requests scenarios drew at most, and why (generation only)
+    aims: Optional[Aims] = None           # where generated faults aimed, and why (`fuzz.aims`), once a baseline ran
     summary: Optional[RunSummary] = None  # as reported (`fuzz.evidence.summarize`), once its run folder is written
 
     @property
@@ -236,6 +238,7 @@ class _Fuzz:
         self.expected_followup: Optional[FollowupOutcome] = None
         self.capacity: Optional[int] = None       # what the engine says it holds at once, read by the baseline
         self.requests: Optional[Requests] = None  # what generated scenarios draw, past that capacity
+        self.aims: Optional[Aims] = None          # where they aim, read by the baseline (`fuzz.aims`)
         self.started = time.monotonic()
         self.state = Progress(budget_s=budget_s, examples_cap=examples)
         self.seed_label: Optional[str] = None
@@ -315,10 +318,13 @@ class _Fuzz:
         """A request-free scenario on a fresh engine: warms imports, measures the target's pace, and its
         follow-up output is the fresh-engine reference for the whole run. An engine that does not start
         here is a setup error, not a finding. Its pace is not known yet, and its first MLX calls compile
-        kernels: its stall backstop is `FIRST_USE_STALL_S`, not the paced one."""
+        kernels: its stall backstop is `FIRST_USE_STALL_S`, not the paced one. Its first start (imports,
+        model load) is timed apart, within `FIRST_START_S`, and kept out of the budget as a launched
+        server's start-up is: the run's clock starts again once it returned."""
         scenario = Scenario(())
         paced = self.session.settings
-        self.session.settings = replace(paced, stall_s=max(paced.stall_s, FIRST_USE_STALL_S))
+        self.session.settings = replace(paced, stall_s=max(paced.stall_s, FIRST_USE_STALL_S),
+                                        start_s=max(paced.start_s, FIRST_START_S))
         try:
             trace, violations = self.run(scenario)
         finally:
@@ -326,14 +332,27 @@ class _Fuzz:
         self.expected_followup = reference_of(trace, self.target.label, self.engines.log_tail(),
                                               sees_server_mlx=self.engines.sees_server_mlx)
         self.capacity = trace.meta.get("capacity")
-        self.pace = measure(trace, self.pace.startup_s)
+        started_s = trace.meta.get("start_s", 0.0)  # an in-process engine's first start (a server's was before)
+        self.started += started_s
+        self.pace = measure(trace, self.pace.startup_s or started_s)
         driver, self.stall_basis = driver_settings(self._base_driver, self.pace, self.remote)
         self.session.settings = driver
+        self._aim(trace)
         violations = [v for v in violations if v.kind not in _BASELINE_EXEMPT]
         if violations:
             # Judged at the end, if the search finds nothing steadier with the same signature: a race the
             # empty scenario shows now and then would otherwise hide the scenario that always shows it.
             self._deferred.append((scenario, trace, violations))
+
+    def _aim(self, baseline: Trace) -> None:
+        """Aim generated faults where the target reaches (`fuzz.aims`), and go on with the target narrowed to
+        those points: what the run writes then names them, and the example database is scoped by them."""
+        self.aims = aims_for(self.target, baseline.meta.get("declared_points"),
+                             {e.name for e in baseline.of("point")}, gone_budget(self.pace))
+        if self.aims.points != self.target.points:
+            self.target = replace(self.target, points=self.aims.points)
+            if self.database is not None:
+                self.database = example_database(self.settings, self.target)
 
     def settle_deferred(self) -> None:
         """Judge the baseline's violations whose signatures the search did not settle."""
@@ -435,6 +454,7 @@ class _Fuzz:
             self.requests = requests_for(self.profile, self.settings.capacity, self.capacity)
             strategy = scenarios(kinds=self.target.fault_kinds, points=self.target.points, routes=self.target.routes,
                                  armed=self.target.arms_worker_faults,
+                                 gone_tokens=self.aims.gone_tokens,
                                  # over HTTP the sampled token's log-probability only: the reference server
                                  # refuses top_logprobs (docs/http.md), and a refusal tests nothing here
                                  top_logprobs=0 if self.target.kind.over_http else TOP_LOGPROBS,
@@ -592,7 +612,7 @@ class _Fuzz:
             engines_started=self.session.starts, mlx_s=stats.mlx_s, mlx_calls=stats.mlx_calls,
             mlx_threads=sorted(stats.threads), scenario_runs=stats.runs, counts=dict(stats.counts),
             seed=self.seed_label, budget_s=self.budget_s, examples_cap=self.examples, pace=self.pace,
-            target=self.target, requests=self.requests)
+            target=self.target, requests=self.requests, aims=self.aims if self.requests else None)
 
 
 def _steer(trace: Trace) -> None:

@@ -25,7 +25,7 @@ import contextlib
 import logging
 from typing import Any, Callable, Iterator, Optional
 
-from mlx_invariants.fuzz.adapters.base import Adapter, capacity_of
+from mlx_invariants.fuzz.adapters.base import Adapter, capacity_of, points_of
 from mlx_invariants.fuzz.driver import DriverSettings, LiveEngine, ScenarioRun
 from mlx_invariants.fuzz.faults import wait_loop_idle
 from mlx_invariants.fuzz.locks import LockWatch, watch_locks
@@ -84,6 +84,7 @@ class EngineSession:
                 run = ScenarioRun(engine, self.settings, scenario, trace, engine.executors, expected_followup, keep)
                 loop.run_until_complete(loop.create_task(run.main(), name="fuzz-main"))
                 trace.meta["capacity"] = capacity_of(adapter)  # known once the engine started
+                trace.meta["declared_points"] = points_of(adapter)
         finally:
             if self.engine is not None:
                 self.engine.adapter.set_point_hook(None)

@@ -23,6 +23,13 @@ r0@BEFORE_DECODE(2)"): a request waiting in the engine's admission queue
 reaches no point, so only another request's point can cancel it while it
 waits. Victims are drawn last (`_victims`) and shrink to "the same request".
 
+A request a client goes away from (a cancel or disconnect, `GONE_KINDS`) draws, one time in `GONE_ODDS`,
+a budget of `gone_tokens` (`_outlast`): at least `GONE_TOKENS` (`GONE_STEPS` + 2), past what the compute
+oracle allows after a client went, and where the runner measured the pace about a second of decoding,
+past a server's disconnect poll (fuzz/pace.py: `gone_budget`). Short budgets end before either window
+opens, and a correct engine stops such a request at once, so the long budget costs little where there is
+no bug. Drawn last, after the crowd, and shrinks to the budget drawn before.
+
 Every "one time in N" is `_one_in`, fair coins rather than a bounded integer's
 top value, which Hypothesis draws less often than 1 in N. Measured over 2000
 derandomized scenarios (runner shapes, a crowd of 29): surface asks 24.5 %
@@ -45,10 +52,11 @@ from typing import Optional
 
 from hypothesis import strategies as st
 
+from mlx_invariants.fuzz.compute import GONE_TOKENS
 from mlx_invariants.fuzz.faults import IN_CALL
-from mlx_invariants.fuzz.scenario import (DEFAULT_KINDS, EXECUTORS, FAULT_KINDS, INDEXED_POINTS, POINTS, ROUTES,
-                                          MAX_STOPS, VICTIM_KINDS, At, FaultSpec, RequestSpec, Scenario,
-                                          aimable)
+from mlx_invariants.fuzz.scenario import (AFTER_END_POINTS, DEFAULT_KINDS, EXECUTORS, FAULT_KINDS, INDEXED_POINTS,
+                                          POINTS, ROUTES, MAX_STOPS, VICTIM_KINDS, At, FaultKind, FaultSpec,
+                                          RequestSpec, Scenario, aimable)
 from mlx_invariants.points import Point
 
 
@@ -211,6 +219,27 @@ def _ask(request: RequestSpec, ask: Optional[Ask], aims: tuple[At, ...], long_pr
     return request
 
 
+GONE_ODDS = 2       # one request a client goes away from in this many draws the gone budget (`_outlast`)
+# The kinds whose client goes away (fuzz/compute.py's gone clients); an abort keeps its client.
+GONE_KINDS = frozenset(VICTIM_KINDS - {FaultKind.ABORT.value})
+# Points a request reaches once its decoding is over: a long budget for a client that goes there is spent in full.
+DECODED_POINTS = frozenset({Point.FINISHED.name, Point.SLOT_RELEASED.name}) | AFTER_END_POINTS
+
+
+@st.composite
+def _outlast(draw: st.DrawFn, requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
+             tokens: int) -> list[RequestSpec]:
+    """`requests`, each one a gone-client fault hits before its decoding is over given a budget of `tokens`
+    one time in `GONE_ODDS` (a budget already longer stays): a correct engine stops it at once, one that
+    decodes on for a gone client or notices only at its next poll is still decoding when the oracle looks.
+    A coin for each such request, in request order, whatever `tokens` is, so the draws do not depend on
+    the measured pace."""
+    hit = {f.victim for f in faults
+           if f.kind in GONE_KINDS and (f.victim != f.at.rid or f.at.point not in DECODED_POINTS)}
+    longer = {r.rid for r in requests if r.rid in hit and draw(_one_in(GONE_ODDS))}
+    return [replace(r, max_tokens=max(r.max_tokens, tokens)) if r.rid in longer else r for r in requests]
+
+
 CROWD_ODDS = 4      # one scenario in this many fills a target that holds more than lists usually draw (`_crowd`)
 
 
@@ -240,7 +269,7 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
               executors: tuple[str, ...] = EXECUTORS, max_tokens: int = SHORT_TOKENS,
               routes: tuple[str, ...] = ROUTES, arrivals: bool = True, long_prompt: int = 0,
               long_tokens: int = 0, across: bool = True, armed: bool = False, surface: bool = True,
-              top_logprobs: int = TOP_LOGPROBS, crowd: int = 0) -> Scenario:
+              top_logprobs: int = TOP_LOGPROBS, crowd: int = 0, gone_tokens: int = GONE_TOKENS) -> Scenario:
     """Scenarios of 1..max_requests requests and min..max faults, each fault aimed at a named point.
 
     Prompts run to `SHORT_PROMPT` words and budgets to `max_tokens`, now and then
@@ -250,7 +279,8 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     `armed`: the target is a launched server whose sentinel arms worker faults, so those may be aimed at
     any of its points (`aimable`). `surface`: requests may ask for sampling, log-probabilities (up to
     `top_logprobs` alternatives) and stop strings, and take edge lengths (`_asks`). `crowd`: now and then
-    plain requests are added up to at least this many (0: never; `_crowd`).
+    plain requests are added up to at least this many (0: never; `_crowd`). `gone_tokens`: the budget a
+    request a client goes away from draws now and then (`_outlast`; 0: never).
     """
     aim = _aim(points, max_requests, max_tokens, long_tokens)
     shapes = draw(st.lists(st.tuples(
@@ -271,4 +301,6 @@ def scenarios(draw: st.DrawFn, *, max_requests: int = 3, min_faults: int = 1, ma
     aims = tuple(f.at for f in faults) + tuple(r.arrival for r in requests if r.arrival)
     requests = [_ask(r, shape[-1], aims, long_prompt, long_tokens) for r, shape in zip(requests, shapes)]
     requests += draw(_crowd(len(requests), crowd, max_requests, max_tokens, routes))
+    if gone_tokens:
+        requests = draw(_outlast(requests, faults, gone_tokens))
     return Scenario(tuple(requests), faults, executor)

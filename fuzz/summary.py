@@ -8,7 +8,7 @@ rendered from them; `render_finding` is the one text of a finding the
 first three share. Each is frozen, and `from_json(to_json())` gives it back
 exactly; `from_json` also reads summary.json files written before a key was
 added (a finding's `replay`, `found_after_s`, `examples_before`; the run's
-`run_dir`).
+`run_dir`, `aims`).
 
 `fuzz.evidence.summarize` builds a `RunSummary` from a run's `FuzzResult`
 (`Finding.summary()` each finding), once its reports are written: the
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Optional, Union
 
+from mlx_invariants.fuzz.aims import Aims
 from mlx_invariants.fuzz.pace import Pace
 from mlx_invariants.fuzz.profiles import Requests
 from mlx_invariants.fuzz.target import Target
@@ -202,6 +203,7 @@ class RunSummary:
     seed: Seed = None
     examples_cap: Optional[int] = None
     requests: Optional[Requests] = None
+    aims: Optional[Aims] = None
     scenario_runs: int = 0
     engines_started: int = 0
     pace: Optional[Pace] = None
@@ -246,10 +248,11 @@ class RunSummary:
         return min(times) if times else None
 
     def limits(self) -> str:
-        """The budget, the example cap and the requests drawn, in a few words."""
+        """The budget, the example cap, the requests drawn and where faults aimed, in a few words."""
         cap = f"capped at {self.examples_cap} examples" if self.examples_cap else "no example cap"
         budget = f"budget {self.budget_s:g}s" if math.isfinite(self.budget_s) else "no budget"
-        return f"{budget}, {cap}" + (f"; {self.requests.describe()}" if self.requests else "")
+        return (f"{budget}, {cap}" + (f"; {self.requests.describe()}" if self.requests else "")
+                + (f"; {self.aims.describe()}" if self.aims else ""))
 
     # -- JSON (summary.json, the --jobs child's result line) --------------------------
     def to_json(self) -> dict[str, Any]:
@@ -264,6 +267,7 @@ class RunSummary:
             "examples": self.examples,
             "examples_cap": self.examples_cap,
             "requests": self.requests.to_json() if self.requests else None,
+            "aims": self.aims.to_json() if self.aims else None,
             "scenario_runs": self.scenario_runs,
             "engines_started": self.engines_started,
             "pace": self.pace.to_json() if self.pace is not None else None,
@@ -296,10 +300,12 @@ class RunSummary:
         seed = data.get("seed")
         pace = data.get("pace")
         requests = data.get("requests")
+        aims = data.get("aims")
         return cls(
             label=label, target=target, examples=int(data["examples"]), elapsed_s=float(data["elapsed_s"]),
             budget_s=float("inf") if data["budget_s"] is None else float(data["budget_s"]), seed=tuple(seed) if isinstance(seed, list) else seed,
             examples_cap=data.get("examples_cap"), requests=Requests(**requests) if requests else None,
+            aims=Aims.from_json(aims) if aims else None,
             scenario_runs=int(data.get("scenario_runs") or 0), engines_started=int(data.get("engines_started") or 0),
             pace=Pace(**{f.name: pace[f.name] for f in fields(Pace) if f.name in pace}) if pace else None,
             oracle_counts=dict(data.get("oracle_counts") or {}),

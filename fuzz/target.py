@@ -64,7 +64,8 @@ class Target:
     there) and `request_body` (JSON object text merged into every request body: sampling fields a server
     requires, extra fields; it wins over what the fuzzer sends) and `health` (the server's health route,
     "/health": read after a worker fault, and between scenarios) to HTTP targets. `fault_kinds` and
-    `points` are what scenarios may aim at it: a server is not restarted per scenario (only after one
+    `points` are what scenarios may aim at it (a run aims its default points only where the target reaches:
+    `fuzz.aims`): a server is not restarted per scenario (only after one
     that showed a violation, or lost its worker) and shows only the points a client sees; a launched one
     also takes the worker faults, armed in its sentinel (fuzz/worker_switch.py).
     """
@@ -195,6 +196,12 @@ class Target:
                        data.get("request_body", ""), data.get("health", ""))
         except TypeError as exc:
             raise TargetError(f"not a target: {data!r} ({exc})") from None
+
+    @property
+    def points_given(self) -> bool:
+        """Whether `points` were chosen rather than left at the kind's default: a test's, or the points a run
+        aimed at and recorded (`fuzz.aims`), which a run uses as they are instead of narrowing them."""
+        return set(self.points) != set(_aims(self.kind)[1])
 
     @property
     def arms_worker_faults(self) -> bool:

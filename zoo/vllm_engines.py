@@ -10,7 +10,8 @@ Only what vllm-mlx documents as the engine interface (`vllm_mlx.engine.BaseEngin
 used: the constructor with a model folder, `start`, `stream_generate`, `stream_chat`,
 `generate`, `chat`, `stop` and `get_stats`; nothing private, nothing patched. The engines
 mark no points, so faults land where a caller sees them: `ADMITTED` when a request is
-handed over and `CHUNK_SENT(k)` when its k-th output arrives. vllm-mlx is imported when
+handed over and `CHUNK_SENT(k)` when its k-th output arrives, the two the adapter declares
+(`points`), so the fuzzer aims at nothing else. vllm-mlx is imported when
 an engine starts, so this module imports anywhere.
 """
 
@@ -93,6 +94,7 @@ class VllmMlxAdapter:
     """One vllm-mlx engine (`kind` "simple" or "batched") on the model folder `model`."""
 
     owner = "sticky"        # the first thread into MLX owns it (the engine's generation thread)
+    points = ("ADMITTED", "CHUNK_SENT")  # all it reaches (marked here, as a client sees them): faults aim there alone
     busy_bound_s = 5.0
 
     def __init__(self, kind: str, model: str):

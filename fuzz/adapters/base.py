@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Protocol
 
 from mlx_invariants.fuzz.errors import TargetError
-from mlx_invariants.fuzz.scenario import RequestSpec
+from mlx_invariants.fuzz.scenario import CLIENT_POINTS, POINTS, RequestSpec
 
 if TYPE_CHECKING:
     from mlx_invariants.fuzz.transport import Answer
 
 PointHook = Callable[[Any, str, dict], None]
+POINT_NAMES = POINTS + CLIENT_POINTS
 
 _WORDS = ("the quick owner thread keeps every metal command buffer to itself while the loop streams "
           "tokens to each client and admission answers busy at once").split()
@@ -94,8 +95,25 @@ class Adapter(Protocol):
     # output with others in flight is not compared with its output alone (fuzz/differential.py).
     # Optional: `capacity()` (int or None): requests the engine holds at once, slots and queue; scenarios
     # then draw past it (`capacity_of`).
+    # Optional: `points` (point names): the only points its engine reaches, where it marks few (an engine without
+    # points of its own: the client's ADMITTED and CHUNK_SENT); faults are then aimed there alone (`points_of`).
     # Optional: `broken_invariants()` (list of str): the engine's own invariants that do not hold now, asked at
     # every point on the thread that reached it ([] where it cannot judge); each is `engine-invariant-broken`.
+    # It may be asked inside the engine's own critical sections: it must take none of the engine's locks.
+
+
+def points_of(adapter: Adapter) -> Optional[tuple[str, ...]]:
+    """The points the adapter declares its engine reaches (`points`: names or `Point` members), None if it
+    declares none (fuzz/aims.py then reads them off the baseline). An unknown name is a setup mistake."""
+    declared = getattr(adapter, "points", None)
+    if declared is None:
+        return None
+    names = tuple(getattr(p, "name", p) for p in declared)
+    unknown = [n for n in names if n not in POINT_NAMES]
+    if not names or unknown:
+        raise TargetError(f"{getattr(adapter, 'name', 'the adapter')}: points must name some of "
+                          f"{', '.join(POINT_NAMES)}, got {declared!r}")
+    return names
 
 
 def capacity_of(adapter: Adapter) -> Optional[int]:

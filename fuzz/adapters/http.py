@@ -40,6 +40,7 @@ from typing import Any, AsyncIterator, Awaitable, Optional, TypeVar
 from urllib.parse import urlparse
 
 from mlx_invariants.fuzz.adapters.base import Outcome, PointHook, Returned, prompt_text
+from mlx_invariants.fuzz.defaults import FIRST_START_S
 from mlx_invariants.fuzz.errors import Refused, ServerError
 from mlx_invariants.fuzz.injection import sentinel_env
 from mlx_invariants.fuzz.lifeline import Lifeline
@@ -83,7 +84,8 @@ class ServerProcess:
     """A server command on a free 127.0.0.1 port, with the sentinel injected; stopped at exit, and when this
     process is killed (`fuzz.lifeline`)."""
 
-    def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = 180.0, switch: bool = False):
+    def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = FIRST_START_S,
+                 switch: bool = False):
         self.command = command
         # No owner unless declared: the first thread into MLX is then remembered as the loader, and what
         # another thread does is judged by the MLX version's thread rules (`ownership.mlx_only_on_loader`).

@@ -14,7 +14,10 @@ from mlx_invariants.fuzz.adapters.base import prompt_text
 from mlx_invariants.fuzz.adapters.reference import FUZZ_CONFIG
 from mlx_invariants.fuzz.profiles import PROFILES
 from mlx_invariants.fuzz.scenario import INDEXED_POINTS, ROUTES, RequestSpec, Scenario
-from mlx_invariants.fuzz.strategies import SHORT_PROMPT, SHORT_TOKENS, _faults, scenarios
+from mlx_invariants.fuzz.compute import GONE_TOKENS
+from mlx_invariants.fuzz.pace import GONE_MOST_TOKENS, Pace, gone_budget
+from mlx_invariants.fuzz.strategies import (DECODED_POINTS, GONE_KINDS, SHORT_PROMPT, SHORT_TOKENS, _faults,
+                                            scenarios)
 
 RUNNER = PROFILES["runner"].shapes  # the profile with long prompts and budgets
 SIMPLE = EngineConfig(**FUZZ_CONFIG["simple"])
@@ -137,6 +140,32 @@ def test_without_long_lengths_scenarios_stay_short():
     drawn = _drawn({}, 100)
     assert max(len(s.requests) for s in drawn) <= 3
     assert not any(_long(r) for s in drawn for r in s.requests)
+
+
+def test_a_request_a_client_goes_away_from_draws_the_gone_budget_about_one_time_in_two():
+    """A cancel or disconnect that lands before its request's decoding is over gives it, on a fair coin, a budget
+    past the compute oracle's bound and a server's disconnect poll: short budgets ended before either window
+    opened (mlx-openai-server's gone client was never found with default settings). No other request gets it."""
+    drawn = _drawn({"gone_tokens": 50}, 400)
+    coins = []
+    for scenario in drawn:
+        hit = {f.victim for f in scenario.faults
+               if f.kind in GONE_KINDS and (f.victim != f.at.rid or f.at.point not in DECODED_POINTS)}
+        for request in scenario.requests:
+            assert request.rid in hit or request.max_tokens <= SHORT_TOKENS, scenario.describe()
+            if request.rid in hit:
+                coins.append(request.max_tokens == 50)
+    assert len(coins) > 100 and 0.4 < sum(coins) / len(coins) < 0.6, (sum(coins), len(coins))
+
+
+@pytest.mark.parametrize("pace, tokens", [
+    (Pace(), GONE_TOKENS),                                  # no pace measured: past the oracle's bound
+    (Pace(step_s=0.3, mlx_step_s=0.05), 20),                # a second of MLX steps (vllm-mlx's 0.05 s)
+    (Pace(step_s=0.3), GONE_TOKENS),                        # over HTTP without MLX spans: the wall pace
+    (Pace(step_s=0.001, mlx_step_s=0.0005), GONE_MOST_TOKENS),   # never past the runner's longest budget
+])
+def test_the_gone_budget_is_about_a_second_of_decoding_at_the_measured_pace(pace: Pace, tokens: int):
+    assert gone_budget(pace) == tokens
 
 
 def _trivial(request: RequestSpec) -> bool:

@@ -16,12 +16,15 @@ import pytest
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import SetupError, TargetError
 from mlx_invariants.fuzz.followup import FollowupOutcome, reference_of
-from mlx_invariants.fuzz.oracles import followup_matches_fresh
+from mlx_invariants.fuzz.oracles import followup_matches_fresh, judge
 from mlx_invariants.fuzz.pace import MAX_SCENARIO_TOKENS, STEP_FACTOR, Pace, driver_settings
 from mlx_invariants.fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.scenario import Scenario
+from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
+from tests.fuzz.slow_start_engine import START_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = f"{sys.executable} tests/fuzz/slow_server.py {{port}}"
@@ -97,6 +100,33 @@ def test_an_engine_whose_first_request_waits_on_a_kernel_compile_gives_a_baselin
     result = run_fuzz(Target.module_factory("tests.fuzz.slow_first_engine:make"),
                       FuzzSettings(examples=1, explicit=(), debug_run=False, replays=0))
     assert result.ok and result.examples == 1, [f.failure.headline for f in result.findings]
+
+
+def test_an_engines_slow_first_start_is_timed_apart_from_its_baseline_scenario():
+    """A first start longer than the scenario's backstop (imports, a model load) leaves the scenario, its
+    follow-up included, the whole backstop once it returned, and its time is recorded. Before, the
+    backstop ran from before the start, and vllm-mlx's in-process runs on a loaded box ended as "the
+    baseline's follow-up request never ended"."""
+    settings = DriverSettings(backstop_s=START_S - 1, start_s=10 * START_S)
+    trace = run_scenario(Target.module_factory("tests.fuzz.slow_start_engine:make").build(), Scenario(()),
+                         settings=settings)
+    assert reference_of(trace, "slow start").kind == "completed"
+    assert trace.meta["start_s"] >= START_S and not judge(trace)
+
+
+def test_a_first_start_that_never_returns_is_named_as_the_start():
+    trace = run_scenario(Target.module_factory("tests.fuzz.slow_start_engine:make_hung").build(), Scenario(()),
+                         settings=DriverSettings(start_s=1.0))
+    with pytest.raises(SetupError, match="the engine's first start did not return within 1s"):
+        reference_of(trace, "hung start")
+    assert [v.message for v in judge(trace)] == ["the engine's start did not return within 1s"]
+
+
+def test_a_run_counts_an_in_process_engines_first_start_as_its_start_up():
+    """As a launched server's: reported as the pace's start-up, outside the budget."""
+    result = run_fuzz(Target.module_factory("tests.fuzz.slow_start_engine:make"),
+                      FuzzSettings(examples=1, explicit=(), debug_run=False, replays=0))
+    assert result.ok and result.pace.startup_s >= START_S, [f.failure.headline for f in result.findings]
 
 
 def test_an_in_process_engines_no_progress_backstop_scales_with_its_pace():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from mlx_invariants.fuzz.aims import Aims
 from mlx_invariants.fuzz.pace import Pace
 from mlx_invariants.fuzz.profiles import Requests
 from mlx_invariants.fuzz.summary import (CrashSummary, FindingSummary, JobSummary, RunSummary, SentinelTotals, Status,
@@ -24,7 +25,8 @@ UNCONFIRMED = FindingSummary(
     scenario="[r0(p2 m3)]")
 RUN = RunSummary(
     label="simple", target=Target.reference("simple"), examples=40, elapsed_s=12.34, budget_s=120.0, seed="1234",
-    examples_cap=300, requests=Requests(7, 5, "engine"), scenario_runs=52, engines_started=9,
+    examples_cap=300, requests=Requests(7, 5, "engine"), aims=Aims(("ADMITTED", "CHUNK_SENT"), "declared", 24),
+    scenario_runs=52, engines_started=9,
     pace=Pace(step_s=0.0123, startup_s=1.5, mlx_per_step=3.0, mlx_step_s=0.00456), oracle_counts={"stalled": 1,
                                                                                                   "slot-freed-early": 4},
     sentinel=SentinelTotals(1200, 2, ("MainThread", "mlx-owner-simple"), 3.21), findings=(FINDING, UNCONFIRMED),

@@ -51,6 +51,10 @@ CLASS_SCENARIOS: dict[str, Scenario] = {
     # an owner that loses that wake-up leaves it waiting
     "posted_while_owner_goes_idle": Scenario((RequestSpec("r0", 1, 1, False),
                                               RequestSpec("r1", 1, 1, False, arrival=At("r0", "OWNER_IDLE")))),
+    # an MLX error in a decode step two requests share: the engine fails what the step held and recovers, and
+    # an engine that rebuilds its generator but keeps some of the old books holds them at rest
+    "step_fails_under_two": Scenario((RequestSpec("r0", 1, 4, False), RequestSpec("r1", 1, 4, False)),
+                                     (FaultSpec("raise", At("r0", "BEFORE_DECODE", 1)),)),
 }
 
 BURST_TOKENS = 4  # each burst request still decodes while the ones after it start

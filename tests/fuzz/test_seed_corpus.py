@@ -9,7 +9,9 @@ import dataclasses
 import pytest
 
 from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, burst, class_scenarios, surface_tour
+from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.runner import run_fuzz
+from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.mutants import CATALOGUE
@@ -78,3 +80,26 @@ def test_the_seed_corpus_renders_a_log_probability_and_finds_one_that_crossed_th
     assert result.findings, "the seed corpus never asked for a log-probability over HTTP"
     assert {f.kind for f in result.findings} & {"mlx-no-stream", "mlx-off-owner"}, result.findings
     assert result.findings[0].examples_before <= CORPUS, result.findings[0]
+
+
+@pytest.fixture(scope="module")
+def keeps_the_failed_batch(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched engine failing a step's requests and rebuilding its generator, but keeping them as active."""
+    edit = Edit("engine/batched.py", """
+        for active in list(self._active.values()):
+            self._end(active.pending, Failed(active.pending.rid, message), events)
+        self._active.clear()
+        """, """
+        for active in list(self._active.values()):
+            self._end(active.pending, Failed(active.pending.rid, message), events)
+        """)
+    base = next(m for m in CATALOGUE if "batched" in m.routes)
+    plant = dataclasses.replace(base, id="keeps-the-failed-batch", edits=(edit,), routes=("batched",))
+    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+
+
+def test_a_step_failing_under_two_requests_shows_books_a_failure_left(keeps_the_failed_batch: str):
+    scenario = CLASS_SCENARIOS["step_fails_under_two"]
+    found = judge(run_scenario(Target.reference("batched", package=keeps_the_failed_batch).build(), scenario))
+    assert "slot-leaked" in {v.kind for v in found}, found
+    assert judge(run_scenario(Target.reference("batched").build(), scenario)) == []

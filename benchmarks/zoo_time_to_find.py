@@ -11,8 +11,9 @@ stopped as soon as a finding of the bug's oracle is recorded (confirmed, or list
 time is taken to the first example that showed it, from the command's start (server start-up included);
 "reported" is when the finding was recorded (after its confirmation re-runs and shrinking). A probe
 in the fuzz process prints each recorded finding as it is booked: `invariants fuzz` itself says which
-oracles it found only once it ends. For an in-process engine the probe first makes the imports the
-engine makes on its first start (`WARM`).
+oracles it found only once it ends. An in-process engine's first start (its imports) is inside the
+measured time, as a server's start-up is; the fuzzer times it apart from its baseline and keeps it out of
+the budget (fuzz/driver.py: `_start_in_time`).
 
 The servers must be installed first: `bash ci/zoo.sh install`. One fuzz process at a time (a 2-core box
 shared with others), the one-minute load average taken before and after each run.
@@ -90,20 +91,8 @@ def fuzz_argv(recipe: Any, venv: Path, model: str, profile: str, seed: int, cap:
     return argv + ["--seed", str(seed), "--budget", f"{cap:g}", "--keep-going", "--jobs", "0", "--report", str(report)]
 
 
-# Imports an in-process engine makes when it first starts, made before the run: on a loaded 2-core box
-# (load 8-12) vllm-mlx's took 45-80 s, inside the baseline's 60 s first-use backstop, so the run ended as a
-# setup error ("the baseline's follow-up request never ended"). Imports are not the fuzzer's time.
-WARM = {"zoo.vllm_engines:": ("vllm_mlx.engine", "mlx_lm.utils", "mlx_lm.generate", "transformers")}
-
-
 def _probe(argv: list[str]) -> int:
     """`invariants fuzz ARGV`, printing a line for each finding the run books, as it books it."""
-    import importlib
-
-    engine = argv[argv.index("--engine") + 1] if "--engine" in argv else ""
-    for prefix, modules in WARM.items():
-        for module in modules if engine.startswith(prefix) else ():
-            importlib.import_module(module)
     from mlx_invariants.cli import main
     from mlx_invariants.fuzz.findings import FindingsBook
 

@@ -8,10 +8,14 @@ find: the zoo"). So a run aims, in the target's own order (shrinking's):
 
 - at the points the target was given, where they are not its kind's default (`Target.points_given`: a
   test's, or a case file's, which records the points its run aimed at), as they are;
-- else at the points its adapter declares (an optional `points` beside `owner`: `points_of`);
-- else at the points its baseline reached (the `point` events of its follow-up, a streaming completion
-  on a fresh engine: a point marked only on another path, a plain answer or a cancel, is not seen there);
-- else, nothing reached, at every point the target takes.
+- at every point a server target takes: each is marked by the fuzzer's own HTTP client, for the requests
+  it fits (SERVER_STEP while a response is awaited, which a streaming follow-up may never wait for);
+- else, of the points an engine marks, at those its adapter declares (an optional `points` beside
+  `owner`: `points_of`), else at those its baseline reached (the `point` events of its follow-up, a
+  streaming completion on a fresh engine: a point marked only on another path, a plain answer or a
+  cancel, is not seen there), and at the client's own points the target takes (a served route's
+  BODY_PART) as they are;
+- else, none declared or reached, at every point the target takes.
 
 Not the seed corpus's points: the corpus runs inside the first Hypothesis round, after the example
 database's failures, and both are drawn through the strategy, which needs its points before either.
@@ -25,10 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from mlx_invariants.fuzz.scenario import CLIENT_POINTS
 from mlx_invariants.fuzz.target import Target
 
 SOURCES = {
     "given": "as the target names them",
+    "client": "all of them: the fuzzer's HTTP client marks each",
     "declared": "those its adapter declares",
     "reached": "those the baseline reached",
     "all": "every point the target takes: the baseline reached none of them",
@@ -62,9 +68,11 @@ def aims_for(target: Target, declared: Optional[Iterable[str]], reached: Iterabl
     baseline `reached`; always some of `target.points`, in their order."""
     if target.points_given:
         return Aims(target.points, "given", gone_tokens)
+    if target.kind.http:
+        return Aims(target.points, "client", gone_tokens)
     for source, names in (("declared", declared), ("reached", reached)):
         chosen = set(names) if names is not None else set()
-        points = tuple(p for p in target.points if p in chosen)
-        if points:
+        if chosen & (set(target.points) - set(CLIENT_POINTS)):
+            points = tuple(p for p in target.points if p in chosen or p in CLIENT_POINTS)
             return Aims(points, source, gone_tokens)
     return Aims(target.points, "all", gone_tokens)

@@ -42,6 +42,17 @@ def test_a_run_aims_where_the_adapter_declares_else_where_the_baseline_reached_e
     assert aims_for(given, ("CHUNK_SENT",), {"CHUNK_SENT"}) == Aims(("ADMITTED",), "given")
 
 
+def test_a_server_is_aimed_at_every_point_its_client_marks_and_a_served_route_keeps_its_clients():
+    """A server's points are all the fuzzer's HTTP client's: SERVER_STEP comes only while a response is awaited,
+    which a streaming follow-up need not do, so the baseline cannot say a server never reaches it. A served
+    route's engine points narrow as an in-process engine's do; its client's BODY_PART stays."""
+    server = Target.server("serve --port {port}")
+    assert aims_for(server, None, {"ADMITTED", "CHUNK_SENT"}) == Aims(server.points, "client")
+    served = Target.served("simple")
+    assert aims_for(served, None, {"ADMITTED", "FINISHED"}) == Aims(("ADMITTED", "FINISHED", "BODY_PART"), "reached")
+    assert aims_for(served, None, {"BODY_PART"}) == Aims(served.points, "all")  # no engine point reached
+
+
 def test_an_adapter_declaring_a_point_that_does_not_exist_is_a_setup_mistake():
     adapter = ToyAdapter("plain")
     assert points_of(adapter) is None

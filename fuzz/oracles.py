@@ -22,7 +22,7 @@ from mlx_invariants.fuzz.ownership import OWNERSHIP_ORACLES
 from mlx_invariants.fuzz.rest import REST_ORACLES
 from mlx_invariants.fuzz.stopping import STOPPING_ORACLES
 from mlx_invariants.fuzz.surface import SURFACE_ORACLES
-from mlx_invariants.fuzz.scenario import FaultKind
+from mlx_invariants.fuzz.scenario import WORKER_FAULTS, FaultKind
 from mlx_invariants.fuzz.trace import Event, Trace
 from mlx_invariants.fuzz.transport import TRANSPORT_ORACLES
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, declared_by, yields
@@ -92,13 +92,16 @@ def no_stream_errors(trace: Trace) -> Iterator[Violation]:
     why="Orders SLOT_RELEASED on the loop against FINISHED on the worker: whether the worker got there first "
         "depends on how the two threads interleaved, so it counts once it replays.",
     known_problems="Needs WORKER_STARTED, FINISHED and SLOT_RELEASED marked; an engine that marks none of them "
-                   "is judged by `lock-released-early` instead."))
+                   "is judged by `lock-released-early` instead. A release after a worker fault killed or wedged "
+                   "the worker is not judged: the engine must end its requests without that worker "
+                   "(fuzz/lost_worker.py), and the worker reaches FINISHED late or never."))
 def slot_kept_until_worker_done(trace: Trace) -> Iterator[Violation]:
     """A request's slot was released while its worker was still inside MLX (before FINISHED)."""
+    lost = min((e.seq for kind in WORKER_FAULTS for e in trace.of("fault", kind)), default=None)
     for rid in trace.rids():
         started = trace.first("point", "WORKER_STARTED", rid)
         released = trace.first("point", "SLOT_RELEASED", rid)
-        if started is None or released is None:
+        if started is None or released is None or (lost is not None and lost < released.seq):
             continue
         finished = trace.first("point", "FINISHED", rid)
         if finished is None or finished.seq > released.seq:

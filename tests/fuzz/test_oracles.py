@@ -82,6 +82,18 @@ def test_slot_released_before_worker_finished():
     assert kinds(oracles.slot_kept_until_worker_done, never_started) == []
 
 
+@pytest.mark.parametrize("fault", ["worker-wedges", "worker-dies"])
+def test_a_slot_let_go_after_a_worker_fault_is_the_engine_ending_what_it_cannot_finish(fault):
+    """A wedged worker reaches FINISHED only once the fuzzer lets it go; meanwhile the engine must end the
+    request (seen on a 10-minute runner run: a stall declared at 3 s, the slot released, FINISHED 135 ms
+    after the wedge was released)."""
+    wedged = {"kind": "fault", "name": fault, "rid": "r0", "info": {"at": "r0@BEFORE_DECODE(1)"}}
+    after = trace_of(point("WORKER_STARTED"), wedged, point("SLOT_RELEASED", thread=2), point("FINISHED"))
+    assert kinds(oracles.slot_kept_until_worker_done, after) == []
+    before = trace_of(point("WORKER_STARTED"), point("SLOT_RELEASED", thread=2), wedged, point("FINISHED"))
+    assert kinds(oracles.slot_kept_until_worker_done, before) == ["slot-freed-early"]
+
+
 def test_lock_reentry_carries_holder_and_second_stack():
     event = {"kind": "lock", "name": "reentered", "info": {"task": "t", "holder_stack": ["a.py:1 in hold"]},
              "stack": ("a.py:9 in again",)}

@@ -94,6 +94,9 @@ class SerialOwner(OwnerThread):
         except Exception as exc:  # an MLX or model error: this request fails, the engine goes on
             log.error("request %s failed on the owner thread: %s", rid, exc, exc_info=True)
             self.emit([Failed(rid, f"generation failed: {type(exc).__name__}: {exc}")])
+        except BaseException as exc:  # the owner dies (`_serve`): unhealthy before the loop hears the job is done
+            self.crashed = exc
+            raise
         finally:
             try:
                 reach(Point.FINISHED, rid)

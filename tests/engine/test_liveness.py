@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from mlx_invariants.engine.points import Point
+from mlx_invariants.engine.points import Point, set_hook
+
+from mlx_invariants.engine import BatchedEngine, SimpleEngine
 
 from ..conftest import WAIT_S, ServerThread, wait_for
-from .conftest import Hold
+from .conftest import Hold, consume, request, run_engine
 
 ENGINES = ["simple", "batched"]
 STALL_S = 2.0  # the wedge tests' stall_timeout_s: above a prefill of the tiny model on a loaded box
@@ -152,3 +154,32 @@ def test_a_busy_owner_is_not_stalled(points, tiny_model):
             hold.release.set()
         lines = flight.ended()
         assert lines[-1] == "[DONE]" and "error" not in json.loads(lines[-2]), lines[-3:]
+
+
+@pytest.mark.parametrize("engine_cls", [SimpleEngine, BatchedEngine])
+def test_a_dying_owner_is_unhealthy_before_it_tells_the_loop_a_request_is_over(points, engine_cls):
+    """The loop may end the request, and a client read `/health`, in the turn it hears the owner is done with
+    it: by then the owner must have recorded its death (a 10-minute runner run once read healthy there)."""
+    dead_at_finished: list[bool] = []
+
+    def watch(point: Point, rid: str, info: dict[str, Any]) -> None:
+        if point is Point.FINISHED and rid == "dies":
+            dead_at_finished.append(owner.crashed is not None)
+        points(point, rid, info)
+
+    async def body(engine) -> None:
+        nonlocal owner
+        owner = engine._owner
+        _kill_at(points, Point.BEFORE_DECODE, "dies", step=2)
+        previous = set_hook(watch)
+        try:
+            await consume(await engine.submit(request(engine, "dies", max_tokens=50)))
+        except Exception:  # the death's error frame: not what this test judges
+            pass
+        finally:
+            set_hook(previous)
+        assert dead_at_finished == [True]
+        assert not engine.healthy
+
+    owner = None
+    run_engine(engine_cls, body)

@@ -31,7 +31,7 @@ from mlx_invariants.fuzz.executors import EngineExecutors
 from mlx_invariants.fuzz.faults import Arrival, Injector, Trigger, wait_loop_idle
 from mlx_invariants.fuzz.followup import FollowupOutcome
 from mlx_invariants.fuzz.leftovers import check_stray_tasks, check_threads, new_tasks, new_threads, record_waiters
-from mlx_invariants.fuzz.liveness import (TICK_S, StallWatch, doing, quiescent, slow_in_mlx, stacks,
+from mlx_invariants.fuzz.liveness import (TICK_S, StallWatch, doing, in_mlx_call, quiescent, slow_in_mlx, stacks,
                                           wait_settled)
 from mlx_invariants.fuzz.oracles import RELEASE_GRACE_TURNS, judge
 from mlx_invariants.fuzz.rest import RestSeries, lingering, own_threads, sample_here, server_floor
@@ -40,6 +40,7 @@ from mlx_invariants.fuzz.trace import Trace, thread_token
 from mlx_invariants.fuzz.transport import Answer
 
 _RUNS = itertools.count(1)
+AFTER_CALL_S = 0.25  # after an MLX call returned, what the release it held up takes to land (`_status_after_grace`)
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,8 @@ class ScenarioRun:
 
     async def _status_after_grace(self) -> dict[str, Any]:
         """The engine's status once a release already on its way has landed: while it shows something held,
-        up to `RELEASE_GRACE_TURNS` loop turns (1 ms naps) before it is recorded as it stands."""
+        up to `RELEASE_GRACE_TURNS` loop turns (1 ms naps), and on while an MLX call runs (`in_mlx_call`),
+        before it is recorded as it stands."""
         status = self.adapter.status()
         for _ in range(RELEASE_GRACE_TURNS):
             if not any(isinstance(v, int) and v for v in status.values()):
@@ -296,7 +298,13 @@ class ScenarioRun:
             status = self.adapter.status()
         # A launched server hears of a gone client only when it next writes to it: it gets a longer grace.
         deadline = self.loop.time() + getattr(self.adapter, "release_grace_s", 0.0)
-        while any(isinstance(v, int) and v for v in status.values()) and self.loop.time() < deadline:
+        while any(isinstance(v, int) and v for v in status.values()):
+            # A seat is let go once its worker's MLX call returns, and one call (a long prefill) cannot be cut
+            # short: while one runs, and a moment after, the books wait (a loaded box took 2.2 s for one prefill).
+            if in_mlx_call(self.trace):
+                deadline = max(deadline, self.loop.time() + AFTER_CALL_S)
+            elif self.loop.time() >= deadline:
+                break
             await asyncio.sleep(0.02)
             status = self.adapter.status()
         return status

@@ -183,8 +183,14 @@ def slow_in_mlx(trace: "Trace", quiet: bool) -> bool:
     """Whether a wait with no progress is one MLX call still running (for under `MLX_CALL_S`), not a stall:
     a thread inside MLX is working, however slowly, unless the call never returns. Not when the wait went
     `quiet` (every thread parked: nobody is inside anything)."""
+    return not quiet and in_mlx_call(trace)
+
+
+def in_mlx_call(trace: "Trace") -> bool:
+    """Whether a thread is inside an MLX call it entered less than `MLX_CALL_S` ago: one call cannot be cut
+    short, so whatever waits for it to return is slow, not lost."""
     starts = [span.t for span in trace.of("mlx") if span.end is None]
-    return not quiet and bool(starts) and trace.now() - min(starts) < MLX_CALL_S
+    return bool(starts) and trace.now() - min(starts) < MLX_CALL_S
 
 
 def _index(point: "Event") -> str:

@@ -116,13 +116,15 @@ class Observer:
             self._emit(event)
         return event
 
-    def acquired(self, lock: Any, kind: str, holder: tuple[str, int], label: str) -> None:
+    def acquired(self, lock: Any, kind: str, holder: tuple[str, int], label: str, hold: Optional[int] = None) -> None:
         with self._guard:
             self._held.setdefault(holder, []).append(id(lock))
             self._labels[holder] = label
-        self.record("sync", "acquire", {"lock": id(lock), "type": kind, "holder": label})
+        self.record("sync", "acquire", {"lock": id(lock), "type": kind, "holder": label,
+                                        **({"hold": hold} if hold is not None else {})})
 
-    def released(self, lock: Any, kind: str, holder: tuple[str, int], label: str) -> None:
+    def released(self, lock: Any, kind: str, holder: tuple[str, int], label: str,
+                 hold: Optional[int] = None) -> None:
         with self._guard:
             held = self._held.get(holder)
             if held is None or id(lock) not in held:  # a semaphore released by another task than took it
@@ -136,14 +138,17 @@ class Observer:
         unwinding = sys.exc_info()[0]
         # Released while an exception unwinds: the holder stopped waiting for whatever it held the lock over.
         self.record("sync", "release", {"lock": id(lock), "type": kind, "holder": label,
-                                        "unwinding": unwinding.__name__ if unwinding else None},
+                                        "unwinding": unwinding.__name__ if unwinding else None,
+                                        **({"hold": hold} if hold is not None else {})},
                     stack=capture_stack(3) if unwinding else ())
 
-    def waited(self, lock: Any, since: float, holder: tuple[int, str]) -> None:
-        """An event loop's thread waited from `since` for a `threading.Lock` that `holder` (thread token, name)
-        took last: what that thread did meanwhile, every request on the loop waited for."""
+    def waited(self, lock: Any, since: float, holder: tuple[int, str, int]) -> None:
+        """An event loop's thread waited from `since` for a `threading.Lock` that `holder` (thread token, name,
+        hold number) took last: what that thread did while it still held it, every request on the loop waited
+        for. The hold's own acquire and release (the same number) bound that."""
         self.record("sync", "wait", {"lock": id(lock), "type": "threading.Lock", "since": since,
-                                     "holder_thread": holder[0], "holder": f"thread #{holder[0]} ({holder[1]})"},
+                                     "holder_thread": holder[0], "holder_hold": holder[2],
+                                     "holder": f"thread #{holder[0]} ({holder[1]})"},
                     stack=capture_stack(3))
 
     def submitted(self, via: str, target: Any) -> int:
@@ -237,7 +242,8 @@ class ObservedThreadLock:
 
     def __init__(self, observer: Observer, inner: Any):
         self._observer, self._inner = observer, inner
-        self._holder: tuple[int, str] = (0, "")  # the last taker's thread token and name
+        self._holds = 0  # how many times it was taken: the number of each hold, on its acquire and release
+        self._holder: tuple[int, str, int] = (0, "", 0)  # the last taker's thread token and name, and its hold
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         waits = blocking and self._observer.installed and asyncio_events._get_running_loop() is not None
@@ -250,14 +256,16 @@ class ObservedThreadLock:
         if got and self._observer.installed:
             if waits:  # an event loop's thread stood still until another thread let go
                 self._observer.waited(self, since, holder)
-            self._holder = (thread_token(), threading.current_thread().name)
-            self._observer.acquired(self, "threading.Lock", *_thread_holder())
+            self._holds += 1
+            self._holder = (thread_token(), threading.current_thread().name, self._holds)
+            self._observer.acquired(self, "threading.Lock", *_thread_holder(), hold=self._holds)
         return got
 
     def release(self) -> None:
+        hold = self._holds
         self._inner.release()
         if self._observer.installed:
-            self._observer.released(self, "threading.Lock", *_thread_holder())
+            self._observer.released(self, "threading.Lock", *_thread_holder(), hold=hold)
 
     def locked(self) -> bool:
         return self._inner.locked()

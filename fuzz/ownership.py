@@ -28,7 +28,7 @@ needs nothing marked either.
 from __future__ import annotations
 
 import sys
-from typing import Iterator
+from typing import Iterator, Optional
 
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, yields
 from mlx_invariants.fuzz.trace import Event, Trace
@@ -229,22 +229,36 @@ def loop_never_waits_for_mlx(trace: Trace) -> Iterator[Violation]:
     first = trace.first("request", "submit")
     spans, seen = trace.of("mlx"), set()
     for wait in trace.of("sync", "wait"):
-        lock, since = wait.info["lock"], wait.info["since"]
+        lock = wait.info["lock"]
         if first is None or wait.seq < first.seq or lock in seen:
             continue
-        inside = [(span, min(wait.t, span.t_end if span.t_end is not None else wait.t) - max(since, span.t))
-                  for span in spans if span.thread == wait.info["holder_thread"] and span.t < wait.t
-                  and (span.t_end is None or span.t_end > since)]
+        start, end = _held_while_waited(trace, wait)
+        inside = [(span, min(end, span.t_end if span.t_end is not None else end) - max(start, span.t))
+                  for span in spans if span.thread == wait.info["holder_thread"] and span.t < end
+                  and (span.t_end is None or span.t_end > start) and start < end]
         overlap = sum(part for _, part in inside)
         if not inside or (overlap < LOOP_MLX_S and not any(span.name.endswith(DECODE_SPANS) for span, _ in inside)):
             continue
         seen.add(lock)
         longest = max(inside, key=lambda pair: pair[1])[0]
         yield Violation("loop-waits-for-mlx",
-                        f"{wait.who}, which runs an asyncio event loop, waited {wait.t - since:.3f}s for a "
+                        f"{wait.who}, which runs an asyncio event loop, waited {wait.t - wait.info['since']:.3f}s for a "
                         f"threading.Lock that {wait.info['holder']} held while inside MLX ({longest.name}, "
                         f"{overlap * 1000:.0f} ms of the wait): every request on that loop waited with it",
                         stacks=(wait.stack, longest.stack))
+
+
+def _held_while_waited(trace: Trace, wait: Event) -> tuple[float, float]:
+    """The part of the loop's wait during which the holder still held the lock: from the later of the wait's
+    start and the hold's acquire to the earlier of the wait's end and the hold's release (a holder that let go
+    at once and went into MLX afterwards kept nobody waiting for its MLX)."""
+    def of_hold(name: str) -> Optional[Event]:
+        return next((e for e in trace.of("sync", name) if e.info.get("lock") == wait.info["lock"]
+                     and e.info.get("hold") == wait.info.get("holder_hold")
+                     and e.thread == wait.info["holder_thread"]), None)
+    taken, let_go = of_hold("acquire"), of_hold("release")
+    start = max(wait.info["since"], taken.t if taken is not None else wait.info["since"])
+    return start, min(wait.t, let_go.t if let_go is not None else wait.t)
 
 
 OWNERSHIP_ORACLES = (lock_kept_over_its_work, mlx_only_on_loader, mlx_finalized_where_it_lives, cancel_is_honoured,

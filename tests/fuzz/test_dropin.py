@@ -27,7 +27,7 @@ from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.sentinel import DEFAULT_TARGETS, Sentinel, read_records
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.strategies import scenarios
-from mlx_invariants.fuzz.trace import Trace
+from mlx_invariants.fuzz.trace import Event, Trace
 from tests.conftest import BACKSTOP_S
 from tests.fuzz import mlx_work, toy_adapter
 
@@ -411,3 +411,23 @@ def test_the_loop_waiting_for_a_lock_held_across_mlx_is_found_and_one_held_for_b
         asyncio.run(main())
     assert sentinel.trace.of("sync", "wait"), "the loop's wait was not recorded"
     assert kinds(loop_never_waits_for_mlx, sentinel.trace) == found
+
+
+def test_a_holder_that_let_go_before_its_mlx_kept_nobody_waiting_for_it():
+    """The loop found the lock taken and waited 6 ms; the owner let it go at once and went into a prefill while
+    the loop waited for a CPU: the wait is not the owner's MLX (seen on the served batched route, 0 of 3 replays).
+    Only the part of the wait the hold still covered counts."""
+    def trace_with(release_at: float) -> Trace:
+        trace = Trace()
+        trace.record("request", "submit", "r0")
+        events = [Event(0, "sync", "acquire", thread=2, t=0.100, info={"lock": 7, "hold": 3}),
+                  Event(0, "sync", "release", thread=2, t=release_at, info={"lock": 7, "hold": 3}),
+                  Event(0, "mlx", "BatchGenerator.next", thread=2, t=0.102, t_end=0.110),
+                  Event(0, "sync", "wait", thread=1, t=0.106, info={
+                      "lock": 7, "since": 0.1005, "holder_thread": 2, "holder_hold": 3, "holder": "thread #2"})]
+        for seq, event in enumerate(sorted(events, key=lambda e: e.t), 2):
+            event.seq = seq
+            trace.events.append(event)
+        return trace
+    assert kinds(loop_never_waits_for_mlx, trace_with(release_at=0.101)) == []
+    assert kinds(loop_never_waits_for_mlx, trace_with(release_at=0.105)) == ["loop-waits-for-mlx"]

@@ -228,7 +228,8 @@ REGRESSIONS: tuple[Mutant, ...] = (
                     self._step(events)
                 except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
                     self._fail_batch(exc, events)
-                except BaseException:  # the loop itself dies (`_serve`): what was decided still goes out
+                except BaseException as exc:  # the loop itself dies (`_serve`): unhealthy first, then what was decided
+                    self.crashed = exc
                     self.emit(events)
                     raise
                 self.emit(events)
@@ -249,7 +250,8 @@ REGRESSIONS: tuple[Mutant, ...] = (
                         self._step(events)
                     except Exception as exc:  # an MLX error: fail the requests in the step, rebuild, go on
                         self._fail_batch(exc, events)
-                    except BaseException:  # the loop itself dies (`_serve`): what was decided still goes out
+                    except BaseException as exc:  # the loop itself dies (`_serve`): unhealthy first, then what was decided
+                        self.crashed = exc
                         self.emit(events)
                         raise
                     self.emit(events)

@@ -24,14 +24,13 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite
 from mlx_invariants.checker.globs import matches_name
-from mlx_invariants.checker.names import dotted, terminal
-from mlx_invariants.checker.offload import HANDOFF_NAMES, forwarded_handoff, handoff, keyword, unwrap_callable
+from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import handed_target
 from mlx_invariants.checker.walker import OWN_BODY_STOP, children
 
 if TYPE_CHECKING:
     from mlx_invariants.checker.walker import FileContext
 
-_THREADS = frozenset({"threading.Thread"})
 
 
 def handed_reaches(target: cst.BaseExpression, ctx: FileContext,
@@ -89,17 +88,8 @@ class LoopOwner:
         return self._hands_off
 
     def _handed(self, site: CallSite) -> bool:
-        ctx = self.ctx
-        target = None
-        if terminal(site.node.func) in HANDOFF_NAMES:
-            work = handoff(site.node, ctx)
-            target = unwrap_callable(work.target, ctx) if work is not None else None
-        elif site.qual in _THREADS:
-            target = keyword(site.node, "target")
-        else:
-            work = forwarded_handoff(site.node, ctx)
-            target = unwrap_callable(work.target, ctx) if work is not None else None
-        return target is not None and handed_reaches(target, ctx, mlx_api.reaches) is not None
+        target = handed_target(site, self.ctx)
+        return target is not None and handed_reaches(target, self.ctx, mlx_api.reaches) is not None
 
 
 def _has_while(function: cst.FunctionDef) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mlx_invariants.checker.facts import number
+from mlx_invariants.checker.facts import CallSite, number
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 
@@ -235,3 +235,18 @@ def forwarded_handoff(call: cst.Call, ctx: FileContext) -> Handoff | None:
     if index is None:
         return None
     return Handoff(call, dotted(call.func) or "a helper", positional(call, index), None)
+
+
+THREAD_CLASSES = frozenset({"threading.Thread"})
+
+
+def handed_target(site: CallSite, ctx: FileContext) -> cst.BaseExpression | None:
+    """The callable a call hands to another thread: an executor's or `to_thread`'s work, a `Thread`'s target, or
+    the callable a project helper forwards to one of those; None for any other call."""
+    if terminal(site.node.func) in HANDOFF_NAMES:
+        work = handoff(site.node, ctx)
+    elif site.qual in THREAD_CLASSES:
+        return keyword(site.node, "target")
+    else:
+        work = forwarded_handoff(site.node, ctx)
+    return unwrap_callable(work.target, ctx) if work is not None else None

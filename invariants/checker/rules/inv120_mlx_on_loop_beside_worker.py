@@ -5,10 +5,9 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite, FunctionFacts
 from mlx_invariants.checker.names import dotted, terminal
-from mlx_invariants.checker.offload import HANDOFF_NAMES, forwarded_handoff, handoff, keyword, unwrap_callable
+from mlx_invariants.checker.offload import HANDOFF_NAMES, THREAD_CLASSES, forwarded_handoff, handed_target, handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
-_THREADS = frozenset({"threading.Thread"})
 # Loop methods whose callable runs on the event loop thread later.
 _LOOP_CALLBACKS = frozenset({"call_soon", "call_soon_threadsafe", "call_later", "call_at", "add_done_callback"})
 
@@ -346,23 +345,14 @@ class MlxOnLoopBesideWorker(Rule):
         handing: list[tuple[FunctionFacts, bool]] = []  # where each handoff is, and whether it is awaited
         for function in functions:
             for site in function.calls:
-                target = None
-                name = terminal(site.node.func)
-                if name in HANDOFF_NAMES:
-                    work = handoff(site.node, ctx)
-                    target = unwrap_callable(work.target, ctx) if work is not None else None
-                elif site.qual in _THREADS:
-                    target = keyword(site.node, "target")
-                else:
-                    work = forwarded_handoff(site.node, ctx)
-                    target = unwrap_callable(work.target, ctx) if work is not None else None
+                target = handed_target(site, ctx)
                 if target is None:
                     continue
                 found = self._functions_of(target)
                 if found:
                     roots.extend(found)
-                    handing.append((function, site.qual not in _THREADS and id(site.node) in self.awaited))
-                    label = label or (f"`{dotted(target)}`" if dotted(target) else f"a lambda handed to `{site.text or name}`")
+                    handing.append((function, site.qual not in THREAD_CLASSES and id(site.node) in self.awaited))
+                    label = label or (f"`{dotted(target)}`" if dotted(target) else f"a lambda handed to `{site.text or terminal(site.node.func)}`")
         seen: dict[int, FunctionFacts] = {}
         stack = roots
         while stack:

@@ -51,6 +51,11 @@ CLASS_SCENARIOS: dict[str, Scenario] = {
     # an owner that loses that wake-up leaves it waiting
     "posted_while_owner_goes_idle": Scenario((RequestSpec("r0", 1, 1, False),
                                               RequestSpec("r1", 1, 1, False, arrival=At("r0", "OWNER_IDLE")))),
+    # a request that arrives while the owner is in a step, its client gone at once: request and abort reach the
+    # owner together, and an owner that matches aborts only against what it already held decodes it for nobody
+    "cancelled_while_owner_steps": Scenario((RequestSpec("r0", 1, 8, False),
+                                             RequestSpec("r1", 1, 12, False, arrival=At("r0", "BEFORE_DECODE", 2))),
+                                            (FaultSpec("cancel", At("r1", "ADMITTED")),)),
     # an MLX error in a decode step two requests share: the engine fails what the step held and recovers, and
     # an engine that rebuilds its generator but keeps some of the old books holds them at rest
     "step_fails_under_two": Scenario((RequestSpec("r0", 1, 4, False), RequestSpec("r1", 1, 4, False)),

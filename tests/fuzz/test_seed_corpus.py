@@ -103,3 +103,27 @@ def test_a_step_failing_under_two_requests_shows_books_a_failure_left(keeps_the_
     found = judge(run_scenario(Target.reference("batched", package=keeps_the_failed_batch).build(), scenario))
     assert "slot-leaked" in {v.kind for v in found}, found
     assert judge(run_scenario(Target.reference("batched").build(), scenario)) == []
+
+
+@pytest.fixture(scope="module")
+def aborts_only_started_rows(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched engine applying an abort only to a request already in the batch: one still waiting for its
+    seat, or taken from the inbox with its abort, starts anyway."""
+    edit = Edit("engine/batched.py", """
+            if pending.rid in aborts:
+                self._end(pending, Finished(pending.rid, "abort", len(pending.prompt), 0), events)
+            else:
+                waiting.append(pending)
+        """, """
+            waiting.append(pending)
+        """)
+    base = next(m for m in CATALOGUE if "batched" in m.routes)
+    plant = dataclasses.replace(base, id="aborts-only-started-rows", edits=(edit,), routes=("batched",))
+    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+
+
+def test_a_request_cancelled_as_it_arrives_mid_step_is_never_decoded(aborts_only_started_rows: str):
+    scenario = CLASS_SCENARIOS["cancelled_while_owner_steps"]
+    found = judge(run_scenario(Target.reference("batched", package=aborts_only_started_rows).build(), scenario))
+    assert "abort-ignored" in {v.kind for v in found}, found
+    assert judge(run_scenario(Target.reference("batched").build(), scenario)) == []

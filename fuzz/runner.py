@@ -480,14 +480,16 @@ class _Fuzz:
             round_number += 1
 
     def seed_corpus(self) -> list[Scenario]:
-        """What every run tries first (fuzz/corpus.py): the catalogue's seeds, the class scenarios aimed at
-        points the target marks, the request surface's tour, and, where its capacity is known (given, or read
-        by the baseline), a burst of one request past it (no more than `requests_for` allows)."""
+        """What every run tries first (fuzz/corpus.py): the catalogue's seeds; where the target's capacity is
+        known (given, or read by the baseline), a burst of one request past it (no more than `requests_for`
+        allows); the class scenarios aimed at points the target marks; the request surface's tour. The burst
+        goes before the rest: a short budget on a loaded box can end inside the corpus, and one scenario of
+        many requests finds more than one of a few."""
         requests = requests_for(self.profile, self.settings.capacity, self.capacity)
         bursts = [burst(min(requests.capacity, requests.most - 1))] if requests.capacity is not None else []
         # over HTTP the sampled token's log-probability only, as generation asks (`search`)
         tour = surface_tour(0 if self.target.kind.over_http else 2)
-        return [*SEED_SCENARIOS.values(), *class_scenarios(self.target.points), tour, *bursts]
+        return [*SEED_SCENARIOS.values(), *bursts, *class_scenarios(self.target.points), tour]
 
     def _round(self, strategy: Any, explicit: list[Scenario], count: int, seed: Optional[int], derandomize: bool,
                phases: tuple[str, ...]) -> None:

@@ -246,16 +246,17 @@ class ObservedThreadLock:
         self._holder: tuple[int, str, int] = (0, "", 0)  # the last taker's thread token and name, and its hold
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        waits = blocking and self._observer.installed and asyncio_events._get_running_loop() is not None
-        if waits and self._inner.acquire(False):
-            waits = False  # free: nothing was waited for
-            got = True
+        on_loop = blocking and self._observer.installed and asyncio_events._get_running_loop() is not None
+        waited_since = None
+        if on_loop and self._inner.acquire(False):
+            got = True  # free: nothing was waited for
         else:
-            since, holder = self._observer.trace.now(), self._holder
+            if on_loop:
+                waited_since, holder = self._observer.trace.now(), self._holder
             got = self._inner.acquire(blocking, timeout)
         if got and self._observer.installed:
-            if waits:  # an event loop's thread stood still until another thread let go
-                self._observer.waited(self, since, holder)
+            if waited_since is not None:  # an event loop's thread stood still until another thread let go
+                self._observer.waited(self, waited_since, holder)
             self._holds += 1
             self._holder = (thread_token(), threading.current_thread().name, self._holds)
             self._observer.acquired(self, "threading.Lock", *_thread_holder(), hold=self._holds)

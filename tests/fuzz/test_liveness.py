@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import queue
 import sys
@@ -10,7 +11,6 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-import dataclasses
 from typing import Callable
 
 import pytest

@@ -79,8 +79,8 @@ def surface_tour(top_logprobs: int) -> Scenario:
     seed, a stop string. Generation asks for them in one request in `SURFACE_ODDS`, so a run that ends after
     a few examples (a slow server, a short budget) may never have rendered a log-probability; a bug on that
     path (a value that crosses threads unevaluated, a payload that cannot render it) shows on the first."""
-    return Scenario((RequestSpec("r0", 4, 3, True, logprobs=True, top_logprobs=top_logprobs),
-                     RequestSpec("r1", 4, 3, False, route="chat", logprobs=True, temperature=0.7, top_p=0.9, seed=7,
+    return Scenario((RequestSpec("r0", 4, 5, True, logprobs=True, top_logprobs=top_logprobs),
+                     RequestSpec("r1", 4, 5, False, route="chat", logprobs=True, temperature=0.7, top_p=0.9, seed=7,
                                  stop=("e",))))
 
 

@@ -1,7 +1,7 @@
 """The simple reference engine with a "fast path" that runs MLX on the event-loop thread for one-token
 requests: an `mlx-off-owner` finding on the first scenario with such a request (the seed corpus's first
 has one), in every process that fuzzes it; `make_clean` beside it builds the engine without the fast path, and
-`make_rare` one whose fast path takes only three-token requests, which no seed scenario sends: generation has to
+`make_rare` one whose fast path takes only three-token requests, which no scenario of the seed corpus sends: generation has to
 find that one (the shared-database test, tests/fuzz/test_database.py).
 The `--jobs` tests fuzz it in place (`--engine tests.fuzz.fastpath_engine:make`); the replay, pytest-API and
 workflow tests copy this file (`SOURCE`) into a scratch project as a user's own engine module."""

@@ -78,6 +78,12 @@ def _fuzz(report: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[s
 
 
 def test_a_failure_one_runner_found_is_the_next_runners_first_example(tmp_path: Path, redis_url: str) -> None:
+    # Only generated examples are saved: a corpus scenario taking the rare path would find it unsaved.
+    from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, burst, surface_tour
+    from tests.fuzz.fastpath_engine import RarePathEngine
+
+    corpus = [*SEED_SCENARIOS.values(), *CLASS_SCENARIOS.values(), surface_tour(2), burst(1)]
+    assert RarePathEngine.fast not in {r.max_tokens for s in corpus for r in s.requests}
     first, summary = _fuzz(tmp_path / "nightly", "--database", redis_url)
     assert first.returncode == 1, first.stdout + first.stderr
     [finding] = summary["findings"]

@@ -23,6 +23,12 @@ CORPUS = len(SEED_SCENARIOS) + 1 + len(CLASS_SCENARIOS) + 1  # the seeds, the bu
 BURST_AT = len(SEED_SCENARIOS) + 1  # right after the seeds
 
 
+def _plant(factory: pytest.TempPathFactory, name: str, *edits: Edit) -> str:
+    """A copy of the engine with `edits`, fuzzed on the batched route, importable by the name returned."""
+    base = next(m for m in CATALOGUE if "batched" in m.routes)
+    return import_copy(dataclasses.replace(base, id=name, edits=edits, routes=("batched",)), factory.mktemp("plants"))
+
+
 def test_a_burst_holds_one_request_more_than_the_capacity_and_class_scenarios_need_their_points():
     assert len(burst(28).requests) == 29
     assert class_scenarios(Target.reference("batched").points) == list(CLASS_SCENARIOS.values())
@@ -37,9 +43,7 @@ def starts_the_whole_inbox(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
         while self._waiting:
         """)
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    plant = dataclasses.replace(base, id="starts-the-whole-inbox", edits=(edit,), routes=("batched",))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return _plant(tmp_path_factory, "starts-the-whole-inbox", edit)
 
 
 def test_the_seed_corpus_bursts_past_the_reported_capacity_and_finds_a_bound_overrun(starts_the_whole_inbox: str):
@@ -70,9 +74,7 @@ def logprob_left_lazy(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
         return {"content": [{"token": t.text, "logprob": float(t.logprob), "bytes": list(t.text.encode()),
         """))
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    plant = dataclasses.replace(base, id="logprob-left-lazy", edits=edits, routes=("batched",))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return _plant(tmp_path_factory, "logprob-left-lazy", *edits)
 
 
 def test_the_seed_corpus_renders_a_log_probability_and_finds_one_that_crossed_threads_lazily(logprob_left_lazy: str):
@@ -94,9 +96,7 @@ def keeps_the_failed_batch(tmp_path_factory: pytest.TempPathFactory) -> str:
         for active in list(self._active.values()):
             self._end(active.pending, Failed(active.pending.rid, message), events)
         """)
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    plant = dataclasses.replace(base, id="keeps-the-failed-batch", edits=(edit,), routes=("batched",))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return _plant(tmp_path_factory, "keeps-the-failed-batch", edit)
 
 
 def test_a_step_failing_under_two_requests_shows_books_a_failure_left(keeps_the_failed_batch: str):
@@ -118,9 +118,7 @@ def aborts_only_started_rows(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
             waiting.append(pending)
         """)
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    plant = dataclasses.replace(base, id="aborts-only-started-rows", edits=(edit,), routes=("batched",))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return _plant(tmp_path_factory, "aborts-only-started-rows", edit)
 
 
 def test_a_request_cancelled_as_it_arrives_mid_step_is_never_decoded(aborts_only_started_rows: str):

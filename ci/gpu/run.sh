@@ -3,7 +3,9 @@
 # (MLX's CUDA wheel is larger than one call carries), after `bash ci/gpu/prepare.sh` here:
 #   1. carry [".gpuA"]:         bash .gpuA/stage.sh
 #   2. carry [".gpuB", ".whl"]: source .gpuB/activate.sh && bash ci/gpu/run.sh [STAGE ...]
-# Stages: fuzz (both reference routes, `runner` profile), planted (tests/mutants/test_fuzz_kills.py),
+# Stages: fuzz (both reference routes, `runner` profile), oracles (every fault kind, the liveness
+# faults included, on the four in-process routes and the launched `invariants serve`, all at once,
+# `--keep-going`: issue 25's "passes every new oracle on the GPU"), planted (tests/mutants/test_fuzz_kills.py),
 # step (benchmarks/bench_decode_step.py: one decode step taken apart, in-process),
 # bench (benchmarks/bench_engine.py --preset 0.5b: simple, batched and mlx_lm.server at c=1..32,
 # the peer launched with its listen backlog raised, the unmodified one probed). Default: all four. A device command may run
@@ -11,7 +13,8 @@
 # Everything lands in $OUT (default fuzz-reports/gpu/), 8 files at most (what a device call
 # returns); ci/gpu/report.py turns those folders into docs/gpu.md.
 #
-# Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); PLANTED_SHARDS
+# Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); ORACLES_BUDGET (s for
+# each of the five targets, run side by side; default 480); PLANTED_SHARDS
 # (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540); BENCH_PRESET
 # (default 0.5b), BENCH_PEER (1: also python -m mlx_lm.server, side by side; 0: skip it),
 # BENCH_CONCURRENCY (default auto: 1,2,4,8,16,32 on a GPU), BENCH_SERIAL_MAX (serialized route only up
@@ -57,6 +60,29 @@ for stage in "${stages[@]}"; do
             bash ci/fuzz_runner.sh simple batched >"$out/fuzz.log" 2>&1
         code=$?
         ;;
+    oracles)
+        inproc=cancel,abort,disconnect,cancel-twice,raise,worker-dies,worker-wedges,shutdown,cancel-in-call,restart
+        budget=${ORACLES_BUDGET:-480}
+        pids=()
+        for route in simple batched http-simple http-batched; do
+            faults=()
+            [[ $route == http-* ]] || faults=(--faults "$inproc")
+            python3 -m mlx_invariants fuzz --engine "$route" --profile runner --budget "$budget" --keep-going \
+                ${faults[@]+"${faults[@]}"} --report "$work/oracles/$route" >"$work/oracles-$route.log" 2>&1 &
+            pids+=($!)
+        done
+        python3 -m mlx_invariants fuzz --server-cmd "python3 -m mlx_invariants serve --engine batched --port {port} --stall-timeout 3" \
+            --model mlx-invariants-tiny --health /health --faults cancel,disconnect,worker-dies,worker-wedges --profile runner \
+            --budget "$budget" --keep-going --report "$work/oracles/served" >"$work/oracles-served.log" 2>&1 &
+        pids+=($!)
+        code=0
+        for pid in "${pids[@]}"; do
+            wait "$pid" || code=1
+        done
+        for log in "$work"/oracles-*.log; do
+            echo "== $(basename "$log" .log)"; grep -v "job(s) failing" "$log" | tail -n 40
+        done >"$out/oracles.log"
+        ;;
     planted)
         # The catalogue's fuzz kills are independent tests: shards in parallel processes, one junit file merged.
         # The package is laid out on PYTHONPATH, not installed, so load the plugin by module unless installed.
@@ -100,7 +126,7 @@ sys.exit(not any(e.name == "mlx_invariants" for e in m.entry_points(group="pytes
         code=$?
         ;;
     *)
-        echo "unknown stage $stage: fuzz, planted, step or bench" >&2
+        echo "unknown stage $stage: fuzz, oracles, planted, step or bench" >&2
         exit 2
         ;;
     esac

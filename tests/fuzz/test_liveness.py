@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import queue
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -242,11 +243,25 @@ def test_a_frame_with_no_line_number_is_not_parked_and_does_not_raise() -> None:
 
 
 
-@pytest.fixture(scope="module")
-def slow_first_call(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The simple reference engine whose worker starts each request with one long MLX call (a long prefill on a
-    loaded box): a chain of matmuls timed here to take about 2 s inside one `eval`, past the served route's
-    release grace (1 s). Correct: it keeps the request's seat until that call returns, and lets it go then."""
+# Where each route's worker starts a request, and the import line the chain's `mx` goes after.
+_WORKER_START = {
+    "simple": ("engine/serial.py", """
+        pending, params = job.pending, job.pending.params
+        """, """
+        import queue
+        """),
+    "batched": ("engine/batched.py", """
+            reach(Point.WORKER_STARTED, rid)
+        """, """
+        import threading
+        """),
+}
+
+
+def _plant_slow_first_call(tmp_path_factory: pytest.TempPathFactory, plant_id: str, route: str, *more: Edit,
+                           seconds: float = 2.0) -> str:
+    """The `route` reference engine whose worker starts each request with one long MLX call (a long prefill on a
+    loaded box): a chain of matmuls timed here to take about `seconds` inside one `eval`; `more` edits besides."""
     import mlx.core as mx
 
     slow = mx.ones((512, 512)) / 512
@@ -255,26 +270,62 @@ def slow_first_call(tmp_path_factory: pytest.TempPathFactory) -> str:
     for _ in range(5):
         slow = slow @ slow
     mx.eval(slow)
-    chain = max(5, int(5 * 2.0 / max(time.perf_counter() - began, 1e-3)) + 1)
-    edit = Edit("engine/serial.py", """
-        pending, params = job.pending, job.pending.params
-        """, f"""
-        pending, params = job.pending, job.pending.params
-        slow = mx.ones((512, 512)) / 512
-        for _ in range({chain}):
-            slow = slow @ slow
-        mx.eval(slow)
-        """)
-    imports = Edit("engine/serial.py", """
-        import queue
-        """, """
-        import queue
-
-        import mlx.core as mx
-        """)
-    base = next(m for m in CATALOGUE if "simple" in m.routes)
-    plant = dataclasses.replace(base, id="slow-first-call", edits=(imports, edit), routes=("simple",))
+    chain = max(5, int(5 * seconds / max(time.perf_counter() - began, 1e-3)) + 1)
+    path, start, imported = _WORKER_START[route]  # blocks match at any indentation (`Edit`)
+    chain_lines = f"slow = mx.ones((512, 512)) / 512\nfor _ in range({chain}):\n    slow = slow @ slow\nmx.eval(slow)\n"
+    edit = Edit(path, start, textwrap.dedent(start) + chain_lines)
+    imports = Edit(path, imported, textwrap.dedent(imported) + "\nimport mlx.core as mx\n")
+    base = next(m for m in CATALOGUE if route in m.routes)
+    plant = dataclasses.replace(base, id=plant_id, edits=(imports, edit, *more), routes=(route,))
     return import_copy(plant, tmp_path_factory.mktemp("plants"))
+
+
+@pytest.fixture(scope="module")
+def slow_first_call(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Past the served route's release grace (1 s). Correct: it keeps the request's seat until that call
+    returns, and lets it go then."""
+    return _plant_slow_first_call(tmp_path_factory, "slow-first-call", "simple")
+
+
+@pytest.fixture(scope="module")
+def slow_call_short_shutdown(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched route with a first call of about 4 s (past the fuzzer's 2 s thread join), and a shutdown that
+    waits only 0.1 s at each of its steps before it gives up on its owner: the GPU case, where one call outlasted
+    the engine's patience (11 s in all)."""
+    patience = Edit("engine/frontend.py", """
+        await self._wait_streams_ended(grace_s)
+        for stream in list(self._streams.values()):
+            stream.abort()
+        await self._wait_streams_ended(max(grace_s, 1.0))
+        owner = self._owner
+        if owner is not None:
+            owner.stop()
+            try:
+                await asyncio.wait_for(asyncio.shield(owner.stopped), max(grace_s, 1.0) + 5.0)
+        """, """
+        await self._wait_streams_ended(0.1)
+        for stream in list(self._streams.values()):
+            stream.abort()
+        await self._wait_streams_ended(0.1)
+        owner = self._owner
+        if owner is not None:
+            owner.stop()
+            try:
+                await asyncio.wait_for(asyncio.shield(owner.stopped), 0.1)
+        """)
+    return _plant_slow_first_call(tmp_path_factory, "slow-call-short-shutdown", "batched", patience, seconds=4.0)
+
+
+def test_a_shutdown_that_gives_up_on_a_thread_inside_one_mlx_call_leaks_nothing(
+        slow_call_short_shutdown: str) -> None:
+    """A shared GPU's first prefill of a new shape outlasted the reference engine's shutdown patience: the
+    engine let the seat go and returned with its owner still in the call, which then ended on its own. Neither
+    the release (admission had closed) nor the thread still finishing its call is a finding."""
+    scenario = Scenario((RequestSpec("r0", 4, 2, False),), (FaultSpec("shutdown", At("r0", "WORKER_STARTED")),))
+    trace = run_scenario(Target.reference("batched", package=slow_call_short_shutdown).build(), scenario)
+    released, finished = trace.first("point", "SLOT_RELEASED", "r0"), trace.first("point", "FINISHED", "r0")
+    assert released is not None and (finished is None or finished.seq > released.seq), "the shutdown waited"
+    assert [(v.kind, v.message) for v in judge(trace)] == []
 
 
 def test_a_seat_held_until_a_long_mlx_call_returns_is_read_after_it_not_as_a_leak(slow_first_call: str) -> None:

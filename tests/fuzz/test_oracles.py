@@ -94,6 +94,18 @@ def test_a_slot_let_go_after_a_worker_fault_is_the_engine_ending_what_it_cannot_
     assert kinds(oracles.slot_kept_until_worker_done, before) == ["slot-freed-early"]
 
 
+def test_a_slot_let_go_during_a_shutdown_is_not_judged():
+    """A shutdown closes admission, so no request can take the seat, and an engine gives up on a worker still in
+    one long MLX call once its grace ends (a GPU run: a first prefill of a new shape outlasted 6 s); what is left
+    running is `thread-leaked`'s. A shutdown fault that hit nobody changes nothing."""
+    shutdown = {"kind": "fault", "name": "shutdown", "rid": "r0", "info": {"at": "r0@WORKER_STARTED"}}
+    during = trace_of(point("WORKER_STARTED"), shutdown, point("SLOT_RELEASED", thread=2))
+    assert kinds(oracles.slot_kept_until_worker_done, during) == []
+    missed = dict(shutdown, info={"at": "r1@ADMITTED", "delivered": False, "client": "absent"})
+    nobody = trace_of(point("WORKER_STARTED"), missed, point("SLOT_RELEASED", thread=2))
+    assert kinds(oracles.slot_kept_until_worker_done, nobody) == ["slot-freed-early"]
+
+
 def test_lock_reentry_carries_holder_and_second_stack():
     event = {"kind": "lock", "name": "reentered", "info": {"task": "t", "holder_stack": ["a.py:1 in hold"]},
              "stack": ("a.py:9 in again",)}

@@ -419,3 +419,15 @@ def test_a_cancelled_request_must_stop_decoding_too():
     assert kinds(oracles.acknowledged_abort_never_completes, ignored) == ["abort-ignored"]
     undelivered = trace_of({**cancel, "info": {"delivered": False}}, *[point("BEFORE_DECODE", step=k) for k in range(1, 5)])
     assert kinds(oracles.acknowledged_abort_never_completes, undelivered) == []
+
+
+def test_over_http_the_steps_before_the_server_can_hear_of_the_close_are_not_counted():
+    """A GPU run of the served route: 3 steps of 4.4 ms after the client went, before the server had read the
+    closed socket. Steps past the notice time still count."""
+    sent = point("BODY_PART", thread=1)
+    cancel = {"kind": "fault", "name": "cancel", "rid": "r0", "t": 1.0, "info": {"delivered": True}}
+    fast = [{**point("BEFORE_DECODE", step=k), "t": 1.0 + 0.0044 * k} for k in range(1, 4)]
+    assert kinds(oracles.acknowledged_abort_never_completes, trace_of(sent, cancel, *fast)) == []
+    assert kinds(oracles.acknowledged_abort_never_completes, trace_of(cancel, *fast)) == ["abort-ignored"]
+    late = [{**point("BEFORE_DECODE", step=k), "t": 1.0 + oracles.HTTP_NOTICE_S + 0.01 * k} for k in range(1, 4)]
+    assert kinds(oracles.acknowledged_abort_never_completes, trace_of(sent, cancel, *late)) == ["abort-ignored"]

@@ -106,7 +106,9 @@ def gone_steps(info: dict) -> float:
     why="Counts MLX calls after the last client went: whether the server had begun the request when its "
         "client went, and how many steps it ran before it noticed, depend on timing.",
     known_problems="Over HTTP the count comes from the launched server's records, so a `--url` server is not "
-                   "judged; requests in flight together are counted together."))
+                   "judged; requests in flight together are counted together. Not judged after a worker fault "
+                   "(`worker-dies`, `worker-wedges`): a wedged worker let go drains what it held in its own time, "
+                   "and the lost-worker oracles judge that engine."))
 def compute_stops_for_gone_clients(trace: Trace) -> Iterator[Violation]:
     """Once every client had gone, MLX ran for at most `GONE_STEPS` decode steps (and `MIN_ENTRIES` entries)."""
     for check in trace.of("check", "compute-after-gone"):

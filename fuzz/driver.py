@@ -148,14 +148,15 @@ class ScenarioRun:
         if self._lost_worker() is not None:
             await self._after_worker_fault()
             live = live and await self._wait_clients()  # the closes a wedged worker held up end once it goes on
-        gone = gone_clients(self.trace) if live and self.shutdown_task is None else []
+        # An engine that lost its worker is judged by what it said and did since (fuzz/lost_worker.py), and
+        # retired: its books are not read, nor the MLX its gone clients cost. A wedged worker let go drains what
+        # it held in its own time, after a stall the engine may need moments to notice (a launched server's books
+        # showed requests still held, 0 of 3 replays; on a GPU its released owner ran 12 steps, 1 of 3).
+        books = self._lost_worker() is None
+        gone = gone_clients(self.trace) if live and books and self.shutdown_task is None else []
         if gone:  # before the follow-up: the MLX a gone client still costs (fuzz/compute.py)
             await watch_gone(self.trace, gone, self.settings, self.collect)
         rest = None
-        # An engine that lost its worker is judged by what it said and did since (fuzz/lost_worker.py), and
-        # retired: its books are not read. A wedged worker let go drains them in its own time, after a stall the
-        # engine may need moments to notice (a launched server's books showed requests still held, 0 of 3 replays).
-        books = self._lost_worker() is None
         if live and self.shutdown_task is None and self.scenario.followup:
             # At rest once the scenario's own requests ended, before the follow-up decodes beside what they left.
             if books:

@@ -109,6 +109,17 @@ def test_only_a_scenario_whose_every_client_ended_and_one_went_is_watched():
     assert gone_clients(unfinished) == []
 
 
+def test_after_a_worker_fault_the_gone_clients_compute_is_not_watched():
+    """The lost-worker oracles judge an engine whose worker died or wedged: a wedged worker let go drains what
+    it held in its own time (a GPU run: the released owner of a launched server ran 12 steps, 1 of 3 replays)."""
+    scenario = Scenario((RequestSpec("r0", 4, 40, True), RequestSpec("r1", 4, 40, True)),
+                        (FaultSpec("cancel", At("r0", "CHUNK_SENT", 1)),
+                         FaultSpec("worker-dies", At("r1", "BEFORE_DECODE", 4))), followup=False)
+    trace = run_scenario(Target.reference("simple").build(), scenario, settings=SETTINGS)
+    assert trace.first("fault", "worker-dies") is not None and gone_clients(trace) == ["r0"], trace.of("request")
+    assert not trace.of("check", "compute-after-gone")
+
+
 def _calibrated(engines) -> DriverSettings:
     """The settings the runner would use: its pace measured on a request-free baseline of these engines."""
     baseline = run_scenario(engines, Scenario(()), settings=SETTINGS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_invariants.fuzz import rest
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.rest import (DRIFT_SCENARIOS, REST_NOISE_BYTES, RestSample, RestSeries, held_counts,
                                       server_floor, stays_at_rest)
@@ -155,9 +156,25 @@ def test_a_launched_servers_status_is_read_where_it_speaks_the_reference_schema(
         other.server_close()
 
 
-def test_a_series_allows_a_pool_one_thread_per_request_at_once_over_its_first_sample():
+def test_a_series_allows_a_pool_one_thread_per_request_at_once_over_its_first_sample(monkeypatch):
+    monkeypatch.setattr(rest, "DEFAULT_POOL_THREADS", 6)  # a 2-core machine's default executor
     series = RestSeries()
     series.add(RestSample(4, None), requests=3)
+    assert series.pool_bound == 4 + 6
     series.add(RestSample(9, None), requests=11)
     series.add(RestSample(9, None), requests=2)
     assert series.pool_bound == 4 + 11
+
+
+def test_a_series_allows_the_default_executor_its_size_on_a_big_machine(monkeypatch):
+    """A GPU run on 16 cores: the reference server's threads at rest went 6 6 6 8 11 14 19 20 23 under scenarios
+    of at most 11 requests, its `to_thread` pool filling toward Python's bound there, min(32, 16 + 4)."""
+    monkeypatch.setattr(rest, "DEFAULT_POOL_THREADS", 20)
+    series = RestSeries()
+    grown = [series.add(RestSample(n, None), requests=11) for n in (6, 6, 6, 8, 11, 14, 19, 20, 23)][-1]
+    trace = Trace()
+    trace.record("check", "rest", info={"series": grown, "where": "server", "pool_bound": series.pool_bound})
+    assert series.pool_bound == 26 and _kinds(trace) == []
+    monkeypatch.setattr(rest, "DEFAULT_POOL_THREADS", 6)
+    trace.events[-1].info["pool_bound"] = series.pool_bound
+    assert _kinds(trace) == ["rest-drift"]

@@ -4,6 +4,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.facts import CallSite
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
@@ -24,15 +26,32 @@ _QUICK_METHODS = frozenset({
     "put_nowait", "get_nowait", "is_set", "qsize", "empty", "full", "done", "cancelled", "call_soon_threadsafe",
 })
 _LOG_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical", "log"})
+# What is known to take long, whoever calls it: sleeping, waiting on another thread or process, and
+# file, network or process I/O.
+_BLOCKING_QUALS = frozenset({
+    "time.sleep", "os.fsync", "json.dump", "json.load", "pickle.dump", "pickle.load", "numpy.save", "numpy.load",
+    "numpy.savez", "numpy.savez_compressed", "socket.create_connection",
+})
+_BLOCKING_PACKAGES = ("subprocess.", "shutil.", "requests.", "urllib.request.", "httpx.", "safetensors.")
+_BLOCKING_BUILTINS = frozenset({"open", "input"})
+# Methods that wait for another thread, process or peer on any receiver.
+_WAITS = frozenset({"wait", "wait_for", "result", "communicate", "recv", "recv_into", "sendall", "accept"})
+# Methods that wait only on a receiver built as one of these (`str.join` and `dict.get` do not).
+_WAITS_ON = {
+    "join": frozenset({"threading.Thread", "multiprocessing.Process", "queue.Queue", "multiprocessing.Queue"}),
+    "get": frozenset({"queue.Queue", "queue.SimpleQueue", "queue.LifoQueue", "queue.PriorityQueue",
+                      "multiprocessing.Queue"}),
+    "put": frozenset({"queue.Queue", "queue.LifoQueue", "queue.PriorityQueue", "multiprocessing.Queue"}),
+}
 
 
 @dataclass
 class _Section:
-    """One stretch of code that holds a lock: what in it may take long, and what is quick only on containers."""
+    """One stretch of code that holds a lock: what in it is slow by its shape, and the calls to judge."""
 
     where: str
-    slow: str | None = None
-    on_containers: list[tuple[str, str]] = field(default_factory=list)  # (receiver key, call text)
+    slow: str | None = None  # an await, a yield, an async loop or context, a hold by `.acquire()`
+    calls: list[tuple[cst.Call, str]] = field(default_factory=list)  # (call, its text), judged in end()
 
 
 @dataclass
@@ -52,7 +71,16 @@ class ThreadLockOnEventLoop(Rule):
     servicer took `_gen_lock` in Generate and Abort on the loop while its
     generation thread held it across each `BatchGenerator.next()`
     (servicer.py@fbe2497:616, the corpus's S2b); its fix left the loop only a
-    brief `_pending_lock` around list and set updates, which this rule accepts."""
+    brief `_pending_lock` around list and set updates, which this rule accepts.
+    mlx-openai-server's handler takes `_generation_lock` on the loop while
+    `_stream_with_lock` holds it across a whole streamed generation
+    (app/handler/mlx_lm.py@4b7d4b6:493).
+
+    The holder's work has to be shown slow by the file, not merely unknown to it:
+    vllm-mlx's stop() takes `_prefix_trie_cache_lock`, which the engine's other
+    methods hold around a trie lookup, an insert and building an empty
+    `LRUPromptCache` (engine/simple.py@4b654c0:941), graded arguable blind
+    (issue 23) when this rule counted every unknown call as slow."""
 
     id = "INV114"
     catches = "a threading lock, held elsewhere across slow work, taken on the event loop in an async def"
@@ -63,10 +91,14 @@ class ThreadLockOnEventLoop(Rule):
     )
     known_problems = (
         "Locks are known by constructor (threading.Lock/RLock) in this file, through the import table and "
-        "`self.x = threading.Lock()`. A lock is accepted when every `with` of it in this file holds only "
-        "quick work: builtins, logging, and methods of containers this file builds; a hold taken by "
-        "`.acquire()` is never judged quick. Holders in other files are not seen. `acquire(blocking=False)` "
-        "and `acquire(timeout=...)` are not flagged."
+        "`self.x = threading.Lock()`. A hold counts as slow only where this file shows slow work in it: an "
+        "await, a yield, an async loop or context, MLX (the calls the other rules count as MLX), a sleep, a "
+        "wait on another thread, process or peer (`wait()`, `result()`, a Thread's `join()`, a Queue's "
+        "`get()`/`put()`), file, network or process I/O (`open`, subprocess, shutil, requests, ...), or a "
+        "def of this file that reaches one of those; a hold taken by `.acquire()` is never judged quick. "
+        "A call the file cannot see into (another module's function, a method of an object of unknown "
+        "type) counts as quick, so a lock held across slow work done elsewhere is missed; holders in "
+        "other files are not seen. `acquire(blocking=False)` and `acquire(timeout=...)` are not flagged."
     )
     triggers = (("async",), ("threading", "_thread"))
 
@@ -113,6 +145,28 @@ class ThreadLockOnEventLoop(Rule):
                 async def fill(self, key, fetch):
                     with self._lock:  # expect: INV114
                         self._entries[key] = await fetch(key)
+        '''),
+        Invalid('''
+            import pickle
+            import threading
+
+            class PromptIndex:
+                def __init__(self, path):
+                    self._path = path
+                    self._index_lock = threading.Lock()
+                    self._index = None
+
+                def _write_snapshot(self):
+                    with open(self._path, "wb") as out:
+                        pickle.dump(self._index, out)
+
+                def checkpoint(self):
+                    with self._index_lock:
+                        self._write_snapshot()
+
+                async def drop(self):
+                    with self._index_lock:  # expect: INV114
+                        self._index = None
         '''),
     ]
     VALID = [
@@ -178,6 +232,35 @@ class ThreadLockOnEventLoop(Rule):
 
                     await asyncio.to_thread(remove)
         '''),
+        Valid('''
+            import pickle
+            import threading
+
+            class PromptIndex:
+                def __init__(self, path):
+                    self._path = path
+                    self._index_lock = threading.Lock()
+                    self._index = None
+
+                def _write_snapshot(self, index):
+                    with open(self._path, "wb") as out:
+                        pickle.dump(index, out)
+
+                def checkpoint(self):
+                    with self._index_lock:
+                        index = self._index
+                    self._write_snapshot(index)
+
+                def lookup(self, tokens):
+                    with self._index_lock:
+                        if self._index is None:
+                            self._index = TokenIndex(capacity=64)
+                        return self._index.longest_prefix(tokens)
+
+                async def drop(self):
+                    with self._index_lock:
+                        self._index = None
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -215,14 +298,49 @@ class ThreadLockOnEventLoop(Rule):
         for taking in self.takings:
             if not self._is_thread_lock(taking.lock):
                 continue
-            slow = next(((s.where, s.slow) for s in self.sections.get(taking.key, ()) if s.slow), None)
-            if slow is None:
-                slow = next(((s.where, f"across `{text}`") for s in self.sections.get(taking.key, ())
-                             for key, text in s.on_containers if not self._is_container(key)), None)
+            slow = next(((s.where, found) for s in self.sections.get(taking.key, ()) if (found := self._slow(s))), None)
             if slow is None:
                 continue
             message = self.message.format(taking=taking.text, lock=dotted(taking.lock), where=slow[0], slow=slow[1])
             self.ctx.report_at(self.id, taking.node, taking.statement, message)
+
+    def _slow(self, section: _Section) -> str | None:
+        """How the section holds its lock across slow work, or None where the file shows none."""
+        if section.slow:
+            return section.slow
+        for call, text in section.calls:
+            func = call.func
+            if isinstance(func, cst.Attribute) and self._is_container(self.ctx.key(func.value)):
+                continue
+            site = CallSite(call, self.ctx.resolve(func), dotted(func), self.ctx.key(func))
+            what = self._takes_long(site)
+            if what is None:
+                for function in self.ctx.facts.by_key.get(site.key or "", ()):
+                    inner = self.ctx.facts.first_reaching(function, self._takes_long)
+                    if inner:
+                        what = f"which reaches {inner}"
+                        break
+            if what:
+                return f"across `{text}` ({what})"
+        return None
+
+    def _takes_long(self, site: CallSite) -> str | None:
+        """The call's own slow work: MLX, a sleep or a wait on another thread, or I/O."""
+        found = mlx_api.reaches(site, self.ctx)
+        if found:
+            return f"MLX: `{found}`"
+        func = site.node.func
+        qual = site.qual or ""
+        if qual in _BLOCKING_QUALS or qual.startswith(_BLOCKING_PACKAGES):
+            return f"`{site.text or qual}`"
+        if isinstance(func, cst.Name) and func.value in _BLOCKING_BUILTINS and not qual:
+            return f"`{func.value}`"
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            built = _WAITS_ON.get(method)
+            if method in _WAITS or (built and self.ctx.facts.constructed_by(self.ctx.key(func.value)) & built):
+                return f"`{site.text}`"
+        return None
 
     def _where(self) -> str:
         function = self.ctx.scope.function()
@@ -231,7 +349,8 @@ class ThreadLockOnEventLoop(Rule):
         return "a lambda" if function.name == "<lambda>" else f"`{function.name}`"
 
     def _section(self, body: cst.BaseSuite) -> _Section:
-        """What in a `with` body may take long, judged now (receivers' keys need this scope)."""
+        """What in a `with` body is slow by its shape, and the calls to judge at the end (pinned now:
+        receivers' keys need this scope)."""
         section = _Section(self._where())
         for node in descendants(body, OWN_BODY_STOP):
             if isinstance(node, cst.Await | cst.Yield):
@@ -242,7 +361,6 @@ class ThreadLockOnEventLoop(Rule):
                 return section
             if not isinstance(node, cst.Call):
                 continue
-            text = f"{dotted(node.func) or '...'}(...)"
             func = node.func
             if isinstance(func, cst.Name) and func.value in _QUICK_BUILTINS and self.ctx.resolve(func) is None:
                 continue
@@ -253,20 +371,16 @@ class ThreadLockOnEventLoop(Rule):
                 receiver = dotted(func.value) or ""
                 if method in _QUICK_METHODS or (method in _LOG_METHODS and "log" in receiver.lower()):
                     continue
-                key = self.ctx.key(func.value)
-                if key is not None:
-                    section.on_containers.append((key, text))
-                    continue
-            section.slow = f"across `{text}`"
-            return section
+            self.ctx.pin(node)
+            section.calls.append((node, f"{dotted(func) or '...'}(...)"))
         return section
 
     def _is_thread_lock(self, lock: cst.BaseExpression) -> bool:
         return bool(self.ctx.facts.constructed_by(self.ctx.key(lock)) & THREAD_LOCKS)
 
-    def _is_container(self, key: str) -> bool:
+    def _is_container(self, key: str | None) -> bool:
         """Every value this file assigns to `key` is a list, dict, set or tuple (or a collections one)."""
-        values = self.ctx.facts.assigned.get(key, ())
+        values = self.ctx.facts.assigned.get(key, ()) if key else ()
         return bool(values) and all(_builds_container(a.value, a.call_qual) for a in values)
 
 

@@ -298,16 +298,17 @@ class ThreadLockOnEventLoop(Rule):
         for taking in self.takings:
             if not self._is_thread_lock(taking.lock):
                 continue
-            slow = next(((s.where, found) for s in self.sections.get(taking.key, ()) if (found := self._slow(s))), None)
+            sections = self.sections.get(taking.key, ())
+            # A hold slow by its shape (an await, a yield) is named before one slow through a call.
+            slow = next(((s.where, s.slow) for s in sections if s.slow), None) or next(
+                ((s.where, found) for s in sections if (found := self._slow_call(s))), None)
             if slow is None:
                 continue
             message = self.message.format(taking=taking.text, lock=dotted(taking.lock), where=slow[0], slow=slow[1])
             self.ctx.report_at(self.id, taking.node, taking.statement, message)
 
-    def _slow(self, section: _Section) -> str | None:
-        """How the section holds its lock across slow work, or None where the file shows none."""
-        if section.slow:
-            return section.slow
+    def _slow_call(self, section: _Section) -> str | None:
+        """The first call in the section that the file shows to be slow, or None."""
         for call, text in section.calls:
             func = call.func
             if isinstance(func, cst.Attribute) and self._is_container(self.ctx.key(func.value)):

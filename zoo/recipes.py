@@ -149,6 +149,17 @@ STREAM_SWALLOWS_CANCEL = ("a stream swallows the CancelledError of the task read
                           "catches it and ends): a cancelled reader returns normally, and a read cut by "
                           "`asyncio.timeout` ends as if the answer were complete, with no TimeoutError")
 
+VLLM_BATCHED_POLL = ("Without the harness the batched server stops a request soon after its client has gone: "
+                     "`gone_client_keeps_decoding.py --tokens 1500` exits 0 for both `--mode nonstream` and `--mode "
+                     "stream`, each with `--leave-s 0.02`, `0.3` and the default (six runs, 2026-11-27, load about "
+                     "1): a streaming request is idle at once, a non-streaming one 0.26 to 0.52 s after the client "
+                     "left (1 to 3 % of the full request's CPU). That half second is the server's poll: a "
+                     "non-streaming request's connection is looked at every 0.5 s (`_wait_with_disconnect`, "
+                     "vllm_mlx/server.py:5512 and 5531), and once it is gone the engine task is cancelled (5583), "
+                     "whose `generate` aborts the request (vllm_mlx/engine_core.py:679). The oracle's bound is 8 "
+                     "decode steps; at the fuzzer's pace with the sentinel the poll alone is about 17 (the finding "
+                     "saw 16.7). A delay bounded by a poll interval, not decoding on to max_tokens, so it is not "
+                     "reported as a bug.")
 
 NEWEST = "the newest release on the package index when this zoo ran"
 MLX_LM_SNAPSHOT = ("the stored upstream snapshot (ml-explore/mlx-lm d78bf58e, 2026-08-22) predates 0.32.2, so "
@@ -339,6 +350,34 @@ MOS_GONE_STREAM = Report(
              "process's chunk loop was not changed; no issue found for it; " + MOS_SNAPSHOT,
 )
 
+MOS_STOP = Report(
+    headline="mlx-openai-server: a `stop` sequence is matched only as the token ids of its own encoding "
+             "(`BatchScheduler.build_state_machine`), never in the decoded text, so one the model produces inside "
+             "a longer token is not seen: the answer runs on and returns the stop sequence",
+    affected="mlx-openai-server 1.8.1 (" + NEWEST + "), `--model-type lm` with its default batch scheduler, "
+             "chat completions streamed and not",
+    happens="a greedy chat answer repeats \" six\" (one token of the tiny model); asked again with stop [\"six\"] "
+            "(encoded as \"si\" + \"x\") or [\"i\"], the whole answer comes back, holding the stop sequence, in "
+            "all four requests (streamed and not); finish_reason is \"stop\" although the answer ran to max_tokens "
+            "(40 of 40 tokens); a stop sequence that is exactly one of the answer's tokens (\" six\") does stop it",
+    should="end the answer at the first occurrence of the stop sequence in the decoded text, whatever tokens carry "
+           "it, and return the text before it (OpenAI's API reference for `stop`: the returned text will not "
+           "contain the stop sequence; openai-python e43b4224, src/openai/types/chat/completion_create_params.py:296); "
+           "an answer cut at max_tokens should say finish_reason \"length\"",
+    source=("app/core/batch_scheduler.py:242: each stop word becomes `tokenizer.encode(stop_word)`, a sequence of "
+            "token ids",
+            "app/core/batch_scheduler.py:249: mlx-lm's `SequenceStateMachine` matches those id sequences against the "
+            "generated ids only",
+            "app/handler/mlx_lm.py:1296: the request's `stop` goes to that state machine alone; no decoded text is "
+            "searched for it",
+            "app/api/endpoints.py:962: a streamed answer's finish_reason starts as \"stop\" and only tool calls change "
+            "it",
+            "app/api/endpoints.py:1179: a non-streaming answer's finish_reason is \"stop\" whatever ended it"),
+    upstream="not fixed in 1.8.1; no issue about stop sequences found in the tracker search; the same class (stop "
+             "words matched as token ids only) was reported against mlx_lm.server in ml-explore/mlx-examples#524 "
+             "(2024, closed); " + MOS_SNAPSHOT,
+)
+
 MLX_VLM_GONE = Report(
     headline="mlx_vlm.server: a non-streaming chat completion decodes to the end after its client has gone: "
              "`_blocking_generate` iterates the request's token iterator in a worker thread and closes it (which "
@@ -500,7 +539,7 @@ RECIPES: tuple[Recipe, ...] = (
         known=(Known("stream-swallows-cancel", STREAM_SWALLOWS_CANCEL, "vllm_stream_swallows_cancel.py",
                      ("--model", "{model}", "--engine", "batched"), ("cancel-swallowed",), engine_api=True,
                      report=VLLM_SWALLOW),),
-        why_unconfirmed=(("rest-drift", REST_DRIFT_UNREPLAYED),),
+        why_unconfirmed=(("rest-drift", REST_DRIFT_UNREPLAYED), ("compute-after-disconnect", VLLM_BATCHED_POLL)),
     ),
     Recipe(
         name="mlx-openai-server",
@@ -524,7 +563,10 @@ RECIPES: tuple[Recipe, ...] = (
                Known("gone-stream", "keeps decoding in its model worker process for a streaming client that has "
                      "gone", "gone_client_keeps_decoding.py",
                      ("--model", "tiny", "--tokens", "1500", "--mode", "stream"),
-                     ("abort-ignored", "compute-after-disconnect"), gone="stream", report=MOS_GONE_STREAM)),
+                     ("abort-ignored", "compute-after-disconnect"), gone="stream", report=MOS_GONE_STREAM),
+               Known("stop-sequence-returned", "a chat answer asked to stop at a sequence the model produces inside a "
+                     "longer token runs on and returns it", "stop_sequence_returned.py", ("--model", "tiny"),
+                     ("stop-string-returned",), report=MOS_STOP)),
         why_unconfirmed=(("mlx-off-owner",
                           "The sentinel saw MLX entered on the model worker process's `mlx-batch-scheduler` thread "
                           "after another thread of that process had entered it first (the owner is the first thread "

@@ -3,8 +3,9 @@
 Each needs its recipe installed (`bash ci/zoo.sh install`); one that is not is skipped with
 that command in the reason. A control run of each script checks it can also say "not shown": the same script where
 the server behaves (a streaming client, the batched engine, a single cancel, a settled stop, SimpleEngine's stream,
-a repeated prompt, a non-streaming request refused as busy with 503). gone_client_keeps_decoding.py measures the
-server's whole process tree; its control (mlx-lm, a streaming client) passes with that measure too.
+a repeated prompt, a non-streaming request refused as busy with 503, stop sequences that are whole tokens of the
+answer). gone_client_keeps_decoding.py measures the server's whole process tree; its control (mlx-lm, a streaming
+client) passes with that measure too.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def test_reproducer_shows_its_bug(recipe, known):
                                ("--model", "tiny", "--routes", "chat"), ())),
     ("vllm-mlx-batched", Known("followup", "the batched engine after a cancelled stream",
                                "cancelled_stream_then_followup.py", ("--model", "tiny"), ())),
+    ("mlx-openai-server", Known("whole-token-stop", "stop sequences that are whole tokens of the answer",
+                                "stop_sequence_returned.py", ("--model", "tiny", "--stop", " six", "--stop", " buffer"),
+                                ())),
     ("vllm-mlx-simple-inproc", Known("one-cancel", "a single cancel", "vllm_simple_double_cancel.py",
                                      ("--model", "{model}", "--cancels", "1"), ())),
     ("vllm-mlx-batched-inproc", Known("settled", "stop after the request ended", "vllm_batched_stop_strands_request.py",

@@ -71,7 +71,9 @@ for stage in "${stages[@]}"; do
                 ${faults[@]+"${faults[@]}"} --report "$work/oracles/$route" >"$work/oracles-$route.log" 2>&1 &
             pids+=($!)
         done
-        python3 -m mlx_invariants fuzz --server-cmd "python3 -m mlx_invariants serve --engine batched --port {port} --stall-timeout 3" \
+        # The launched server's own stall watch at 10 s: a first use of a sampling path on CUDA (logprobs, top_p)
+        # compiles kernels for about 6.7 s, and at 3 s the server called itself stalled twice in two runs.
+        python3 -m mlx_invariants fuzz --server-cmd "python3 -m mlx_invariants serve --engine batched --port {port} --stall-timeout 10" \
             --model mlx-invariants-tiny --health /health --faults cancel,disconnect,worker-dies,worker-wedges --profile runner \
             --budget "$budget" --keep-going --report "$work/oracles/served" >"$work/oracles-served.log" 2>&1 &
         pids+=($!)

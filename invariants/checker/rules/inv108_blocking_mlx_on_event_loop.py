@@ -5,6 +5,7 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.branches import Arms
 from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.lazy_results import LazyResults
 from mlx_invariants.checker.loop_owner import LoopOwner
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
@@ -164,7 +165,15 @@ class BlockingMlxOnEventLoop(Rule):
     scheduler, whose model is built on the loop (mllm_scheduler.py@4b654c0:1001), was
     graded arguable blind. Its `EngineCore._engine_loop`, which steps on a worker and
     falls back to stepping on the loop after binding there (engine_core.py@4b654c0:326,
-    the corpus's V13b), runs MLX on two threads and is still reported."""
+    the corpus's V13b), runs MLX on two threads and is still reported.
+
+    MLX is lazy, so a hand-off can leave the work on the loop after all: a
+    coroutine that hands `lambda: model(x)` to a worker gets back an unevaluated
+    array, and converting it there (`np.array(out)`, `out.item()`, `out.tolist()`)
+    runs the whole forward pass on the loop's thread (checker/lazy_results.py).
+    exo's sharded engine converted its offloaded forward pass with `np.array` on
+    the loop (exo/inference/mlx/sharded_inference_engine.py@6662d56:96, the
+    corpus's EXO2), fixed by evaluating and converting on its MLX executor."""
 
     id = "INV108"
     catches = ("mlx-lm generation, mx.eval/synchronize, an MLX generator loop, a model's forward pass, "
@@ -178,8 +187,11 @@ class BlockingMlxOnEventLoop(Rule):
         "batch-generator-names, mlx-calls), so a differently named model or scheduler is not seen, and a "
         "model-named object whose `generate` (or whose own call) is not MLX is flagged; a lazy forward pass "
         "that only builds a graph is reported like a generation. A model's `load_weights` counts as loading "
-        "(left out). `mx.async_eval`, array methods such as "
-        "`.item()`, and a single MLX op such as `mx.array(...)` are not judged here. When the loop steps an "
+        "(left out). `mx.async_eval`, and a single MLX op such as `mx.array(...)` are not judged here; "
+        "`np.array`/`np.asarray`, `.item()` and `.tolist()` are judged only on the value an awaited hand-off "
+        "returns (assigned to a name of the same coroutine, or converted in place) whose callable is a "
+        "lambda making a forward pass or an mlx.core op, or the model itself: a def handed over is taken "
+        "to evaluate what it returns, and a lazy array reaching the loop any other way is not seen. When the loop steps an "
         "object itself (its `next`/`step` runs in an async def), only the steps are reported, not the other "
         "calls on that object there (its `close()` at shutdown). A bare `mx.synchronize()` is not "
         "reported in a project on MLX 0.31.2 or later, where it waits only for the loop thread's own "
@@ -365,8 +377,61 @@ class BlockingMlxOnEventLoop(Rule):
 ''', files=_STREAMS),
         # A library's users may call what its own package never does: report-unreferenced judges that too.
         Invalid(_WARMUP, files=_UNPRIMED, options={"report-unreferenced": True}),
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+
+            import mlx.core as mx
+            import numpy as np
+
+            class Scorer:
+                def __init__(self, model):
+                    self.model = model
+                    self._mlx_pool = ThreadPoolExecutor(max_workers=1)
+
+                async def logits_for(self, tokens):
+                    loop = asyncio.get_running_loop()
+                    raw = await loop.run_in_executor(self._mlx_pool, lambda: self.model(tokens))
+                    return np.asarray(raw)  # expect: INV108
+
+                async def norm_of(self, vector):
+                    loop = asyncio.get_running_loop()
+                    total = await loop.run_in_executor(self._mlx_pool, lambda: mx.sum(vector * vector))
+                    return total.item()  # expect: INV108
+        '''),
     ]
     VALID = [
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+
+            import mlx.core as mx
+            import numpy as np
+
+            class Scorer:
+                def __init__(self, model):
+                    self.model = model
+                    self._mlx_pool = ThreadPoolExecutor(max_workers=1)
+
+                async def logits_for(self, tokens):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._mlx_pool, lambda: np.asarray(self.model(tokens)))
+
+                async def norm_of(self, vector):
+                    loop = asyncio.get_running_loop()
+                    total = await loop.run_in_executor(self._mlx_pool, lambda: mx.sum(vector * vector).item())
+                    return total
+
+                def _top_ids(self, tokens):
+                    logits = self.model(tokens)
+                    mx.eval(logits)
+                    return logits
+
+                async def top_ids(self, tokens):
+                    loop = asyncio.get_running_loop()
+                    ids = await loop.run_in_executor(self._mlx_pool, self._top_ids, tokens)
+                    return np.asarray(ids).tolist()
+        '''),
         # Nothing in the package names `prime`: the server never runs it (checker/model/unreferenced.py).
         Valid(_WARMUP.replace("  # expect: INV108", ""), files=_UNPRIMED),
         # The loop owns MLX on its own thread (loop_owner.py): nothing of the file steps it elsewhere.
@@ -577,12 +642,18 @@ class BlockingMlxOnEventLoop(Rule):
         self.handoffs: dict[int, list[cst.Call]] = {}  # per async def: its hand-offs to a thread
         self.arms: dict[int, Arms] = {}
         self.owner = LoopOwner(ctx)
+        self.lazy = LazyResults(ctx)
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.ctx.in_async:
+            self.lazy.on_assign(node)
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.in_async:
+            self.lazy.on_call(node)
             func = node.func
             self.calls.append((CallSite(node, self.ctx.resolve(func), dotted(func), self.ctx.key(func)), self.ctx.statement))
             function = self.functions[id(node)] = self.ctx.scope.top.node
@@ -640,6 +711,10 @@ class BlockingMlxOnEventLoop(Rule):
                 text = dotted(loop.iter.func) if isinstance(loop.iter, cst.Call) else dotted(loop.iter)
                 what = f"iterating `{text or 'an MLX generator'}`"
                 self.ctx.report_at(self.id, loop, statement, self.message.format(what=what))
+        for lazy in self.lazy.found:
+            what = (f"`{dotted(lazy.call.func)}(...)`, which evaluates the lazy result of `{lazy.work}` that "
+                    f"`{lazy.how}` handed back unevaluated,")
+            self.ctx.report_at(self.id, lazy.call, lazy.statement, self.message.format(what=what))
 
     def _through_helper(self, site: CallSite) -> str | None:
         """`self._step()` where `_step` is a sync def of this file that (transitively) runs MLX: what it runs."""

@@ -7,12 +7,23 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite, FunctionFacts
 from mlx_invariants.checker.names import dotted, terminal
-from mlx_invariants.checker.offload import HANDOFF_NAMES, Handoff, forwarded_handoff, handoff, unwrap_callable
+from mlx_invariants.checker.offload import (
+    HANDOFF_NAMES, Handoff, forwarded_handoff, handoff, positional, unwrap_callable,
+)
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 # A loop body that reads a name with one of these parts looks at a stop signal.
 _STOP_WORDS = ("cancel", "abort", "stop", "interrupt", "disconnect", "is_set", "shutdown", "should_")
+# `asyncio.get_running_loop()` raises off the loop's thread: a sync def that calls it runs on the loop.
+_RUNNING_LOOP = frozenset({"asyncio.get_running_loop", "asyncio.events.get_running_loop"})
+# Thread-safe queues: a thread that takes callables from one and calls them is a worker, and
+# `put`/`put_nowait` of a callable on it a hand-off (an asyncio.Queue's consumer is on the loop).
+_THREAD_QUEUES = frozenset({"queue.Queue", "queue.SimpleQueue", "queue.LifoQueue", "queue.PriorityQueue"})
+_TAKES = frozenset({"get", "get_nowait"})
+_PUTS = frozenset({"put", "put_nowait"})
+# A call in a worker's loop that hands each item to the event loop: the loop streams to a coroutine.
+_POSTS = frozenset({"call_soon_threadsafe", "run_coroutine_threadsafe"})
 
 
 @dataclass
@@ -32,23 +43,37 @@ class WorkerLoopIgnoresCancel(Rule):
     has to say how to set it. vllm-mlx's SpecPrefill path handed `_run_all` to
     the serialized worker with decode loops that never checked anything
     (engine/simple.py@38999c8:773 and :806), fixed in 122213b with a cancel event
-    checked every step and an `on_cancel` hook on the handoff."""
+    checked every step and an `on_cancel` hook on the handoff.
+
+    The same holds for any loop a worker runs to stream items to a coroutine, one
+    `call_soon_threadsafe` per item, whatever produces them, and for work handed
+    over through a thread's work queue (a `queue.Queue` whose thread takes
+    callables off it and calls them): mlx-openai-server's inference worker drained
+    a whole generator into the loop's queue for a client that had gone
+    (app/core/inference_worker.py@27f1bca:124, the corpus's OAI1), fixed in a23b2e1 with an
+    Event the stream reader sets in its `finally` and the loop checks per item."""
 
     id = "INV121"
     catches = "a decode loop handed to a worker thread from async code that never checks for cancellation"
     message = (
-        "this loop generates on a worker thread ({how} in `{coroutine}`) and checks no stop signal: cancelling "
-        "`{coroutine}` leaves it generating every remaining token; test a cancel Event each step and set it "
-        "from the coroutine's CancelledError handler (or pass a cancel hook)"
+        "this loop generates on a worker thread ({how} in `{coroutine}`) and checks no stop signal: once "
+        "`{coroutine}`'s caller is cancelled or stops reading, it goes on generating every remaining token; "
+        "test a cancel Event each step and set it when the caller is cancelled or its stream is closed "
+        "(or pass a cancel hook)"
     )
     known_problems = (
         "A decode loop is a `for` over an MLX generator (stream_generate, a model's stream_chat) or any `for` "
-        "whose body runs a generation step, in the handed-over callable or a def of this file it calls. A "
+        "whose body runs a generation step or hands each item to the event loop (`call_soon_threadsafe`, "
+        "`run_coroutine_threadsafe`), in the handed-over callable or a def of this file it calls. A hand-off "
+        "is `to_thread`, `run_in_executor`, an executor's `submit`, a helper forwarding to one, or `put` / "
+        "`put_nowait` on a `queue.Queue` that some def of this file takes items from and calls (a worker's "
+        "queue of callables), made in an async def or in a sync def that calls `asyncio.get_running_loop()` "
+        "(so runs on the loop). A "
         "stop check is any name in the loop body containing cancel, abort, stop, interrupt, disconnect, "
         "is_set, shutdown or should_; a handoff passing a keyword named like one (`on_cancel=`) counts as "
-        "wired. A worker started from sync code, or a `while` loop, is not judged."
+        "wired. A worker fed from other sync code, or a `while` loop, is not judged."
     )
-    triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking"))
+    triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking", ".put"))
 
     INVALID = [
         Invalid('''
@@ -76,6 +101,37 @@ class WorkerLoopIgnoresCancel(Rule):
 
                     for text in await self._run_serialized(run_all):
                         yield text
+        '''),
+        Invalid('''
+            import asyncio
+            import queue
+            import threading
+
+            class TokenPump:
+                def __init__(self):
+                    self._jobs = queue.Queue()
+                    threading.Thread(target=self._serve, daemon=True).start()
+
+                def _serve(self):
+                    while True:
+                        job = self._jobs.get()
+                        job()
+
+                def stream(self, make_tokens, prompt):
+                    loop = asyncio.get_running_loop()
+                    inbox = asyncio.Queue()
+
+                    def pump():
+                        for token in make_tokens(prompt):  # expect: INV121
+                            loop.call_soon_threadsafe(inbox.put_nowait, token)
+                        loop.call_soon_threadsafe(inbox.put_nowait, None)
+
+                    self._jobs.put(pump)
+                    return self._drain(inbox)
+
+                async def _drain(self, inbox):
+                    while (token := await inbox.get()) is not None:
+                        yield token
         '''),
     ]
     VALID = [
@@ -132,14 +188,55 @@ class WorkerLoopIgnoresCancel(Rule):
                     for text in await self._run_serialized(run_all, on_cancel=progress.halt):
                         yield text
         '''),
+        Valid('''
+            import asyncio
+            import queue
+            import threading
+
+            class TokenPump:
+                def __init__(self):
+                    self._jobs = queue.Queue()
+                    threading.Thread(target=self._serve, daemon=True).start()
+
+                def _serve(self):
+                    while True:
+                        job = self._jobs.get()
+                        job()
+
+                def stream(self, make_tokens, prompt):
+                    loop = asyncio.get_running_loop()
+                    inbox = asyncio.Queue()
+                    reader_gone = threading.Event()
+
+                    def pump():
+                        for token in make_tokens(prompt):
+                            if reader_gone.is_set():
+                                break
+                            loop.call_soon_threadsafe(inbox.put_nowait, token)
+                        loop.call_soon_threadsafe(inbox.put_nowait, None)
+
+                    self._jobs.put(pump)
+                    return self._drain(inbox, reader_gone)
+
+                async def _drain(self, inbox, reader_gone):
+                    try:
+                        while (token := await inbox.get()) is not None:
+                            yield token
+                    finally:
+                        reader_gone.set()
+        '''),
     ]
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
         self.loops: dict[int, list[_Loop]] = {}
         self.awaited: set[int] = set()
-        self.handoffs: list[tuple[cst.Call, str, int]] = []  # handoffs in async defs: coroutine name and node id
+        # Calls that may hand work over: coroutine (or loop-side def) name, node id, and whether it is async.
+        self.handoffs: list[tuple[cst.Call, str, int, bool]] = []
         self.parents: dict[int, int] = {}  # def or lambda -> the def it is nested in
+        self.on_loop: set[int] = set()  # sync defs that call asyncio.get_running_loop()
+        self.taken: dict[tuple[int, str], str] = {}  # (def, name) -> the queue key `name = queue.get()` reads
+        self.called: set[tuple[int, str]] = set()  # (def, name) of each `name(...)`
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.parents[id(node)] = id(self.ctx.scope.top.node)
@@ -155,18 +252,33 @@ class WorkerLoopIgnoresCancel(Rule):
             self.ctx.pin(node.iter)
             self.loops.setdefault(id(self.ctx.scope.top.node), []).append(_Loop(node, self.ctx.statement))
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _TAKES
+                and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)):
+            key = self.ctx.key(value.func.value)
+            if key:
+                self.taken[id(self.ctx.scope.top.node), node.targets[0].target.value] = key
+
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.in_async:
-            frame = self.ctx.scope.top
-            self.handoffs.append((node, frame.name, id(frame.node)))
+        frame = self.ctx.scope.top
+        if isinstance(node.func, cst.Name):
+            self.called.add((id(frame.node), node.func.value))
+        if self.ctx.resolve(node.func) in _RUNNING_LOOP:
+            self.on_loop.add(id(frame.node))
+        if self.ctx.in_async or isinstance(frame.node, cst.FunctionDef):
+            self.handoffs.append((node, frame.name, id(frame.node), self.ctx.in_async))
             for arg in node.args:
                 if isinstance(arg.value, cst.Name | cst.Attribute):
                     self.ctx.pin(arg.value)
 
     def end(self) -> None:
         reported: set[int] = set()
-        for call, coroutine, where in self.handoffs:
-            work = self._handoff(call)
+        work_queues = self._work_queues()
+        for call, coroutine, where, in_async in self.handoffs:
+            if not in_async and where not in self.on_loop:
+                continue
+            work = self._handoff(call, work_queues)
             if work is None or _wired(call):
                 continue
             target = unwrap_callable(work.target, self.ctx)
@@ -179,10 +291,18 @@ class WorkerLoopIgnoresCancel(Rule):
                     message = self.message.format(how=how, coroutine=coroutine)
                     self.ctx.report_at(self.id, loop.node, loop.statement, message)
 
-    def _handoff(self, call: cst.Call) -> Handoff | None:
+    def _handoff(self, call: cst.Call, work_queues: set[str]) -> Handoff | None:
         if terminal(call.func) in HANDOFF_NAMES:
             return handoff(call, self.ctx)
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PUTS and self.ctx.key(func.value) in work_queues:
+            return Handoff(call, "a work queue", positional(call, 0), None)
         return forwarded_handoff(call, self.ctx)
+
+    def _work_queues(self) -> set[str]:
+        """Thread-safe queues some def of this file takes an item from and calls: its work queue."""
+        return {key for (where, name), key in self.taken.items()
+                if (where, name) in self.called and self.ctx.facts.constructed_by(key) & _THREAD_QUEUES}
 
     def _closure(self, target: cst.BaseExpression, where: int) -> list[FunctionFacts]:
         """The handed-over callable and the defs of this file it calls, nested defs resolved in scope."""
@@ -225,10 +345,13 @@ class WorkerLoopIgnoresCancel(Rule):
         return found
 
     def _generates(self, loop: cst.For, function: FunctionFacts) -> bool:
+        """A decode loop: over an MLX generator, running a generation step, or handing each item to the
+        event loop (a stream a coroutine consumes, whatever produces it)."""
         if mlx_api.is_mlx_generator(loop.iter, self.ctx):
             return True
         body = {id(n) for n in descendants(loop.body, OWN_BODY_STOP) if isinstance(n, cst.Call)}
-        return any(id(site.node) in body and self._steps(site) for site in function.calls)
+        return any(id(site.node) in body and (self._steps(site) or terminal(site.node.func) in _POSTS)
+                   for site in function.calls)
 
     def _steps(self, site: CallSite) -> bool:
         """A generation step: blocking MLX, or calling the model (`model(y)`, `self._model(...)`)."""

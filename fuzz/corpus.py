@@ -4,8 +4,9 @@ Each is what the fuzzer shrank the corresponding bug to: the regression
 catalogue's entries the fuzzer must kill name theirs (`Mutant.seed`, see
 tests/mutants/test_fuzz_kills.py); together they replay the history this
 harness exists to prevent from coming back. After them come a few scenarios
-for a class of bug no entry seeds (`CLASS_SCENARIOS`, each tried where the
-target marks the points it aims at), one request of each transport asking
+for a class of bug no entry seeds (`CLASS_SCENARIOS`); seeds and class
+scenarios alike are tried only where the target marks the points they aim at
+(`aimed_within`), one request of each transport asking
 for every field of the request surface (`surface_tour`) and, where the
 target reports its capacity, one burst past it (`burst`): generation draws
 each only now and then.
@@ -56,6 +57,9 @@ CLASS_SCENARIOS: dict[str, Scenario] = {
     "cancelled_while_owner_steps": Scenario((RequestSpec("r0", 1, 8, False),
                                              RequestSpec("r1", 1, 12, False, arrival=At("r0", "BEFORE_DECODE", 2))),
                                             (FaultSpec("cancel", At("r1", "ADMITTED")),)),
+    # a shutdown as a request is handed in, before its worker took it: an engine that stops its loop and ends
+    # only what the loop had started leaves that request waiting for ever
+    "shutdown_as_one_arrives": _one("shutdown", max_tokens=4),
     # an MLX error in a decode step two requests share: the engine fails what the step held and recovers, and
     # an engine that rebuilds its generator but keeps some of the old books holds them at rest
     "step_fails_under_two": Scenario((RequestSpec("r0", 1, 4, False), RequestSpec("r1", 1, 4, False)),
@@ -65,12 +69,14 @@ CLASS_SCENARIOS: dict[str, Scenario] = {
 BURST_TOKENS = 4  # each burst request still decodes while the ones after it start
 
 
-def class_scenarios(points: tuple[str, ...]) -> list[Scenario]:
-    """The class scenarios whose every aimed point is among `points`, the target's."""
+def aimed_within(scenarios: dict[str, Scenario], points: tuple[str, ...]) -> list[Scenario]:
+    """The scenarios whose every aimed point is among `points`, the target's: one aimed at a point the target
+    never reaches runs with no fault at all, a scenario spent (an engine that marks two points saves four
+    of the seeds, and its shutdowns restart it)."""
     def aims(scenario: Scenario) -> set[str]:
         return {f.at.point for f in scenario.faults} | {r.arrival.point for r in scenario.requests if r.arrival}
 
-    return [s for s in CLASS_SCENARIOS.values() if aims(s) <= set(points)]
+    return [s for s in scenarios.values() if aims(s) <= set(points)]
 
 
 def surface_tour(top_logprobs: int) -> Scenario:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from mlx_invariants.fuzz.aims import Aims, aims_for
 from mlx_invariants.fuzz.case import dumps_case
-from mlx_invariants.fuzz.corpus import SEED_SCENARIOS, burst, class_scenarios, surface_tour
+from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, aimed_within, burst, surface_tour
 from mlx_invariants.fuzz.defaults import BUDGET_GRACE_S, FIRST_START_S, FIRST_USE_STALL_S
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import ViolationFound
@@ -482,14 +482,16 @@ class _Fuzz:
     def seed_corpus(self) -> list[Scenario]:
         """What every run tries first (fuzz/corpus.py): the catalogue's seeds; where the target's capacity is
         known (given, or read by the baseline), a burst of one request past it (no more than `requests_for`
-        allows); the class scenarios aimed at points the target marks; the request surface's tour. The burst
+        allows); the class scenarios; the request surface's tour. Seeds and class scenarios only where they
+        aim at points the target marks. The burst
         goes before the rest: a short budget on a loaded box can end inside the corpus, and one scenario of
         many requests finds more than one of a few."""
         requests = requests_for(self.profile, self.settings.capacity, self.capacity)
         bursts = [burst(min(requests.capacity, requests.most - 1))] if requests.capacity is not None else []
         # over HTTP the sampled token's log-probability only, as generation asks (`search`)
         tour = surface_tour(0 if self.target.kind.over_http else 2)
-        return [*SEED_SCENARIOS.values(), *bursts, *class_scenarios(self.target.points), tour]
+        points = self.target.points
+        return [*aimed_within(SEED_SCENARIOS, points), *bursts, *aimed_within(CLASS_SCENARIOS, points), tour]
 
     def _round(self, strategy: Any, explicit: list[Scenario], count: int, seed: Optional[int], derandomize: bool,
                phases: tuple[str, ...]) -> None:

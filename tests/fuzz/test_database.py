@@ -96,7 +96,8 @@ def test_a_failure_one_runner_found_is_the_next_runners_first_example(tmp_path: 
     second, summary = _fuzz(tmp_path / "pull-request", "--database", redis_url, "--database-readonly")
     assert second.returncode == 1, second.stdout + second.stderr
     [again] = summary["findings"]
-    assert again["signature"] == finding["signature"]
+    # The same scenario; which of the two MLX-on-the-loop oracles speaks first is the threads' timing.
+    assert again["scenario"] == finding["scenario"] and again["oracle"] in ("mlx-off-owner", "mlx-concurrent")
     assert again["examples_before"] == 1 and summary["examples"] == 1, summary
     assert _contents(redis_url) == written, "a read-only run wrote to the database"
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, burst, class_scenarios, surface_tour
+from mlx_invariants.fuzz.corpus import CLASS_SCENARIOS, SEED_SCENARIOS, aimed_within, burst, surface_tour
 from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.session import run_scenario
@@ -29,10 +29,15 @@ def _plant(factory: pytest.TempPathFactory, name: str, *edits: Edit) -> str:
     return import_copy(dataclasses.replace(base, id=name, edits=edits, routes=("batched",)), factory.mktemp("plants"))
 
 
-def test_a_burst_holds_one_request_more_than_the_capacity_and_class_scenarios_need_their_points():
+def test_a_burst_holds_one_request_more_than_the_capacity_and_seeds_and_class_scenarios_need_their_points():
     assert len(burst(28).requests) == 29
-    assert class_scenarios(Target.reference("batched").points) == list(CLASS_SCENARIOS.values())
-    assert class_scenarios(("ADMITTED", "CHUNK_SENT")) == []
+    every = Target.reference("batched").points
+    assert aimed_within(CLASS_SCENARIOS, every) == list(CLASS_SCENARIOS.values())
+    assert aimed_within(SEED_SCENARIOS, every) == list(SEED_SCENARIOS.values())
+    two = ("ADMITTED", "CHUNK_SENT")  # what vllm-mlx's engines declare (zoo/vllm_engines.py)
+    assert aimed_within(CLASS_SCENARIOS, two) == [CLASS_SCENARIOS["shutdown_as_one_arrives"]]
+    kept = aimed_within(SEED_SCENARIOS, two)
+    assert SEED_SCENARIOS["lock_freed_on_cancel"] in kept and SEED_SCENARIOS["shutdown_leaves_waiters"] not in kept
 
 
 @pytest.fixture(scope="module")
@@ -125,4 +130,49 @@ def test_a_request_cancelled_as_it_arrives_mid_step_is_never_decoded(aborts_only
     scenario = CLASS_SCENARIOS["cancelled_while_owner_steps"]
     found = judge(run_scenario(Target.reference("batched", package=aborts_only_started_rows).build(), scenario))
     assert "abort-ignored" in {v.kind for v in found}, found
+    assert judge(run_scenario(Target.reference("batched").build(), scenario)) == []
+
+
+@pytest.fixture(scope="module")
+def stop_drops_the_inbox(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The batched engine whose owner polls its inbox every 0.2 s and goes when asked to stop before it takes the
+    inbox again, ending only what it had taken, and whose shutdown stops the owner at once and leaves the streams
+    still open as they are: a request handed in just before the shutdown waits for ever (vllm-mlx 0.6.0's
+    `stop()`, docs/zoo.md, is this class)."""
+    edits = (Edit("engine/owner.py", """
+        self._wake.wait()
+        """, """
+        time.sleep(0.2)
+        """), Edit("engine/batched.py", """
+        self._wait_if_idle()
+        new, aborts = self._take_inbox()
+        """, """
+        self._wait_if_idle()
+        if self.stopping:
+            return
+        new, aborts = self._take_inbox()
+        """), Edit("engine/batched.py", """
+        for pending in [*self._waiting, *queued]:
+        """, """
+        for pending in self._waiting:
+        """), Edit("engine/frontend.py", """
+        await self._wait_streams_ended(grace_s)
+        for stream in list(self._streams.values()):
+            stream.abort()
+        await self._wait_streams_ended(max(grace_s, 1.0))
+        """, """
+        """), Edit("engine/frontend.py", """
+        for stream in list(self._streams.values()):
+            stream.push_terminal_if_open("the engine shut down")
+        """, """
+        """))
+    return _plant(tmp_path_factory, "stop-drops-the-inbox", *edits)
+
+
+def test_a_shutdown_as_a_request_arrives_finds_an_engine_that_strands_what_it_was_handed(stop_drops_the_inbox: str):
+    scenario = CLASS_SCENARIOS["shutdown_as_one_arrives"]
+    found = judge(run_scenario(Target.reference("batched", package=stop_drops_the_inbox).build(), scenario))
+    assert {"shutdown-left-waiter", "stalled"} & {v.kind for v in found}, found
+    seed = SEED_SCENARIOS["shutdown_leaves_waiters"]  # the catalogue's seed: the request already decoding
+    assert judge(run_scenario(Target.reference("batched", package=stop_drops_the_inbox).build(), seed)) == []
     assert judge(run_scenario(Target.reference("batched").build(), scenario)) == []

@@ -20,7 +20,8 @@ logs=$(mktemp -d)
 pids=()
 for i in "${!GROUPS_[@]}"; do
     # shellcheck disable=SC2086  # each group is a list of folders
-    "${PYTEST[@]}" ${GROUPS_[$i]} >"$logs/$i.log" 2>&1 &
+    # the slowest tests of each group named at the end: where the suite's time goes, on every run
+    "${PYTEST[@]}" --durations=15 ${GROUPS_[$i]} >"$logs/$i.log" 2>&1 &
     pids+=($!)
 done
 status=0

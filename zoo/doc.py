@@ -68,7 +68,7 @@ def write(result: dict[str, Any]) -> str:
         "Scenarios: distinct scenarios the fuzzer ran in its budget. Confirmed: fuzzer findings a reproducer "
         "shows. Reproducer only: bugs a reproducer shows that the fuzzer did not find within its budget. "
         "Unconfirmed: findings no reproducer shows (the server's section says why for each). False alarms: "
-        "findings that reading the server's code showed to be wrong.",
+        "findings that reading the server's code, or the fuzzer's, showed to be wrong.",
         "",
         "| server | version | scenarios | bugs confirmed | bugs only a reproducer shows | unconfirmed | "
         "false alarms | verdict |",
@@ -161,13 +161,23 @@ def _server(server: dict) -> list[str]:
         out.append(f"The fuzzer found nothing in {server.get('examples', 0)} scenarios; "
                    "the bugs below come from reproducers.")
     ctx = _context(server)
-    for title, findings in (("Bugs found by the fuzzer", confirmed), ("Unconfirmed findings", unconfirmed)):
+    false_alarms = _false_alarms(server["name"])
+    wrong = [f for f in unconfirmed if f["oracle"] in false_alarms]
+    unconfirmed = [f for f in unconfirmed if f not in wrong]
+    for title, findings in (("Bugs found by the fuzzer", confirmed), ("Unconfirmed findings", unconfirmed),
+                            ("False alarms", wrong)):
         if findings:
             out += ["", f"### {title}", ""]
             if title.startswith("Unconfirmed"):
                 out += ["No reproducer shows these without the harness; they are not reported as bugs.", ""]
+            if title.startswith("False"):
+                out += ["Reading the server's code, or the fuzzer's, showed these findings to be wrong; they are "
+                        "not reported.", ""]
             for finding in findings:
-                out += _finding(finding, ctx, _why_unconfirmed(server["name"]).get(finding["oracle"], ""))
+                if finding in wrong:
+                    out += _finding(finding, ctx, false_alarm=false_alarms[finding["oracle"]])
+                else:
+                    out += _finding(finding, ctx, _why_unconfirmed(server["name"]).get(finding["oracle"], ""))
     if known:
         out += ["", "### Bugs shown by a reproducer that the fuzzer did not find within its budget", ""]
         for bug in known:
@@ -255,7 +265,7 @@ def _in_process(server: dict) -> bool:
     return server.get("command", "").startswith("invariants fuzz --engine")
 
 
-def _finding(finding: dict, ctx: dict, why_unconfirmed: str = "") -> list[str]:
+def _finding(finding: dict, ctx: dict, why_unconfirmed: str = "", false_alarm: str = "") -> list[str]:
     replayed = finding.get("replayed")
     rate = f"{replayed[0]}/{replayed[1]}" if replayed else "not replayed"
     out = [f"#### `{finding['oracle']}` ({finding['status']}, id {finding['id']})", "",
@@ -272,7 +282,9 @@ def _finding(finding: dict, ctx: dict, why_unconfirmed: str = "") -> list[str]:
                 _compact(finding["scenario_json"]), "```", "", "</details>"]
     out.append("")
     reproducer: Optional[dict] = finding.get("reproducer")
-    if reproducer:
+    if false_alarm:
+        out += [f"- false alarm: {false_alarm}", ""]
+    elif reproducer:
         out += [f"- the bug, as its reproducer shows it: {_title(reproducer, ctx)}"]
         out += _reproducer_block(reproducer, ctx)
     else:

@@ -210,6 +210,19 @@ def test_an_unconfirmed_finding_says_why_it_has_no_reproducer():
     assert "- reproducer: none yet" in unexplained
 
 
+def test_a_false_alarm_is_listed_apart_with_why_it_is_wrong():
+    """A finding the recipe names a false alarm is counted as one and shown under its own heading with the reason,
+    not among the unconfirmed ones; another oracle's finding of that server stays unconfirmed."""
+    server = {**_server("mlx-openai-server"),
+              "findings": [_fuzz_finding("request-crashed", []), _fuzz_finding("mlx-gc", [])]}
+    page = doc.write({**CANNED, "servers": [server]})
+    assert "| 0 | 0 | 1 (`mlx-gc`) | 1 | unconfirmed findings only |" in page
+    unconfirmed, wrong = page.split("### Unconfirmed findings")[1].split("### False alarms")
+    assert "`mlx-gc`" in unconfirmed and "`request-crashed`" not in unconfirmed
+    assert "`request-crashed`" in wrong
+    assert "- false alarm: " + dict(find("mlx-openai-server").false_alarms)["request-crashed"] in wrong
+
+
 def test_a_reproducer_on_the_engine_api_is_run_by_the_servers_python():
     engine_api = {"slug": "e", "script": "e.py", "args": ["--model", "{model}"], "codes": [1], "output": "BUG",
                   "in_process": True}

@@ -388,11 +388,11 @@ class BatchedEngine(EngineFrontend):
         self._owner.abort(rid)
 
     def broken_invariants(self) -> list[str]:
-        """On the owner thread: no more requests started, nor rows in the generator, than the batch's seats
+        """Adds, on the owner thread: no more requests started, nor rows in the generator, than the batch's seats
         (a burst started past them stalls every running stream for its prefills and strands its extra rows)."""
         owner = self._owner
         if owner is None or threading.current_thread() is not owner:
-            return []
+            return super().broken_invariants()
         held = owner.seats()
         return [f"{held[count]} {what}, more than the batch's {owner.max_batch} seats"
                 for count, what in (("running", "requests started"), ("rows", "rows in the generator"))

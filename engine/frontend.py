@@ -85,8 +85,13 @@ class EngineFrontend:
 
     def broken_invariants(self) -> list[str]:
         """What the engine's own books say is wrong now, judged only where they are consistent (a route's owner
-        thread, between its steps); [] when every invariant holds. A harness calls it at each named point."""
-        return []
+        thread, between its steps; the admission's, on the loop); [] when every invariant holds. A harness calls
+        it at each named point. Here: no more requests wait for admission than its queue (none in fail-fast,
+        whose busy answer comes in the same loop turn)."""
+        if not on_loop_thread():
+            return []
+        waiting, bound = self._admission.waiting, self._admission.max_queue
+        return [f"{waiting} requests wait for admission, more than its queue of {bound}"] if waiting > bound else []
 
     @property
     def unavailable(self) -> Optional[Unavailable]:
@@ -321,3 +326,12 @@ class EngineFrontend:
             _, not_done = await asyncio.wait(pending, timeout=timeout)
             for task in not_done:
                 task.cancel()
+
+
+def on_loop_thread() -> bool:
+    """Whether the caller runs an event loop: the engine's loop-side books are consistent only there."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

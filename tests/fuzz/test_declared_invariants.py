@@ -1,5 +1,7 @@
 """Invariants an engine declares (`broken_invariants`) are asked at every point it reaches, and one that
-does not hold is `engine-invariant-broken`: the batched reference engine's seats, judged on its owner thread."""
+does not hold is `engine-invariant-broken`: the batched reference engine's seats, judged on its owner thread, and
+both routes' admission books (a queue within its bound; on the serialized route one request past admission at a
+time), judged on the loop."""
 
 from __future__ import annotations
 
@@ -73,3 +75,55 @@ def test_asking_for_the_invariants_inside_the_owners_critical_section_does_not_d
     run.join(120)
     assert not run.is_alive(), "the scenario never ended: the invariant check waited for a lock its thread held"
     assert not [v for v in found if v.kind == "engine-invariant-broken"], found
+
+
+# Two more requests at once than the serialized route holds (its slot and a wait queue of 4, as the fuzzer runs
+# it): the last ones must wait in admission's queue or be refused, never wait anywhere else.
+CROWD = Scenario(tuple(RequestSpec(f"r{i}", 3, 12, True) for i in range(7)), followup=False)
+
+
+def _plant(factory: pytest.TempPathFactory, name: str, route: str, *edits: Edit) -> str:
+    base = next(m for m in CATALOGUE if route in m.routes)
+    return import_copy(dataclasses.replace(base, id=name, edits=edits, routes=(route,)), factory.mktemp("plants"))
+
+
+@pytest.fixture(scope="module")
+def queues_behind_the_lock(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The serialized route whose admission lets a busy request through to wait for the generation lock instead
+    of refusing it: it never leaves admission's books, and waits with no bound."""
+    edit = Edit("engine/admission.py", """
+        if len(self._waiters) >= self.max_queue:
+            raise self._busy("the engine is busy generating")
+        """, """
+        if len(self._waiters) >= self.max_queue:
+            self.holders += 1  # let it queue on the engine's own lock: it gets its turn
+            return
+        """)
+    return _plant(tmp_path_factory, "queues-behind-the-lock", "simple", edit)
+
+
+@pytest.fixture(scope="module")
+def queue_counts_from_the_holders(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Both routes' admission measuring its queue's bound from the requests it holds: one more may wait."""
+    edit = Edit("engine/admission.py", """
+        if len(self._waiters) >= self.max_queue:
+        """, """
+        if len(self._waiters) >= self.max_queue + self.holders:
+        """)
+    return _plant(tmp_path_factory, "queue-counts-from-the-holders", "simple", edit)
+
+
+def test_a_request_let_past_admission_to_wait_on_the_generation_lock_breaks_the_serialized_route(
+        queues_behind_the_lock: str):
+    found = judge(run_scenario(Target.reference("simple", package=queues_behind_the_lock).build(), CROWD))
+    assert [v for v in found if v.kind == "engine-invariant-broken" and "generation slot" in v.message], found
+
+
+def test_an_admission_queue_one_past_its_bound_breaks_it(queue_counts_from_the_holders: str):
+    found = judge(run_scenario(Target.reference("simple", package=queue_counts_from_the_holders).build(), CROWD))
+    assert [v for v in found if v.kind == "engine-invariant-broken" and "wait for admission" in v.message], found
+
+
+@pytest.mark.parametrize("route", ["simple", "batched"])
+def test_the_reference_routes_keep_their_admission_books_under_a_crowd(route: str):
+    assert judge(run_scenario(Target.reference(route).build(), CROWD)) == []

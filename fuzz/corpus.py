@@ -6,7 +6,7 @@ tests/mutants/test_fuzz_kills.py); together they replay the history this
 harness exists to prevent from coming back. After them come a few scenarios
 for a class of bug no entry seeds (`CLASS_SCENARIOS`); seeds and class
 scenarios alike are tried only where the target marks the points they aim at
-(`aimed_within`), one request of each transport asking
+and takes the faults they deliver (`aimed_within`), one request of each transport asking
 for every field of the request surface (`surface_tour`) and, where the
 target reports its capacity, one burst past it (`burst`): generation draws
 each only now and then.
@@ -69,14 +69,17 @@ CLASS_SCENARIOS: dict[str, Scenario] = {
 BURST_TOKENS = 4  # each burst request still decodes while the ones after it start
 
 
-def aimed_within(scenarios: dict[str, Scenario], points: tuple[str, ...]) -> list[Scenario]:
-    """The scenarios whose every aimed point is among `points`, the target's: one aimed at a point the target
-    never reaches runs with no fault at all, a scenario spent (an engine that marks two points saves four
-    of the seeds, and its shutdowns restart it)."""
+def aimed_within(scenarios: dict[str, Scenario], points: tuple[str, ...], kinds: tuple[str, ...]) -> list[Scenario]:
+    """The scenarios whose every aimed point is among `points` and every fault among `kinds`, the target's: one
+    aimed at a point the target never reaches runs with no fault at all, a scenario spent (an engine that marks
+    two points saves four of the seeds, and its shutdowns restart it); a fault the target does not take does
+    something else there (a launched server is not shut down by the fuzzer: its `shutdown` closes the
+    fuzzer's own client, which cut requests still waiting)."""
     def aims(scenario: Scenario) -> set[str]:
         return {f.at.point for f in scenario.faults} | {r.arrival.point for r in scenario.requests if r.arrival}
 
-    return [s for s in scenarios.values() if aims(s) <= set(points)]
+    return [s for s in scenarios.values()
+            if aims(s) <= set(points) and {f.kind for f in s.faults} <= set(kinds)]
 
 
 def surface_tour(top_logprobs: int) -> Scenario:

@@ -483,15 +483,15 @@ class _Fuzz:
         """What every run tries first (fuzz/corpus.py): the catalogue's seeds; where the target's capacity is
         known (given, or read by the baseline), a burst of one request past it (no more than `requests_for`
         allows); the class scenarios; the request surface's tour. Seeds and class scenarios only where they
-        aim at points the target marks. The burst
+        aim at points the target marks, with faults it takes. The burst
         goes before the rest: a short budget on a loaded box can end inside the corpus, and one scenario of
         many requests finds more than one of a few."""
         requests = requests_for(self.profile, self.settings.capacity, self.capacity)
         bursts = [burst(min(requests.capacity, requests.most - 1))] if requests.capacity is not None else []
         # over HTTP the sampled token's log-probability only, as generation asks (`search`)
         tour = surface_tour(0 if self.target.kind.over_http else 2)
-        points = self.target.points
-        return [*aimed_within(SEED_SCENARIOS, points), *bursts, *aimed_within(CLASS_SCENARIOS, points), tour]
+        aims = (self.target.points, self.target.fault_kinds)
+        return [*aimed_within(SEED_SCENARIOS, *aims), *bursts, *aimed_within(CLASS_SCENARIOS, *aims), tour]
 
     def _round(self, strategy: Any, explicit: list[Scenario], count: int, seed: Optional[int], derandomize: bool,
                phases: tuple[str, ...]) -> None:

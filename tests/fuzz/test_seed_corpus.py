@@ -31,13 +31,18 @@ def _plant(factory: pytest.TempPathFactory, name: str, *edits: Edit) -> str:
 
 def test_a_burst_holds_one_request_more_than_the_capacity_and_seeds_and_class_scenarios_need_their_points():
     assert len(burst(28).requests) == 29
-    every = Target.reference("batched").points
-    assert aimed_within(CLASS_SCENARIOS, every) == list(CLASS_SCENARIOS.values())
-    assert aimed_within(SEED_SCENARIOS, every) == list(SEED_SCENARIOS.values())
-    two = ("ADMITTED", "CHUNK_SENT")  # what vllm-mlx's engines declare (zoo/vllm_engines.py)
-    assert aimed_within(CLASS_SCENARIOS, two) == [CLASS_SCENARIOS["shutdown_as_one_arrives"]]
-    kept = aimed_within(SEED_SCENARIOS, two)
+    reference = Target.reference("batched")
+    every = (reference.points, reference.fault_kinds)
+    assert aimed_within(CLASS_SCENARIOS, *every) == list(CLASS_SCENARIOS.values())
+    assert aimed_within(SEED_SCENARIOS, *every) == list(SEED_SCENARIOS.values())
+    two = (("ADMITTED", "CHUNK_SENT"), reference.fault_kinds)  # the points vllm-mlx's engines declare
+    assert aimed_within(CLASS_SCENARIOS, *two) == [CLASS_SCENARIOS["shutdown_as_one_arrives"]]
+    kept = aimed_within(SEED_SCENARIOS, *two)
     assert SEED_SCENARIOS["lock_freed_on_cancel"] in kept and SEED_SCENARIOS["shutdown_leaves_waiters"] not in kept
+    # A launched server is not shut down by the fuzzer: no corpus scenario delivers a shutdown to one.
+    server = Target.server("python -m some.server --port {port}")
+    assert "shutdown" not in {f.kind for s in aimed_within({**SEED_SCENARIOS, **CLASS_SCENARIOS}, server.points,
+                                                           server.fault_kinds) for f in s.faults}
 
 
 @pytest.fixture(scope="module")

@@ -580,8 +580,10 @@ RECIPES: tuple[Recipe, ...] = (
                        "while the request still waits on it; the server is not stopped. The trace (seed 3661035569, "
                        "2026-11-27 19:59) has the fault at 42.9137 s and the request's ReadError 3 ms later, the "
                        "server never having answered: the connection was cut by the client, which no server can "
-                       "answer on. A matter of the fuzzer (its `closed_by_stopping_server` leaves out only requests "
-                       "not yet admitted), not of this server."),),
+                       "answer on. A matter of the fuzzer, not of this server: the scenario was the seed corpus's "
+                       "`shutdown_as_one_arrives` (3e22b8a), which reached launched servers although they take no "
+                       "shutdown fault; since d94effe a corpus scenario runs only where the target takes its "
+                       "faults."),),
     ),
     MLX_VLM,
     RAPID_MLX,

@@ -14,7 +14,8 @@
 # returns); ci/gpu/report.py turns those folders into docs/gpu.md.
 #
 # Environment: FUZZ_BUDGET (s per route, default 120), FUZZ_JOBS (default 4); ORACLES_BUDGET (s for
-# each of the five targets, run side by side; default 480); PLANTED_SHARDS
+# each of the five targets, run side by side; default 420: a finding's confirmation re-runs and shrinking come
+# after the budget, and the launched server's re-runs each start a server, so 500 overran a 600 s device call); PLANTED_SHARDS
 # (parallel pytest processes, default 4), PLANTED_TIMEOUT (s, default 540); BENCH_PRESET
 # (default 0.5b), BENCH_PEER (1: also python -m mlx_lm.server, side by side; 0: skip it),
 # BENCH_CONCURRENCY (default auto: 1,2,4,8,16,32 on a GPU), BENCH_SERIAL_MAX (serialized route only up
@@ -62,18 +63,19 @@ for stage in "${stages[@]}"; do
         ;;
     oracles)
         inproc=cancel,abort,disconnect,cancel-twice,raise,worker-dies,worker-wedges,shutdown,cancel-in-call,restart
-        budget=${ORACLES_BUDGET:-480}
+        budget=${ORACLES_BUDGET:-420}
+        cap=$((budget + 120))  # each target is stopped here, so the stage always writes its log within the call
         pids=()
         for route in simple batched http-simple http-batched; do
             faults=()
             [[ $route == http-* ]] || faults=(--faults "$inproc")
-            python3 -m mlx_invariants fuzz --engine "$route" --profile runner --budget "$budget" --keep-going \
+            timeout "$cap" python3 -m mlx_invariants fuzz --engine "$route" --profile runner --budget "$budget" --keep-going \
                 ${faults[@]+"${faults[@]}"} --report "$work/oracles/$route" >"$work/oracles-$route.log" 2>&1 &
             pids+=($!)
         done
         # The launched server's own stall watch at 10 s: a first use of a sampling path on CUDA (logprobs, top_p)
         # compiles kernels for about 6.7 s, and at 3 s the server called itself stalled twice in two runs.
-        python3 -m mlx_invariants fuzz --server-cmd "python3 -m mlx_invariants serve --engine batched --port {port} --stall-timeout 10" \
+        timeout "$cap" python3 -m mlx_invariants fuzz --server-cmd "python3 -m mlx_invariants serve --engine batched --port {port} --stall-timeout 10" \
             --model mlx-invariants-tiny --health /health --faults cancel,disconnect,worker-dies,worker-wedges --profile runner \
             --budget "$budget" --keep-going --report "$work/oracles/served" >"$work/oracles-served.log" 2>&1 &
         pids+=($!)

@@ -594,7 +594,7 @@ class ScenarioRun:
         if self.executor.busy:
             self.trace.record("check", "executor-busy", info={"busy": self.executor.busy})
         # One MLX call cannot be cut short: a shutdown that gave up on a thread inside one (a first prefill of a
-        # new shape on a shared GPU outlasted 6 s) leaves it to end with the call, slow rather than leaked.
+        # new shape on a shared GPU outlasted 11 s) leaves it to end with the call, slow rather than leaked.
         while in_mlx_call(self.trace):
             await asyncio.sleep(TICK_S)
         check_threads(self.trace, self.engine.threads_before)

@@ -98,7 +98,7 @@ def no_stream_errors(trace: Trace) -> Iterator[Violation]:
                    "(fuzz/lost_worker.py), and the worker reaches FINISHED late or never. Nor is one after a "
                    "shutdown fault: admission has closed, so no request can take the seat, and an engine may give "
                    "up on a worker still inside one long MLX call once its grace ends (seen on a shared GPU: a "
-                   "first prefill of a new shape outlasted the reference engine's 6 s); what the shutdown leaves "
+                   "first prefill of a new shape outlasted the reference engine's 11 s); what the shutdown leaves "
                    "running is judged by `thread-leaked` and `executor-busy`."))
 def slot_kept_until_worker_done(trace: Trace) -> Iterator[Violation]:
     """A request's slot was released while its worker was still inside MLX (before FINISHED)."""

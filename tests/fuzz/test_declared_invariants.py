@@ -5,7 +5,6 @@ time), judged on the loop."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from pathlib import Path
 
@@ -15,9 +14,8 @@ from mlx_invariants.fuzz.oracles import judge
 from mlx_invariants.fuzz.scenario import RequestSpec, Scenario
 from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.target import Target
-from mlx_invariants.mutants import CATALOGUE
-from mlx_invariants.mutants.copies import import_copy
 from mlx_invariants.mutants.mutant import Edit
+from tests.fuzz.plants import plant
 
 # More requests at once than the batch's 8 seats, each long enough to still run when the next ones start.
 BURST = Scenario(tuple(RequestSpec(f"r{i}", 3, 30, True) for i in range(14)), followup=False)
@@ -32,9 +30,7 @@ def one_seat_too_many(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
         while self._waiting and len(self._active) + len(started) <= self.max_batch:
         """)
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    plant = dataclasses.replace(base, id="one-seat-too-many", edits=(edit,), routes=("batched",))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return plant(tmp_path_factory, "one-seat-too-many", "batched", edit)
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +43,7 @@ def admits_under_its_lock(tmp_path_factory: pytest.TempPathFactory) -> str:
             with self.lock:
                 self._admit(events)
         """)
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    plant = dataclasses.replace(base, id="admits-under-its-lock", edits=(edit,), routes=("batched",))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return plant(tmp_path_factory, "admits-under-its-lock", "batched", edit)
 
 
 def _burst(package: str | None) -> list:
@@ -82,11 +76,6 @@ def test_asking_for_the_invariants_inside_the_owners_critical_section_does_not_d
 CROWD = Scenario(tuple(RequestSpec(f"r{i}", 3, 12, True) for i in range(7)), followup=False)
 
 
-def _plant(factory: pytest.TempPathFactory, name: str, route: str, *edits: Edit) -> str:
-    base = next(m for m in CATALOGUE if route in m.routes)
-    return import_copy(dataclasses.replace(base, id=name, edits=edits, routes=(route,)), factory.mktemp("plants"))
-
-
 @pytest.fixture(scope="module")
 def queues_behind_the_lock(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The serialized route whose admission lets a busy request through to wait for the generation lock instead
@@ -99,7 +88,7 @@ def queues_behind_the_lock(tmp_path_factory: pytest.TempPathFactory) -> str:
             self.holders += 1  # let it queue on the engine's own lock: it gets its turn
             return
         """)
-    return _plant(tmp_path_factory, "queues-behind-the-lock", "simple", edit)
+    return plant(tmp_path_factory, "queues-behind-the-lock", "simple", edit)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +99,7 @@ def queue_counts_from_the_holders(tmp_path_factory: pytest.TempPathFactory) -> s
         """, """
         if len(self._waiters) >= self.max_queue + self.holders:
         """)
-    return _plant(tmp_path_factory, "queue-counts-from-the-holders", "simple", edit)
+    return plant(tmp_path_factory, "queue-counts-from-the-holders", "simple", edit)
 
 
 def test_a_request_let_past_admission_to_wait_on_the_generation_lock_breaks_the_serialized_route(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import queue
 import sys
@@ -23,9 +22,8 @@ from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.target import Target
 from mlx_invariants.fuzz.trace import Trace
-from mlx_invariants.mutants import CATALOGUE
-from mlx_invariants.mutants.copies import import_copy
 from mlx_invariants.mutants.mutant import Edit
+from tests.fuzz.plants import plant
 
 WAIT_S = 10.0   # how long a thread gets to reach its blocking call (a loaded box is slow, never this slow)
 
@@ -275,9 +273,7 @@ def _plant_slow_first_call(tmp_path_factory: pytest.TempPathFactory, plant_id: s
     chain_lines = f"slow = mx.ones((512, 512)) / 512\nfor _ in range({chain}):\n    slow = slow @ slow\nmx.eval(slow)\n"
     edit = Edit(path, start, textwrap.dedent(start) + chain_lines)
     imports = Edit(path, imported, textwrap.dedent(imported) + "\nimport mlx.core as mx\n")
-    base = next(m for m in CATALOGUE if route in m.routes)
-    plant = dataclasses.replace(base, id=plant_id, edits=(imports, edit, *more), routes=(route,))
-    return import_copy(plant, tmp_path_factory.mktemp("plants"))
+    return plant(tmp_path_factory, plant_id, route, imports, edit, *more)
 
 
 @pytest.fixture(scope="module")

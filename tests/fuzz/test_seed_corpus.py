@@ -4,7 +4,6 @@ a log-probability that crosses to the loop unevaluated, are found among them."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -14,19 +13,12 @@ from mlx_invariants.fuzz.runner import run_fuzz
 from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.settings import FuzzSettings
 from mlx_invariants.fuzz.target import Target
-from mlx_invariants.mutants import CATALOGUE
-from mlx_invariants.mutants.copies import import_copy
 from mlx_invariants.mutants.mutant import Edit
 from tests.conftest import BACKSTOP_S
+from tests.fuzz.plants import plant
 
 CORPUS = len(SEED_SCENARIOS) + 1 + len(CLASS_SCENARIOS) + 1  # the seeds, the burst, the class scenarios, the tour
 BURST_AT = len(SEED_SCENARIOS) + 1  # right after the seeds
-
-
-def _plant(factory: pytest.TempPathFactory, name: str, *edits: Edit) -> str:
-    """A copy of the engine with `edits`, fuzzed on the batched route, importable by the name returned."""
-    base = next(m for m in CATALOGUE if "batched" in m.routes)
-    return import_copy(dataclasses.replace(base, id=name, edits=edits, routes=("batched",)), factory.mktemp("plants"))
 
 
 def test_a_burst_holds_one_request_more_than_the_capacity_and_seeds_and_class_scenarios_need_their_points():
@@ -53,7 +45,7 @@ def starts_the_whole_inbox(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
         while self._waiting:
         """)
-    return _plant(tmp_path_factory, "starts-the-whole-inbox", edit)
+    return plant(tmp_path_factory, "starts-the-whole-inbox", "batched", edit)
 
 
 def test_the_seed_corpus_bursts_past_the_reported_capacity_and_finds_a_bound_overrun(starts_the_whole_inbox: str):
@@ -84,7 +76,7 @@ def logprob_left_lazy(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
         return {"content": [{"token": t.text, "logprob": float(t.logprob), "bytes": list(t.text.encode()),
         """))
-    return _plant(tmp_path_factory, "logprob-left-lazy", *edits)
+    return plant(tmp_path_factory, "logprob-left-lazy", "batched", *edits)
 
 
 def test_the_seed_corpus_renders_a_log_probability_and_finds_one_that_crossed_threads_lazily(logprob_left_lazy: str):
@@ -106,7 +98,7 @@ def keeps_the_failed_batch(tmp_path_factory: pytest.TempPathFactory) -> str:
         for active in list(self._active.values()):
             self._end(active.pending, Failed(active.pending.rid, message), events)
         """)
-    return _plant(tmp_path_factory, "keeps-the-failed-batch", edit)
+    return plant(tmp_path_factory, "keeps-the-failed-batch", "batched", edit)
 
 
 def test_a_step_failing_under_two_requests_shows_books_a_failure_left(keeps_the_failed_batch: str):
@@ -128,7 +120,7 @@ def aborts_only_started_rows(tmp_path_factory: pytest.TempPathFactory) -> str:
         """, """
             waiting.append(pending)
         """)
-    return _plant(tmp_path_factory, "aborts-only-started-rows", edit)
+    return plant(tmp_path_factory, "aborts-only-started-rows", "batched", edit)
 
 
 def test_a_request_cancelled_as_it_arrives_mid_step_is_never_decoded(aborts_only_started_rows: str):
@@ -171,7 +163,7 @@ def stop_drops_the_inbox(tmp_path_factory: pytest.TempPathFactory) -> str:
             stream.push_terminal_if_open("the engine shut down")
         """, """
         """))
-    return _plant(tmp_path_factory, "stop-drops-the-inbox", *edits)
+    return plant(tmp_path_factory, "stop-drops-the-inbox", "batched", *edits)
 
 
 def test_a_shutdown_as_a_request_arrives_finds_an_engine_that_strands_what_it_was_handed(stop_drops_the_inbox: str):

@@ -86,10 +86,12 @@ class EngineFrontend:
     def broken_invariants(self) -> list[str]:
         """What the engine's own books say is wrong now, judged only where they are consistent (a route's owner
         thread, between its steps; the admission's, on the loop); [] when every invariant holds. A harness calls
-        it at each named point. Here: no more requests wait for admission than its queue (none in fail-fast,
-        whose busy answer comes in the same loop turn)."""
-        if not on_loop_thread():
-            return []
+        it at each named point. Here, on the loop, `_loop_invariants`."""
+        return self._loop_invariants() if on_loop_thread() else []
+
+    def _loop_invariants(self) -> list[str]:
+        """The loop-side books: no more requests wait for admission than its queue (none in fail-fast, whose busy
+        answer comes in the same loop turn)."""
         waiting, bound = self._admission.waiting, self._admission.max_queue
         return [f"{waiting} requests wait for admission, more than its queue of {bound}"] if waiting > bound else []
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from mlx_invariants.engine.admission import Admission
 from mlx_invariants.engine.drain import wait_through_cancellation
-from mlx_invariants.engine.frontend import EngineFrontend, on_loop_thread
+from mlx_invariants.engine.frontend import EngineFrontend
 from mlx_invariants.engine.messages import Failed, Finished, Pending, Token
 from mlx_invariants.engine.owner import OwnerThread
 from mlx_invariants.engine.points import Point, reach
@@ -172,12 +172,12 @@ class SimpleEngine(EngineFrontend):
         self._generation_lock = asyncio.Lock()
         self._jobs: dict[str, Job] = {}
 
-    def broken_invariants(self) -> list[str]:
-        """Adds, on the loop: no more requests past admission than the one generation slot (one more would wait
-        on the generation lock, with no bound, instead of a busy answer)."""
-        broken = super().broken_invariants()
+    def _loop_invariants(self) -> list[str]:
+        """Adds: no more requests past admission than the one generation slot (one more would wait on the
+        generation lock, with no bound, instead of a busy answer)."""
+        broken = super()._loop_invariants()
         holders = self._admission.holders
-        if on_loop_thread() and holders > 1:
+        if holders > 1:
             broken.append(f"{holders} requests past admission, more than the one generation slot: all but one "
                           f"wait on the generation lock")
         return broken

@@ -109,6 +109,7 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
     lines = text.splitlines()
     seen = set()
     located = []
+    groups: dict[tuple[str, object], tuple[list, list[str]]] = {}  # the finding each group reports, and the rest
     for finding in raw:
         where = positions[finding.node]
         statement = finding.statement
@@ -125,9 +126,19 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
         item = (finding.rule, where.start.line, where.start.column + 1, finding.message, covering.line if covering else 0)
         if finding.requires:  # a sixth field only where a finding depends on the MLX version
             item += (list(finding.requires),)
+        if finding.group is not None and covering is None:
+            reported = groups.get((finding.rule, finding.group))
+            if reported is not None:
+                reported[1].append(finding.mention)
+                continue
         if item[:4] not in seen:
             seen.add(item[:4])
             located.append(list(item))
+            if finding.group is not None and covering is None:
+                groups[(finding.rule, finding.group)] = (located[-1], [])
+    for reported, mentions in groups.values():
+        if mentions:
+            reported[3] += f"; the same holds for {' and '.join(mentions)}"
     located.sort(key=lambda f: (f[1], f[2], f[0]))
     return located
 

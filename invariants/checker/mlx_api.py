@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
+from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.names import dotted, terminal
 
 if TYPE_CHECKING:
@@ -50,10 +51,12 @@ BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
 STREAM_BINDING = frozenset({"mlx.core.new_stream", "mlx.core.set_default_stream"})
 # mlx.core calls that read counters or settings and never encode GPU work. `random.seed` only
 # replaces the process-wide PRNG key with a constant array (no primitive, no stream): nothing a
-# worker thread's stream waits on or shares.
+# worker thread's stream waits on or shares. Then the calls an MLX fact makes safe on any thread in
+# every release that has them (`mx.clear_cache`, mlx_facts.py): not MLX state on two threads either.
 HARMLESS_CORE = (
     "is_available", "memory", "cache_limit", "memory_limit", "device_info", "default_device",
     "default_stream", "set_default_device", "wired_limit", "random.seed",
+    *(call for fact in FACTS for call in fact.calls),
 )
 
 

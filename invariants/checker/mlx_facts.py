@@ -8,7 +8,10 @@ as always; where a version is unknown it is reported with `unknown_note` appende
 says which versions it is about and how to pin one.
 
 To add a fact: a row here with the first release it holds in and the release or pull
-request that says so, then `requires=("its-id",)` on the findings it makes untrue.
+request that says so, then `requires=("its-id",)` on the findings it makes untrue. A fact
+about calls that first appeared in that very release names them in `calls` instead: a
+project that makes them runs a release where it holds, so no version is asked, and the
+rules count them as touching no MLX state (`mlx_api.HARMLESS_CORE`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Fact:
     since: tuple[tuple[str, Release], ...]  # (package, first release it holds in)
     holds: str
     source: str
+    calls: tuple[str, ...] = ()  # mlx.core calls (names in `mlx.core.`) as old as the fact: safe on any thread
 
     def before(self) -> str:
         return " or ".join(f"{package} before {release_text(version)}" for package, version in self.since)
@@ -53,6 +57,20 @@ FACTS: tuple[Fact, ...] = (
         "and with MLX 0.31.2 or later generation on any other thread raised \"There is no Stream(gpu, 0) in "
         "current thread\" (ml-explore/mlx#3727).",
         "mlx-lm 0.31.3: ml-explore/mlx-lm#1090; mlx-vlm 0.5.0: Blaizzy/mlx-vlm#1055",
+    ),
+    Fact(
+        "allocator-clear-cache-thread-safe", (("mlx", (0, 12, 0, 1)),),
+        "`clear_cache()` (`mx.clear_cache`, `mx.metal.clear_cache`) takes the allocator's mutex and frees "
+        "only the buffers of its cache, which no array holds: the buffers a kernel uses are held by its "
+        "command buffer's completion handler until the GPU is done with them, and an allocation under "
+        "memory pressure already frees cached buffers the same way on whichever thread it runs. So it "
+        "encodes nothing and may run on any thread beside a worker mid-step; it holds in every release "
+        "that has the call.",
+        "MLX 0.12.0: ml-explore/mlx#1032 added `clear_cache` under the mutex; the same at 0.31.2, 0.32.0 and "
+        "0.32.1 (mlx/backend/metal/allocator.cpp `MetalAllocator::clear_cache`, mlx/backend/cuda/allocator.cpp "
+        "`CudaAllocator::clear_cache`; the completion handler holding the buffers: mlx/backend/metal/metal.cpp "
+        "at 0.12.0, eval.cpp at 0.32.0)",
+        calls=("clear_cache",),
     ),
 )
 BY_ID = {fact.id: fact for fact in FACTS}

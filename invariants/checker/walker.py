@@ -71,6 +71,10 @@ class RawFinding(NamedTuple):
     statement: cst.CSTNode | None
     message: str
     requires: tuple[str, ...] = ()  # the MLX facts (mlx_facts.py) under which the finding is not true
+    # Findings of one rule with the same `group` are one defect: after suppressions, the first left
+    # reports it and names the others by their `mention` (analysis.py).
+    group: object = None
+    mention: str = ""
 
 
 class FileContext:
@@ -140,10 +144,11 @@ class FileContext:
         self.raw.append(RawFinding(rule_id, node, statement, message))
 
     def report_at(self, rule_id: str, node: cst.CSTNode, statement: cst.CSTNode | None, message: str,
-                  requires: tuple[str, ...] = ()) -> None:
+                  requires: tuple[str, ...] = (), group: object = None, mention: str = "") -> None:
         """Report from `end()`, with the statement captured during the walk. A finding true only on some
-        MLX versions names the facts of mlx_facts.py under which it is not (`requires`)."""
-        self.raw.append(RawFinding(rule_id, node, statement, message, requires))
+        MLX versions names the facts of mlx_facts.py under which it is not (`requires`); findings of one
+        defect share a `group`, and are reported once, naming the others by `mention`."""
+        self.raw.append(RawFinding(rule_id, node, statement, message, requires, group, mention))
 
     @property
     def statement(self) -> cst.CSTNode | None:

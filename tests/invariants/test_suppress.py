@@ -27,6 +27,19 @@ def test_ignore_with_reason_silences_only_its_rule_on_its_statement(project: Pro
     assert [line.split(":")[1] for line in run.lines()] == ["8"], run.out
 
 
+def test_a_merged_finding_is_merged_after_suppressions(project: Project) -> None:
+    """INV105 reports a block's unsafe awaits once, at the first; a suppression of that one leaves the next
+    reported on its own, not silenced with it."""
+    project.write("a.py", _engine("await asyncio.to_thread(step)\nawait asyncio.to_thread(after)"))
+    project.write("b.py", _engine(
+        "await asyncio.to_thread(step)  # invariants: ignore[INV105] the owner drains it\n"
+        "await asyncio.to_thread(after)"
+    ))
+    merged, alone = project.run("check").lines()
+    assert merged.startswith("a.py:7:") and merged.endswith("the await of `after` further down this block")
+    assert alone.startswith("b.py:8:") and "further down" not in alone
+
+
 def test_noqa_with_the_id_suppresses_and_other_ids_do_not(project: Project) -> None:
     project.write("a.py", _engine("await asyncio.to_thread(step)  # noqa: INV105"))
     project.write("b.py", _engine("await asyncio.to_thread(step)  # noqa: E501, INV101"))

@@ -54,7 +54,7 @@ class MlxCallableOffloadedAndInline(Rule):
     )
     known_problems = (
         "An inline call that blocks the loop with MLX (a generation, a scheduler step) is left to INV108, "
-        "which reports it; this rule reports the rest (a load, a cache clear, an array op). "
+        "which reports it; this rule reports the rest (a load, an array op). "
         "Judges one coroutine at a time: a callable offloaded in one coroutine and called inline in another "
         "is not seen. A choice by an `if` on the object's own state (`self.worker is None`) is taken to be "
         "the same every run; a state that changes between runs splits the work unseen. A callable counts as handed to a worker when it is passed to asyncio.to_thread, "
@@ -71,17 +71,17 @@ class MlxCallableOffloadedAndInline(Rule):
             import mlx.core as mx
 
             class EngineCore:
-                def _free_buffers(self):
-                    mx.clear_cache()
+                def _reset_pool(self):
+                    self._pool = mx.zeros_like(self._pool)
 
                 async def _engine_loop(self):
                     loop = asyncio.get_running_loop()
                     while self._running:
                         await loop.run_in_executor(self._step_executor, self._step)
                         if self._under_pressure():
-                            await loop.run_in_executor(self._step_executor, self._free_buffers)
+                            await loop.run_in_executor(self._step_executor, self._reset_pool)
                         elif self._idle():
-                            self._free_buffers()  # expect: INV119
+                            self._reset_pool()  # expect: INV119
         ''', options={"owner-executors": ["self._step_executor"]}),
         Invalid('''
             from mlx_lm import load
@@ -98,6 +98,7 @@ class MlxCallableOffloadedAndInline(Rule):
         '''),
     ]
     VALID = [
+        # The allocator's cache clear is safe on any thread (mlx_facts.py): no MLX work to keep on one.
         Valid('''
             import asyncio
             import mlx.core as mx
@@ -110,8 +111,25 @@ class MlxCallableOffloadedAndInline(Rule):
                     loop = asyncio.get_running_loop()
                     while self._running:
                         await loop.run_in_executor(self._step_executor, self._step)
-                        if self._under_pressure() or self._idle():
+                        if self._under_pressure():
                             await loop.run_in_executor(self._step_executor, self._free_buffers)
+                        elif self._idle():
+                            self._free_buffers()
+        ''', options={"owner-executors": ["self._step_executor"]}),
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+
+            class EngineCore:
+                def _reset_pool(self):
+                    self._pool = mx.zeros_like(self._pool)
+
+                async def _engine_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while self._running:
+                        await loop.run_in_executor(self._step_executor, self._step)
+                        if self._under_pressure() or self._idle():
+                            await loop.run_in_executor(self._step_executor, self._reset_pool)
         ''', options={"owner-executors": ["self._step_executor"]}),
         Valid('''
             from mlx_lm import load

@@ -45,7 +45,8 @@ class MlxOutsideDeclaredLock(Rule):
     enters with the lock held is judged at its callers. With `mlx-locks =
     ["self._generation_lock"]`, vllm-mlx at 67632e9 gives two findings: the bug above
     (:1028) and `start()`'s `build_text_model()` (:166, start-up work, arguable); at its fix
-    d76f9b3 only the second; at 4b654c0 one, `stop()`'s `mx.clear_cache()` (:976)."""
+    d76f9b3 only the second; at 4b654c0 none (`stop()`'s `mx.clear_cache()`, :976, was
+    one until the allocator's cache clear counted as safe on any thread, mlx_facts.py)."""
 
     id = "INV125"
     catches = "MLX reached from a request handler without the lock the project declares to guard MLX (mlx-locks)"

@@ -13,11 +13,12 @@ from mlx_invariants.engine.admission import Admission
 from mlx_invariants.engine.drain import wait_through_cancellation
 from mlx_invariants.engine.errors import Unavailable
 from mlx_invariants.engine.frontend import EngineFrontend
-from mlx_invariants.engine.messages import Event, Failed, Finished, Pending, Token
+from mlx_invariants.engine.messages import Event, Failed, Finished, Pending, SamplingParams, Token
 from mlx_invariants.engine.owner import OwnerThread
 from mlx_invariants.engine.points import Point, reach
 from mlx_invariants.engine.prefill import FirstToken, pads_prefill, prefill, warmup_lengths
-from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler, top_logprobs_of
+from mlx_invariants.engine.sampling import (WARMUP_SAMPLED, StopMatcher, logprob_of, make_request_sampler,
+                                            read_logprobs, top_logprobs_of)
 from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
@@ -124,27 +125,36 @@ class BatchOwner(OwnerThread):
 
         A lone multi-token prompt, then two of different lengths decoding
         together: on MLX's CUDA backend the first prefill and the first padded
-        pair cost 9.5 s and 7.8 s; a one-token probe covers neither. With
-        padded prefill, every bucket's shape too, so no prompt length is new.
+        pair cost 9.5 s and 7.8 s; a one-token probe covers neither. Then a pair
+        on the sampled paths (top-p, a seeded draw, top log-probabilities), which
+        compile kernels of their own. With padded prefill, every bucket's shape
+        too, so no prompt length is new.
         """
-        from mlx_lm.sample_utils import make_sampler
-
-        greedy = make_sampler(temp=0.0)
+        greedy = SamplingParams(max_tokens=WARMUP_TOKENS)
         for prompts in WARMUP_PROMPTS:
-            self._probe(prompts, greedy)
+            self._probe([(prompt, greedy) for prompt in prompts])
+        self._probe([([0] * 4, WARMUP_SAMPLED[0]), ([0] * 2, WARMUP_SAMPLED[1])])
         if self.pad_prefill:
+            sampler = make_request_sampler(greedy)
             for length in warmup_lengths():
-                self._prefill([0] * length, greedy)
+                self._prefill([0] * length, sampler)
 
-    def _probe(self, prompts: list[list[int]], greedy: Any) -> None:
-        """Each prompt prefilled, then decoded together; the probes are removed even if a step fails."""
-        firsts = [self._prefill(prompt, greedy) for prompt in prompts]
-        uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(prompts),
-                                      caches=[f.cache for f in firsts], all_tokens=prompts)
+    def _probe(self, rows: list[tuple[list[int], SamplingParams]]) -> None:
+        """Each prompt prefilled with its params' sampler, then decoded together, reading the log-probabilities
+        as a request with those params does; the probes are removed even if a step fails."""
+        samplers = [make_request_sampler(params) for _, params in rows]
+        firsts = [self._prefill(prompt, sampler) for (prompt, _), sampler in zip(rows, samplers)]
+        for first in firsts:
+            read_logprobs(first.logprobs, first.token)
+        uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(rows),
+                                      caches=[f.cache for f in firsts], all_tokens=[prompt for prompt, _ in rows],
+                                      samplers=samplers)
         try:
             left = set(uids)
             for _ in range(16):
                 _, generated = self._generator.next()
+                for response in generated:
+                    read_logprobs(response.logprobs, response.token)
                 left -= {r.uid for r in generated if r.finish_reason}
                 if not left:
                     break

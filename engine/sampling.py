@@ -43,6 +43,20 @@ class SeededSampler:
         return mx.random.categorical(logprobs * self._scale, key=key)
 
 
+# The sampling paths a warmup takes, besides greedy: each compiles its own kernels on first use (top-p's sort
+# and cumulative sum, a keyed categorical draw, the top-k of the log-probabilities), which on MLX's CUDA backend
+# cost seconds; a first request that paid them stalled a launched server past a 10 s stall bound (GPU run 7).
+WARMUP_SAMPLED = (SamplingParams(max_tokens=2, temperature=0.7, top_p=0.9),
+                  SamplingParams(max_tokens=2, temperature=0.7, top_p=0.9, seed=0))
+
+
+def read_logprobs(logprobs: Any, token: int) -> None:
+    """Read a step's log-probabilities as a request that asks for them does (the sampled token's, the top two),
+    for a warmup: the top-k compiles kernels of its own."""
+    logprob_of(logprobs, token)
+    top_logprobs_of(logprobs, 2)
+
+
 def logprob_of(logprobs: Any, token: int) -> float:
     """The sampled token's log-probability as a plain float, so no array crosses to the loop."""
     return float(logprobs[token].item())

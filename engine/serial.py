@@ -12,10 +12,11 @@ from typing import Any, Optional
 from mlx_invariants.engine.admission import Admission
 from mlx_invariants.engine.drain import wait_through_cancellation
 from mlx_invariants.engine.frontend import EngineFrontend
-from mlx_invariants.engine.messages import Failed, Finished, Pending, Token
+from mlx_invariants.engine.messages import Failed, Finished, Pending, SamplingParams, Token
 from mlx_invariants.engine.owner import OwnerThread
 from mlx_invariants.engine.points import Point, reach
-from mlx_invariants.engine.sampling import StopMatcher, logprob_of, make_request_sampler, top_logprobs_of
+from mlx_invariants.engine.sampling import (WARMUP_SAMPLED, StopMatcher, logprob_of, make_request_sampler,
+                                            read_logprobs, top_logprobs_of)
 from mlx_invariants.engine.stream import RequestStream
 
 log = logging.getLogger(__name__)
@@ -67,16 +68,19 @@ class SerialOwner(OwnerThread):
             self._warmup()
 
     def _warmup(self) -> None:
-        """One real token through the same path requests take, so the first request pays no compile cost."""
+        """Real tokens through the paths requests take (greedy, then each sampled one, reading the
+        log-probabilities as such a request does), so the first request pays no compile cost."""
         from mlx_lm import stream_generate
 
         model, tokenizer = self.loaded.model, self.loaded.tokenizer
-        generator = stream_generate(model, tokenizer, [0], max_tokens=1)
-        try:
-            for _ in generator:
-                pass
-        finally:
-            generator.close()
+        for params in (SamplingParams(max_tokens=1), *WARMUP_SAMPLED):
+            generator = stream_generate(model, tokenizer, [0], max_tokens=params.max_tokens,
+                                        sampler=make_request_sampler(params))
+            try:
+                for response in generator:
+                    read_logprobs(response.logprobs, response.token)
+            finally:
+                generator.close()
 
     def _iteration(self) -> None:
         if self._inbox.empty():

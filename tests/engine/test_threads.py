@@ -126,3 +126,27 @@ def test_padded_warmup_prefills_every_bucket_before_ready(monkeypatch):
 
     run_engine(BatchedEngine, ready_only, pad_prefill=True)
     assert set(prefill_module.warmup_lengths()) <= set(prefilled), f"warmup prefilled {sorted(prefilled)}"
+
+
+@pytest.mark.parametrize("cls", [SimpleEngine, BatchedEngine])
+def test_warmup_takes_the_sampled_paths_before_ready(cls, monkeypatch):
+    """Top-p, a seeded draw and top log-probabilities compile kernels of their own on a GPU (a first request
+    with them stalled a launched server past its 10 s stall bound): before ready, warmup samples through each
+    and reads the log-probabilities as such a request does."""
+    import sys
+
+    from mlx_invariants.engine import sampling
+
+    route = sys.modules[cls.__module__]
+    made, read = [], []
+    make, top = route.make_request_sampler, sampling.top_logprobs_of
+    monkeypatch.setattr(route, "make_request_sampler", lambda params: made.append(params) or make(params))
+    monkeypatch.setattr(sampling, "top_logprobs_of", lambda logprobs, k: read.append(k) or top(logprobs, k))
+
+    async def ready_only(engine):
+        assert engine.healthy
+
+    run_engine(cls, ready_only)
+    assert any(p.temperature > 0 and p.top_p < 1 and p.seed is None for p in made), made
+    assert any(p.temperature > 0 and p.seed is not None for p in made), made
+    assert read and all(k > 0 for k in read), read

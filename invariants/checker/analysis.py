@@ -109,7 +109,7 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
     lines = text.splitlines()
     seen = set()
     located = []
-    groups: dict[tuple[str, object], tuple[list, list[str]]] = {}  # the finding each group reports, and the rest
+    groups: dict[tuple[str, object], tuple[list, list[str], RawFinding]] = {}  # each group's reported one
     for finding in raw:
         where = positions[finding.node]
         statement = finding.statement
@@ -123,7 +123,8 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
                 span = (start, positions[statement].end.line)
         above = suppress.comment_block_above(lines, span[0])
         covering = suppress.covering(suppressions, finding.rule, span, above)
-        item = (finding.rule, where.start.line, where.start.column + 1, finding.message, covering.line if covering else 0)
+        message = f"{finding.message}: {finding.remedy}" if finding.remedy else finding.message
+        item = (finding.rule, where.start.line, where.start.column + 1, message, covering.line if covering else 0)
         if finding.requires:  # a sixth field only where a finding depends on the MLX version
             item += (list(finding.requires),)
         if finding.group is not None and covering is None:
@@ -135,10 +136,11 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
             seen.add(item[:4])
             located.append(list(item))
             if finding.group is not None and covering is None:
-                groups[(finding.rule, finding.group)] = (located[-1], [])
-    for reported, mentions in groups.values():
+                groups[(finding.rule, finding.group)] = (located[-1], [], finding)
+    for reported, mentions, first in groups.values():
         if mentions:
-            reported[3] += f"; the same holds for {' and '.join(mentions)}"
+            also = f" (and so {'do' if len(mentions) > 1 else 'does'} {' and '.join(mentions)} below)"
+            reported[3] = f"{first.message}{also}: {first.remedy}" if first.remedy else first.message + also
     located.sort(key=lambda f: (f[1], f[2], f[0]))
     return located
 

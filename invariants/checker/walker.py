@@ -72,9 +72,10 @@ class RawFinding(NamedTuple):
     message: str
     requires: tuple[str, ...] = ()  # the MLX facts (mlx_facts.py) under which the finding is not true
     # Findings of one rule with the same `group` are one defect: after suppressions, the first left
-    # reports it and names the others by their `mention` (analysis.py).
+    # reports it and names the others by their `mention` (analysis.py), before its `remedy`.
     group: object = None
     mention: str = ""
+    remedy: str = ""  # a grouped finding's remedy, kept apart from `message` (what is wrong) until merged
 
 
 class FileContext:
@@ -144,11 +145,13 @@ class FileContext:
         self.raw.append(RawFinding(rule_id, node, statement, message))
 
     def report_at(self, rule_id: str, node: cst.CSTNode, statement: cst.CSTNode | None, message: str,
-                  requires: tuple[str, ...] = (), group: object = None, mention: str = "") -> None:
+                  requires: tuple[str, ...] = (), group: object = None, mention: str = "",
+                  remedy: str = "") -> None:
         """Report from `end()`, with the statement captured during the walk. A finding true only on some
         MLX versions names the facts of mlx_facts.py under which it is not (`requires`); findings of one
-        defect share a `group`, and are reported once, naming the others by `mention`."""
-        self.raw.append(RawFinding(rule_id, node, statement, message, requires, group, mention))
+        defect share a `group`, and are reported once, naming the others by `mention` after what is wrong
+        (`message`) and before the `remedy`."""
+        self.raw.append(RawFinding(rule_id, node, statement, message, requires, group, mention, remedy))
 
     @property
     def statement(self) -> cst.CSTNode | None:

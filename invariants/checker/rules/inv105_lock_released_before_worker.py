@@ -51,11 +51,12 @@ class LockReleasedBeforeWorker(Rule):
 
     id = "INV105"
     catches = "a worker thread awaited inside `async with lock` without shield + drain on cancel"
-    message = (
-        "cancelling this await leaves `async with {lock}` while the worker thread still runs: "
+    wrong = "cancelling this await leaves `async with {lock}` while the worker thread still runs"
+    remedy = (
         "create a task, await it through a shield (`asyncio.shield`; on CPython 3.14+ a `shield_task` helper, "
         "INV117), and on CancelledError keep awaiting it until done, then re-raise"
     )
+    message = f"{wrong}: {remedy}"
     known_problems = (
         "Sees the worker only when it is awaited in the lock's block itself (directly, through "
         "`asyncio.shield`, or as a task created in the same function); a helper coroutine that does the "
@@ -340,8 +341,9 @@ class LockReleasedBeforeWorker(Rule):
             target = candidate.work.target
             name = dotted(target) if target is not None else None
             mention = f"the await of `{name}`" if name else "the await of a callable"
-            self.ctx.report_at(self.id, candidate.node, candidate.statement, self.message.format(lock=lock),
-                               group=id(locks[-1].node), mention=f"{mention} further down this block")
+            self.ctx.report_at(self.id, candidate.node, candidate.statement, self.wrong.format(lock=lock),
+                               group=id(locks[-1].node), mention=mention,
+                               remedy=self.remedy)
 
 
 # `@app.post(...)`, `@router.get(...)`: a handler the web framework calls once per HTTP request.

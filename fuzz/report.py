@@ -153,6 +153,11 @@ def render(failure: Failure, replay: str) -> str:
     lines.append(f"seed:       {failure.seed or 'n/a'}")
     if failure.blob:
         lines.append(f"blob:       {failure.blob}")
+    server = failure.trace.meta.get("server")
+    if server:
+        state = "running" if server.get("exit") is None else f"exited ({server['exit']})"
+        lines.append(f"server:     pid {server.get('pid')} at {server.get('url')}, start {server.get('start')} of this "
+                     f"run, {state} when the scenario ended")
     if failure.trace.meta.get("reused"):
         lines.append(f"engine:     reused; it had run {failure.trace.meta['reused']} scenario(s) before this one")
     lines.append(f"replay:     {replay}")

@@ -61,18 +61,23 @@ class Server:
         self.listening = threading.Event()  # for callers on another thread (tests)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
+        self._stop_reason = ""  # what asked for the stop, for the log line that says it is stopping
 
     def request_stop(self) -> None:
         """Begin the drain; callable from any thread and from a signal handler."""
         if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            self._loop.call_soon_threadsafe(self._stop_for, "request_stop()")
+
+    def _stop_for(self, reason: str) -> None:
+        self._stop_reason = self._stop_reason or reason
+        self._stop.set()
 
     async def run(self, handle_signals: bool = True) -> int:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(sig, self._stop.set)
+                self._loop.add_signal_handler(sig, self._stop_for, sig.name)
         try:
             return await self._run()
         finally:
@@ -105,7 +110,9 @@ class Server:
             stopping = asyncio.ensure_future(self._stop.wait())
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
-            self.announce(f"invariants serve: stopping; draining for up to {self.shutdown_grace_s:g}s")
+            # Why, in the log: a harness reading it must tell a stop it asked for from one it did not.
+            why = self._stop_reason if self._stop.is_set() else "the listener ended"
+            self.announce(f"invariants serve: stopping ({why}); draining for up to {self.shutdown_grace_s:g}s")
             await self.engine.shutdown(self.shutdown_grace_s)
         finally:
             web.should_exit = True

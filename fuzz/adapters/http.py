@@ -148,6 +148,15 @@ class ServerProcess:
         raise ServerError(f"the server never became ready: nothing answered on 127.0.0.1:{port} within "
                           f"{self.startup_s:g}s{_cause(tail)}; its last log lines ({self.log}):\n{tail}")
 
+    def identity(self) -> dict[str, Any]:
+        """Which process this is, and whether it still runs: its pid (the watchdog's, which exits as the server
+        does), port, its number among this run's starts, and its exit status once it ended (None while it runs).
+        A report shows it, so that a connection refused mid-scenario says which process was gone, and why
+        (its log's last lines name a stop it was asked for)."""
+        process = self.process
+        return {"pid": process.pid if process is not None else None, "url": self.url, "start": self.starts,
+                "exit": process.poll() if process is not None else "stopped"}
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -433,6 +442,7 @@ class HttpAdapter:
         """Merge the server's sentinel records written since this scenario started."""
         if self.server is None:
             return
+        trace.meta["server"] = self.server.identity()
         events, self._offset = read_records(str(self.server.records), self._offset)
         trace.merge(events)
 

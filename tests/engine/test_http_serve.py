@@ -133,7 +133,7 @@ def test_sigterm_drains_running_stream_and_refuses_new_requests(serve):
         events = _sse_events(response)
         next(events)
         process.proc.send_signal(signal.SIGTERM)
-        assert process.wait_line("stopping", WAIT_S) is not None
+        assert process.wait_line("stopping (SIGTERM)", WAIT_S) is not None  # the log says who asked
         refused = httpx.post(url + "/v1/chat/completions", json={**body, "stream": False}, timeout=WAIT_S)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_shutting_down"
         assert httpx.get(url + "/health", timeout=WAIT_S).status_code == 503

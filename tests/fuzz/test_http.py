@@ -260,3 +260,12 @@ def test_a_server_closing_an_idle_kept_alive_connection_as_a_request_comes_is_no
     assert judge(trace) == [], judge(trace)
     assert {e.rid: e.info["outcome"] for e in trace.of("request", "end")} == {
         "r0": "completed", "r1": "completed", "followup": "completed"}
+
+
+def test_a_launched_server_is_named_in_the_trace_so_a_report_says_which_process_answered():
+    """A connection refused mid-scenario must say which process was gone: the trace names the server's pid, URL
+    and start, and whether it still ran when the scenario ended (its exit status once it has one)."""
+    trace = _served(f"{sys.executable} tests/fuzz/racy_server.py {{port}}", Scenario((RequestSpec("r0", 2, 3, True),)))
+    server = trace.meta["server"]
+    assert server["pid"] > 0 and server["url"].startswith("http://127.0.0.1:") and server["start"] == 1, server
+    assert server["exit"] is None, server

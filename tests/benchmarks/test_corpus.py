@@ -349,12 +349,12 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json, mined.json and omlx.json load and share no id; the mined and held-out cases come
-    from other repositories; every repository has a before-studied commit."""
+    """train.json, mined.json, omlx.json and heldout2.json load and share no id; the mined and held-out
+    cases come from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
-    train, mined, omlx = case_file.load_splits(corpus.DEFAULT_CASES)
-    assert (train.name, mined.name, omlx.name) == ("train", "mined", "omlx")
+    train, mined, omlx, heldout2 = case_file.load_splits(corpus.DEFAULT_CASES)
+    assert (train.name, mined.name, omlx.name, heldout2.name) == ("train", "mined", "omlx", "heldout2")
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
@@ -362,11 +362,14 @@ def test_shipped_case_files_are_well_formed() -> None:
     shared = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "omlx.json"
     if shared.is_file():  # the copy kept here is the shared corpus's file, unchanged
         assert json.loads(shared.read_text()) == json.loads(omlx.source.read_text())
-    for split in (train, mined, omlx):
+    # heldout2's repositories appear in no earlier split: they are held out only if nobody here studied them
+    assert {c.repo for c in heldout2.cases} == {"Blaizzy/mlx-audio", "GradientHQ/parallax"}
+    assert not {c.repo for c in heldout2.cases} & {c.repo for s in (train, mined, omlx) for c in s.cases}
+    for split in (train, mined, omlx, heldout2):
         for repo in {c.repo for c in split.cases}:
             studied = loro.BEFORE_STUDIED[repo]
             assert len(studied.commit) == 40 and studied.held_out == (split.name != "train")
-    raw = json.loads(mined.source.read_text()) + json.loads(omlx.source.read_text())
+    raw = [item for split in (mined, omlx, heldout2) for item in json.loads(split.source.read_text())]
     for item in raw:
         if item["kind"] != "bug":
             assert item["notes"] and len(item["commit"]) == 40

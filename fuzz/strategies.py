@@ -229,15 +229,21 @@ DECODED_POINTS = frozenset({Point.FINISHED.name, Point.SLOT_RELEASED.name}) | AF
 @st.composite
 def _outlast(draw: st.DrawFn, requests: list[RequestSpec], faults: tuple[FaultSpec, ...],
              tokens: int) -> list[RequestSpec]:
-    """`requests`, each one a gone-client fault hits before its decoding is over given a budget of `tokens`
-    one time in `GONE_ODDS` (a budget already longer stays): a correct engine stops it at once, one that
+    """`requests`, each one a gone-client fault hits before its decoding is over given `tokens` more steps than
+    the step its client goes at, one time in `GONE_ODDS` (a budget already longer stays): a correct engine stops it at once, one that
     decodes on for a gone client or notices only at its next poll is still decoding when the oracle looks.
     A coin for each such request, in request order, whatever `tokens` is, so the draws do not depend on
     the measured pace."""
-    hit = {f.victim for f in faults
-           if f.kind in GONE_KINDS and (f.victim != f.at.rid or f.at.point not in DECODED_POINTS)}
-    longer = {r.rid for r in requests if r.rid in hit and draw(_one_in(GONE_ODDS))}
-    return [replace(r, max_tokens=max(r.max_tokens, tokens)) if r.rid in longer else r for r in requests]
+    leaves: dict[str, int] = {}  # each hit request's step when its client goes (0 at another request's point)
+    for f in faults:
+        if f.kind in GONE_KINDS and (f.victim != f.at.rid or f.at.point not in DECODED_POINTS):
+            step = f.at.index if f.victim == f.at.rid and f.at.point in INDEXED_POINTS else 0
+            leaves[f.victim] = min(leaves.get(f.victim, step), step)
+    longer = {r.rid for r in requests if r.rid in leaves and draw(_one_in(GONE_ODDS))}
+    # `tokens` left after the step the client goes at: a client drawn to leave at its fifth chunk still leaves the
+    # compute oracle room past its bound (with the budget alone, 10, it left 4 steps: an oracle that cannot fire)
+    return [replace(r, max_tokens=max(r.max_tokens, tokens + leaves[r.rid])) if r.rid in longer else r
+            for r in requests]
 
 
 CROWD_ODDS = 4      # one scenario in this many fills a target that holds more than lists usually draw (`_crowd`)

@@ -143,19 +143,27 @@ def test_without_long_lengths_scenarios_stay_short():
 
 
 def test_a_request_a_client_goes_away_from_draws_the_gone_budget_about_one_time_in_two():
-    """A cancel or disconnect that lands before its request's decoding is over gives it, on a fair coin, a budget
-    past the compute oracle's bound and a server's disconnect poll: short budgets ended before either window
-    opened (mlx-openai-server's gone client was never found with default settings). No other request gets it."""
+    """A cancel or disconnect that lands before its request's decoding is over gives it, on a fair coin, that many
+    steps past the one its client goes at: past the compute oracle's bound and a server's disconnect poll. Short
+    budgets ended before either window opened (mlx-openai-server's gone client was never found with default
+    settings), and a budget counted from the start left a client that went at its fifth chunk 4 steps, under the
+    oracle's bound of 8. No other request gets it."""
     drawn = _drawn({"gone_tokens": 50}, 400)
-    coins = []
+    coins, late = [], 0
     for scenario in drawn:
-        hit = {f.victim for f in scenario.faults
-               if f.kind in GONE_KINDS and (f.victim != f.at.rid or f.at.point not in DECODED_POINTS)}
+        leaves: dict[str, int] = {}
+        for f in scenario.faults:
+            if f.kind in GONE_KINDS and (f.victim != f.at.rid or f.at.point not in DECODED_POINTS):
+                own = f.victim == f.at.rid and f.at.point in INDEXED_POINTS
+                leaves[f.victim] = min(leaves.get(f.victim, 10**6), f.at.index if own else 0)
         for request in scenario.requests:
-            assert request.rid in hit or request.max_tokens <= SHORT_TOKENS, scenario.describe()
-            if request.rid in hit:
-                coins.append(request.max_tokens == 50)
+            assert request.rid in leaves or request.max_tokens <= SHORT_TOKENS, scenario.describe()
+            if request.rid in leaves:
+                # the budget counts from the step its client goes at: 50 steps left after it, whatever that step
+                coins.append(request.max_tokens == 50 + leaves[request.rid])
+                late += coins[-1] and leaves[request.rid] > 0
     assert len(coins) > 100 and 0.4 < sum(coins) / len(coins) < 0.6, (sum(coins), len(coins))
+    assert late > 10, late  # clients drawn to leave past their first step are among them
 
 
 @pytest.mark.parametrize("pace, tokens", [

@@ -421,8 +421,8 @@ class BatchedEngine(EngineFrontend):
             await wait_through_cancellation(self._owner_let_go(stream))
         finally:
             self._forget(stream.rid)
-            reach(Point.SLOT_RELEASED, stream.rid)
             self._admission.leave()
+            reach(Point.SLOT_RELEASED, stream.rid)  # after the seat went to the next waiter, as on the serialized route
 
     def _owner_let_go(self, stream: RequestStream) -> asyncio.Future:
         """Resolved once the owner removed the request's row (its own terminal event), stopped for good, or was

@@ -245,5 +245,5 @@ class SimpleEngine(EngineFrontend):
         del self._jobs[rid]
         self._forget(rid)
         self._generation_lock.release()
-        reach(Point.SLOT_RELEASED, rid)
         self._admission.leave()
+        reach(Point.SLOT_RELEASED, rid)  # after the place went to the next waiter: a fault here meets that grant

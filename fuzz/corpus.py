@@ -64,6 +64,12 @@ CLASS_SCENARIOS: dict[str, Scenario] = {
     # an engine that rebuilds its generator but keeps some of the old books holds them at rest
     "step_fails_under_two": Scenario((RequestSpec("r0", 1, 4, False), RequestSpec("r1", 1, 4, False)),
                                      (FaultSpec("raise", At("r0", "BEFORE_DECODE", 1)),)),
+    # a waiter cancelled as the place it waits for frees: where the grant lands in the same loop turn as the
+    # cancel, a waiter that only leaves the queue keeps a place nobody will give back (the lost wake-up CPython's
+    # own asyncio.Lock and Semaphore had, gh-90155), and every later request is refused busy
+    "waiter_cancelled_as_granted": Scenario((RequestSpec("r0", 1, 4, False),
+                                             RequestSpec("r1", 1, 1, False, arrival=At("r0", "SLOT_ACQUIRED"))),
+                                            (FaultSpec("cancel", At("r0", "SLOT_RELEASED"), rid="r1"),)),
 }
 
 BURST_TOKENS = 4  # each burst request still decodes while the ones after it start

@@ -72,7 +72,8 @@ class Point(enum.Enum):
                 "pauses (a fault here lands after the MLX work); missing or after `SLOT_RELEASED`: "
                 "`slot-freed-early`; twice: `request-ended-twice`")
     SLOT_RELEASED = ("slot_released", Side.LOOP, False, None, 0, False,
-                     "the loop, once the request's slot or seat is free again",
+                     "the loop, once the request's slot or seat is free again and handed to the next waiter, if one "
+                     "waits (a cancel here meets a waiter granted in this very turn)",
                      "delivers the faults aimed there; before `FINISHED`: `slot-freed-early`")
     OWNER_IDLE = ("owner_idle", Side.OWNER, False, None, 0, False,
                   "the owner, once it found nothing to do and decided to sleep, before it waits for work: "

@@ -327,23 +327,23 @@ CATALOGUE: tuple[Mutant, ...] = (
         must_kill=("static",),
         routes=("batched",),
         edits=(Edit(BATCHED, """
-            uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(prompts),
-                                          caches=[f.cache for f in firsts], all_tokens=prompts)
             try:
                 left = set(uids)
                 for _ in range(16):
                     _, generated = self._generator.next()
+                    for response in generated:
+                        read_logprobs(response.logprobs, response.token)
                     left -= {r.uid for r in generated if r.finish_reason}
                     if not left:
                         break
             finally:
                 self._generator.remove(uids)
         """, """
-            uids = self._generator.insert([[f.token] for f in firsts], max_tokens=[WARMUP_TOKENS - 1] * len(prompts),
-                                          caches=[f.cache for f in firsts], all_tokens=prompts)
             left = set(uids)
             for _ in range(16):
                 _, generated = self._generator.next()
+                for response in generated:
+                    read_logprobs(response.logprobs, response.token)
                 left -= {r.uid for r in generated if r.finish_reason}
                 if not left:
                     break
@@ -438,8 +438,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                 await asyncio.wait_for(self._generation_lock.acquire(), timeout=120)  # queue behind the running request
             """),
             Edit(SERIAL, """
-                reach(Point.SLOT_RELEASED, rid)
                 self._admission.leave()
+                reach(Point.SLOT_RELEASED, rid)  # after the place went to the next waiter: a fault here meets that grant
             """, """
                 reach(Point.SLOT_RELEASED, rid)
             """),

@@ -173,3 +173,30 @@ def test_a_shutdown_as_a_request_arrives_finds_an_engine_that_strands_what_it_wa
     seed = SEED_SCENARIOS["shutdown_leaves_waiters"]  # the catalogue's seed: the request already decoding
     assert judge(run_scenario(Target.reference("batched", package=stop_drops_the_inbox).build(), seed)) == []
     assert judge(run_scenario(Target.reference("batched").build(), scenario)) == []
+
+
+@pytest.fixture(scope="module")
+def granted_waiter_keeps_its_place(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The serialized route's wait-mode admission whose cancelled waiter only leaves the queue, even when the
+    place was granted to it in the same loop turn: that place is never handed on (planted P04's class)."""
+    edit = Edit("engine/admission.py", """
+        except asyncio.CancelledError:
+            if grant.done() and not grant.cancelled() and grant.exception() is None:
+                self.leave()  # granted in the same turn we were cancelled: pass the place on
+            elif grant in self._waiters:
+                self._waiters.remove(grant)
+            raise
+        """, """
+        except asyncio.CancelledError:
+            if grant in self._waiters:
+                self._waiters.remove(grant)
+            raise
+        """)
+    return plant(tmp_path_factory, "granted-waiter-keeps-its-place", "simple", edit)
+
+
+def test_a_waiter_cancelled_as_the_place_frees_finds_an_admission_that_loses_the_place(granted_waiter_keeps_its_place):
+    scenario = CLASS_SCENARIOS["waiter_cancelled_as_granted"]
+    found = judge(run_scenario(Target.reference("simple", package=granted_waiter_keeps_its_place).build(), scenario))
+    assert {"slot-leaked", "followup-differs"} & {v.kind for v in found}, found
+    assert judge(run_scenario(Target.reference("simple").build(), scenario)) == []

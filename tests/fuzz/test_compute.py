@@ -7,13 +7,14 @@ in decode steps, even though its step is many MLX calls and its HTTP front makes
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import pytest
 
-from mlx_invariants.fuzz.compute import GONE_STEPS, compute_stops_for_gone_clients, gone_clients
+from mlx_invariants.fuzz.compute import GONE_STEPS, GONE_TOKENS, compute_stops_for_gone_clients, gone_clients
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.oracles import ORACLES, judge
-from mlx_invariants.fuzz.pace import driver_settings, measure
+from mlx_invariants.fuzz.pace import driver_settings, gone_budget, measure
 from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
 from mlx_invariants.fuzz.session import run_scenario
 from mlx_invariants.fuzz.target import Target
@@ -84,6 +85,22 @@ def test_a_step_is_calibrated_from_this_process_mlx_calls_during_the_followup():
     assert pace.mlx_per_step == 3.0
     assert pace.mlx_step_s == pytest.approx((spans[-1].t_end - spans[0].t) / 4)
     assert pace.step_s == pytest.approx((end.t - submit.t) / 4)
+
+
+def test_the_decode_pace_is_read_between_the_follow_ups_chunks_not_over_its_first_token():
+    """A fresh server's first request spends most of its time before its first token (prefill, first-use compiles):
+    spread over a few tokens that read as a slow step, and a gone client's budget drew a tenth of a second of
+    decoding where it meant a second."""
+    trace = Trace()
+    submit = trace.record("request", "submit", "followup")
+    chunks = [trace.record("point", "CHUNK_SENT", "followup") for _ in range(6)]
+    end = trace.record("request", "end", "followup", info={"tokens": 6})
+    submit.t, end.t = 0.0, 1.03
+    for i, chunk in enumerate(chunks):
+        chunk.t = 1.0 + 0.005 * i  # the first token after a second, then one every 5 ms
+    pace = measure(trace)
+    assert pace.decode_s == pytest.approx(0.005) and pace.step_s == pytest.approx(1.03 / 6)
+    assert gone_budget(pace) > gone_budget(replace(pace, decode_s=0.0)) == GONE_TOKENS
 
 
 def test_a_step_is_calibrated_from_a_server_spans_on_its_own_clock():

@@ -28,6 +28,7 @@ from mlx_invariants.checker.rules.inv122_worker_stops_without_waking_waiters imp
 from mlx_invariants.checker.rules.inv123_stream_deadline_from_start import StreamDeadlineFromStart
 from mlx_invariants.checker.rules.inv124_state_locked_inconsistently import StateLockedInconsistently
 from mlx_invariants.checker.rules.inv125_mlx_outside_declared_lock import MlxOutsideDeclaredLock
+from mlx_invariants.checker.rules.inv126_busy_wait import BusyWait
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -55,6 +56,7 @@ RULES: list[type[Rule]] = [
     StreamDeadlineFromStart,
     StateLockedInconsistently,
     MlxOutsideDeclaredLock,
+    BusyWait,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -71,6 +71,55 @@ def handoff(call: cst.Call, ctx: FileContext) -> Handoff | None:
     return None
 
 
+# Starlette (and FastAPI, and sse-starlette over it) iterates a sync iterator handed to a streaming response
+# with `iterate_in_threadpool`: each `next()` runs on whichever thread of anyio's pool is free.
+STREAMING_RESPONSES = frozenset({
+    "starlette.responses.StreamingResponse", "fastapi.responses.StreamingResponse",
+    "sse_starlette.EventSourceResponse", "sse_starlette.sse.EventSourceResponse",
+})
+
+
+def streamed_handoff(call: cst.Call, ctx: FileContext) -> Handoff | None:
+    """`StreamingResponse(gen(...))`: Starlette hands each step of `gen(...)` to its thread pool, as
+    `asyncio.to_thread` would, when `gen` is a sync generator (`iterated_in_pool` tells, once the file's
+    defs are known); an async generator stays on the loop."""
+    content = streamed_content(call, ctx)
+    if content is None:
+        return None
+    ctx.pin(content.func)
+    return Handoff(call, terminal(call.func) or "StreamingResponse", content.func, None)
+
+
+def streamed_content(call: cst.Call, ctx: FileContext) -> cst.Call | None:
+    """The call that makes what a streaming response (`StreamingResponse(gen(...))`) streams, or None."""
+    if terminal(call.func) not in ("StreamingResponse", "EventSourceResponse"):
+        return None
+    if ctx.resolve(call.func) not in STREAMING_RESPONSES:
+        return None
+    content = keyword(call, "content") or positional(call, 0)
+    return content if isinstance(content, cst.Call) else None
+
+
+def iterated_in_pool(work: Handoff, ctx: FileContext) -> bool:
+    """The generator a `streamed_handoff` streams is a sync generator of this file (every def of that name)."""
+    defs = ctx.facts.by_key.get(ctx.key(work.target) or "", ())
+    return bool(defs) and all(_sync_generator(function.node) for function in defs)
+
+
+def _sync_generator(node: cst.CSTNode) -> bool:
+    """A plain `def` with a `yield` in its own body (not in a nested def, lambda or class)."""
+    if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
+        return False
+    stack: list[cst.CSTNode] = [node.body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Yield):
+            return True
+        if not isinstance(current, cst.FunctionDef | cst.Lambda | cst.ClassDef):
+            stack.extend(current.children)
+    return False
+
+
 def is_owner_executor(executor: cst.BaseExpression | None, ctx: FileContext) -> bool:
     """A configured owner executor, or a pool built in this file with exactly one worker thread:
     assigned to the same name or attribute, or kept under the same key of a mapping

@@ -8,7 +8,9 @@ from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.loop_owner import handed_reaches
 from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, requires
 from mlx_invariants.checker.names import dotted
-from mlx_invariants.checker.offload import Handoff, handoff, shifting_pool, unwrap_callable
+from mlx_invariants.checker.offload import (
+    Handoff, handoff, iterated_in_pool, shifting_pool, streamed_handoff, unwrap_callable,
+)
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
@@ -17,6 +19,7 @@ class _Candidate:
     work: Handoff
     target: cst.BaseExpression
     statement: cst.CSTNode | None
+    streamed: bool  # a sync generator handed to a streaming response: judged once the file's defs are known
 
 
 class MlxOffOwnerThread(Rule):
@@ -34,9 +37,14 @@ class MlxOffOwnerThread(Rule):
     getter, an attribute of another object, a class attribute).
 
     So only pools known to change threads are judged: `asyncio.to_thread`, the
-    loop's default executor (`run_in_executor(None, ...)`), and a thread pool
-    this file builds with more than one worker. An executor the file cannot
-    identify is not judged.
+    loop's default executor (`run_in_executor(None, ...)`), a thread pool this
+    file builds with more than one worker, and Starlette's hidden one: a sync
+    generator handed to `StreamingResponse` (FastAPI's, or sse-starlette's
+    `EventSourceResponse`) is iterated with `iterate_in_threadpool`, each step on
+    whichever pool thread is free, so two streams run MLX on two threads at once
+    and one stream hops threads between chunks (mlx-audio's transcription stream,
+    server.py@c64890e:426, fixed in c5a8b90 by one inference thread that owns
+    every model call). An executor the file cannot identify is not judged.
 
     Which regime holds is read from the project (docs/checker.md, "MLX
     version"): where it admits only MLX 0.31.2 or later the finding is not
@@ -47,7 +55,8 @@ class MlxOffOwnerThread(Rule):
     unknown the message says which versions it is about."""
 
     id = "INV107"
-    catches = "MLX work handed to asyncio.to_thread, the default pool, or a thread pool of several workers"
+    catches = ("MLX work handed to asyncio.to_thread, the default pool, a thread pool of several workers, or "
+               "Starlette's pool (a sync generator given to StreamingResponse)")
     message = OFF_OWNER_MESSAGE
     known_problems = (
         "Follows the callable into functions and methods of the same file only; a model call is "
@@ -59,11 +68,14 @@ class MlxOffOwnerThread(Rule):
         "object holds the mapping, so two mappings that reuse one key for different pools are confused); "
         "one assignment of a one-worker pool among several makes it an owner. A default executor replaced "
         "with a one-worker pool (`loop.set_default_executor`) is not seen: `asyncio.to_thread` is still "
-        "judged. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
+        "judged. A streaming response is judged only when its content is a call of a sync generator defined in "
+        "the same file (`StreamingResponse(stream(model, prompt))`); one built elsewhere, or handed over as a "
+        "variable, is not followed. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
         "so a lazy array or an `mx.new_stream` stream handed to the pool, which raises there, is left to "
         "the fuzzer (`mlx-no-stream`)."
     )
-    triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("mlx",))
+    triggers = (("to_thread", "run_in_executor", "submit", "run_sync", "StreamingResponse", "EventSourceResponse"),
+                ("mlx",))
 
     INVALID = [
         Invalid('''
@@ -125,6 +137,17 @@ class MlxOffOwnerThread(Rule):
                 async def embed(self, batch):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self._pool, self._embed, batch)  # expect: INV107
+        '''),
+        Invalid('''
+            from fastapi.responses import StreamingResponse
+            from mlx_lm import stream_generate
+
+            def tokens(model, tokenizer, prompt):
+                for response in stream_generate(model, tokenizer, prompt):
+                    yield response.text
+
+            async def completions(model, tokenizer, prompt):
+                return StreamingResponse(tokens(model, tokenizer, prompt))  # expect: INV107
         '''),
         # Where the project's version is unknown (the examples above), or known and older, it is reported.
         Invalid('''
@@ -257,6 +280,19 @@ class MlxOffOwnerThread(Rule):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self._core._mlx_executor, self._run, prompt)
         '''),
+        Valid('''
+            import asyncio
+            from fastapi.responses import StreamingResponse
+
+            async def tokens(owner, prompt):
+                queue = asyncio.Queue()
+                owner.submit(prompt, queue)  # the one thread that owns MLX fills the queue
+                while (text := await queue.get()) is not None:
+                    yield text
+
+            async def completions(owner, prompt):
+                return StreamingResponse(tokens(owner, prompt))
+        '''),
         # From MLX 0.31.2 (and mlx-lm 0.31.3 for a generation) a thread of its own is no bug by itself.
         Valid('''
             import asyncio
@@ -284,18 +320,26 @@ class MlxOffOwnerThread(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         work = handoff(node, self.ctx)
+        streamed = work is None
+        if streamed:
+            work = streamed_handoff(node, self.ctx)
         if work is None:
             return
         target = unwrap_callable(work.target, self.ctx)
         if target is None:
             return
         self.ctx.pin(target, work.executor)
-        self.candidates.append(_Candidate(work, target, self.ctx.statement))
+        self.candidates.append(_Candidate(work, target, self.ctx.statement, streamed))
 
     def end(self) -> None:
         for candidate in self.candidates:
             work = candidate.work
-            if work.executor is None:
+            if candidate.streamed and not iterated_in_pool(work, self.ctx):
+                continue
+            if candidate.streamed:
+                where = (f"Starlette's thread pool, where `{work.how}` runs each step of a sync generator "
+                         "(iterate_in_threadpool: whichever thread is free, step by step)")
+            elif work.executor is None:
                 where = f"the default thread pool via {work.how} (a different thread each call)"
             else:
                 pool = shifting_pool(work.executor, self.ctx)

@@ -9,7 +9,7 @@ from mlx_invariants.checker.lazy_results import LazyResults
 from mlx_invariants.checker.loop_owner import LoopOwner
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
-from mlx_invariants.checker.offload import handoff
+from mlx_invariants.checker.offload import Handoff, handoff, iterated_in_pool, streamed_handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
@@ -643,6 +643,8 @@ class BlockingMlxOnEventLoop(Rule):
         self.arms: dict[int, Arms] = {}
         self.owner = LoopOwner(ctx)
         self.lazy = LazyResults(ctx)
+        # The generator function a streaming response streams, by id of its callee: Starlette's pool runs it (INV107).
+        self.streamed: dict[int, Handoff] = {}
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -659,6 +661,9 @@ class BlockingMlxOnEventLoop(Rule):
             function = self.functions[id(node)] = self.ctx.scope.top.node
             if handoff(node, self.ctx) is not None:
                 self.handoffs.setdefault(id(function), []).append(node)
+            streamed = streamed_handoff(node, self.ctx)
+            if streamed is not None:  # its content call is visited next
+                self.streamed[id(streamed.target)] = streamed
 
     def visit_For(self, node: cst.For) -> None:
         if self.ctx.in_async and node.asynchronous is None:
@@ -685,6 +690,9 @@ class BlockingMlxOnEventLoop(Rule):
                 continue  # a coroutine: `await self._model.generate(...)` does not block
             if self._fallback(site.node):
                 continue
+            streamed = self.streamed.get(id(site.node.func))
+            if streamed is not None and iterated_in_pool(streamed, self.ctx):
+                continue  # a sync generator Starlette iterates on its thread pool: not on the loop (INV107)
             direct = mlx_api.blocking(site, self.ctx, loads=False) or mlx_api.forward_pass(site, self.ctx)
             if direct:
                 found.append((site, statement, f"`{direct}`", direct))

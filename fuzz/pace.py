@@ -49,7 +49,7 @@ class Pace:
     startup_s: float = 0.0     # the engine's start (a server: until it answered)
     mlx_per_step: float = 0.0  # MLX entries per decode step on that follow-up; 0: none seen
     mlx_step_s: float = 0.0    # MLX time per decode step on it, first entry to last exit
-    decode_s: float = 0.0      # time per token between its first chunk and its last; 0: fewer than 3 chunks
+    decode_s: float = 0.0      # steady MLX time per step on it: its median MLX entry times entries per step
 
     def to_json(self) -> dict:
         return {"step_s": round(self.step_s, 4), "startup_s": round(self.startup_s, 3),
@@ -67,8 +67,10 @@ def measure(baseline: Trace, startup_s: float = 0.0) -> Pace:
     tokens = max(int(ends[-1].info.get("tokens") or 0), 1)
     spans = followup_spans(baseline, submit, ends[-1])
     mlx_s = max(e.t_end or e.t for e in spans) - min(e.t for e in spans) if spans else 0.0
-    chunks = [e.t for e in baseline.of("point", "CHUNK_SENT", "followup") if submit.seq < e.seq < ends[-1].seq]
-    decode_s = (chunks[-1] - chunks[0]) / (len(chunks) - 1) if len(chunks) >= 3 else 0.0
+    # The median entry, not first entry to last exit: a fresh server's prefill and first-use compiles are one or
+    # two long entries among the decode steps' short ones.
+    durations = sorted((e.t_end or e.t) - e.t for e in spans)
+    decode_s = durations[len(durations) // 2] * len(spans) / tokens if len(durations) >= 3 else 0.0
     return Pace(step_s=max(ends[-1].t - submit.t, 0.0) / tokens, startup_s=startup_s,
                 mlx_per_step=len(spans) / tokens, mlx_step_s=mlx_s / tokens, decode_s=decode_s)
 
@@ -77,11 +79,12 @@ def gone_budget(pace: Pace) -> int:
     """The budget a request whose client goes away draws now and then (`fuzz.strategies._outlast`): past the
     compute oracle's bound (`GONE_TOKENS`), and about `GONE_DECODE_S` of decoding where the pace was measured,
     so a server that notices a gone client only at its next poll (vllm-mlx's every 0.5 s) is still decoding
-    when it polls. Counted in the time between the follow-up's chunks, the decode pace alone, where it had
-    three; else in MLX time per step (the wall pace over HTTP is several times it), else in the wall pace. The
-    other two spread a first request's prefill and first-use compiles over its few tokens: mlx-openai-server,
-    at 4 ms a token alone, measured 0.08 to 0.12 s a step so, and drew 10 to 12 tokens where a second of its
-    decoding is 200. At most `GONE_MOST_TOKENS`."""
+    when it polls. Counted in steady MLX time per step (`decode_s`) where the follow-up made three MLX entries,
+    else in its MLX time per step, else in the wall pace (over HTTP several times the step, and a server may hand
+    its tokens on slower than it makes them: mlx-openai-server's stream came at 0.22 s a chunk while its worker
+    decoded at 4 ms a token). MLX time from first entry to last exit spreads a fresh server's prefill and
+    first-use compiles over the follow-up's few tokens: that server measured 0.08 to 0.12 s a step so, and drew
+    10 to 12 tokens where a second of its decoding is 200. At most `GONE_MOST_TOKENS`."""
     step_s = pace.decode_s or pace.mlx_step_s or pace.step_s
     paced = math.ceil(GONE_DECODE_S / step_s) if step_s > 0 else 0
     return max(GONE_TOKENS, min(paced, GONE_MOST_TOKENS))

@@ -123,7 +123,7 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
                 span = (start, positions[statement].end.line)
         above = suppress.comment_block_above(lines, span[0])
         covering = suppress.covering(suppressions, finding.rule, span, above)
-        message = f"{finding.message}: {finding.remedy}" if finding.remedy else finding.message
+        message = _worded(finding)
         item = (finding.rule, where.start.line, where.start.column + 1, message, covering.line if covering else 0)
         if finding.requires:  # a sixth field only where a finding depends on the MLX version
             item += (list(finding.requires),)
@@ -140,9 +140,15 @@ def _locate(module: cst.Module, raw: list[RawFinding], text: str, suppressions: 
     for reported, mentions, first in groups.values():
         if mentions:
             also = f" (and so {'do' if len(mentions) > 1 else 'does'} {' and '.join(mentions)} below)"
-            reported[3] = f"{first.message}{also}: {first.remedy}" if first.remedy else first.message + also
+            reported[3] = _worded(first, also)
     located.sort(key=lambda f: (f[1], f[2], f[0]))
     return located
+
+
+def _worded(finding: RawFinding, also: str = "") -> str:
+    """A finding's message: what is wrong, then `also` (the group's other members, when merged), then its
+    remedy where it keeps one apart."""
+    return f"{finding.message}{also}: {finding.remedy}" if finding.remedy else finding.message + also
 
 
 def in_deep_stack(fn: Callable[..., T], *args: Any) -> T:

@@ -17,7 +17,6 @@ import argparse
 import os
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,15 +28,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_engine import free_port  # noqa: E402
 from mlx_invariants.fuzz.injection import sentinel_env  # noqa: E402
 
 MODES = ("bare", "sentinel", "sentinel + observation")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _environment(mode: str, folder: Path) -> dict[str, str]:
@@ -62,7 +56,7 @@ def _wait_ready(url: str, ready_path: str, process: subprocess.Popen, timeout_s:
 
 def pace(command: str, model: str, tokens: int, mode: str, ready_path: str) -> float:
     """Milliseconds per token of one fresh server in `mode`: the median of three timed chats."""
-    port = _free_port()
+    port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="bench-sentinel-"))
     with open(folder / "server.log", "wb") as log:
         process = subprocess.Popen(shlex.split(command.replace("{port}", str(port))), env=_environment(mode, folder),

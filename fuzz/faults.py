@@ -14,8 +14,10 @@ fault is due:
   returns, until the driver lets it go (`release_wedged`, once the requests
   ended or stalled); against a launched server, whose worker no hook of ours runs in, a
   worker fault reached at any point of its scenario is armed in the server's sentinel
-  instead (`arm`, fuzz/worker_switch.py) and fires at the server's next MLX call: it is
-  recorded when the server says it fired, and disarmed (recorded as such) if the
+  instead (`arm`, fuzz/worker_switch.py) and fires at the server's next MLX call. The hook
+  hands the client that reached the point a future to await before it goes on (the HTTP
+  adapter's `reached`), so nothing the client does next (a late arrival, a read that lets
+  the server write on) can get ahead of the arming. It is recorded when the server says it fired, and disarmed (recorded as such) if the
   scenario's requests ended first (`disarm_unfired`);
 - a "cancel-in-call" fault is a cancel that never pauses the worker: on an
   owner-side point before MLX work (`RAISE_POINTS`) the worker only schedules
@@ -141,12 +143,14 @@ class Injector:
         with self._lock:
             return list(self._due)
 
-    def hook(self, point: Any, rid: str, info: dict[str, Any]) -> None:
+    def hook(self, point: Any, rid: str, info: dict[str, Any]) -> Optional[asyncio.Future]:
+        """Record the point and deliver what is due there; a future for a loop-side caller to await before it
+        goes on when a worker fault is being armed in a launched server (None otherwise)."""
         name = getattr(point, "name", str(point))
         if not rid.endswith(self.suffix):
             # An earlier scenario's request (an abandoned coroutine finalized now): not ours to judge.
             self.trace.record("stale", name, rid)
-            return
+            return None
         rid = rid[: len(rid) - len(self.suffix)] if self.suffix else rid
         index = info.get("step", info.get("index", 0))
         on_loop = self._on_loop_thread()
@@ -163,7 +167,7 @@ class Injector:
                 # so whether the owner saw the fault's effects does not depend on thread timing.
                 self._settle = False
                 self._pause_for([])
-            return
+            return None
         raises = [f for f in fired if delivery(f) is Delivery.WORKER]
         # A cancel, delivered apart; one aimed at another request's client is a plain cancel of it, at once.
         calls = [f for f in fired if delivery(f) is Delivery.IN_CALL]
@@ -183,7 +187,7 @@ class Injector:
             self._cancel_in_call(across, True)
         armable = [f for f in raises if f.kind in WORKER_FAULTS]  # a server has no spot for a plain raise
         if armable and on_loop and self._arm is not None:
-            self._arm_in_server(_first_of(armable), rid)
+            return self._arm_in_server(_first_of(armable), rid)
         if raises and not on_loop:
             fault = _first_of(raises)
             self._wedged = self._wedged or fault.kind == FaultKind.WORKER_WEDGES.value  # before the loop can see it
@@ -192,8 +196,9 @@ class Injector:
                 raise WorkerKilled(f"injected worker death at {fault.at}")
             if fault.kind == FaultKind.WORKER_WEDGES.value:
                 self._unwedge.wait()
-                return
+                return None
             raise InjectedFault(f"injected MLX error at {fault.at}")
+        return None
 
     def _check_invariants(self, point: str, rid: str) -> None:
         """Record each invariant the engine declares broken at this point, the first time it is."""
@@ -215,25 +220,34 @@ class Injector:
         for armed in self._armed:
             armed.release()
 
-    def _arm_in_server(self, fault: FaultSpec, rid: str) -> None:
+    def _arm_in_server(self, fault: FaultSpec, rid: str) -> Optional[asyncio.Future]:
         """Arm a worker fault a server scenario reached in the server's sentinel (`Injector.hook`, on the
-        loop); at most one: once the worker is lost, a second fault says nothing more."""
+        loop); at most one: once the worker is lost, a second fault says nothing more. Returns a future done
+        once the server answered the arming (or could not be asked): the client that reached the point waits
+        for it, or a late arrival it triggers could be served before the fault is armed and never meet it (a
+        fresh clone's CI: r1 arrived, was answered and ended before the arming landed, and nothing fired)."""
         if self._arming or self._armed or self._disarming:
             self.trace.record("fault", "armed", rid, info={"at": str(fault.at), "kind": fault.kind, "delivered": False})
-            return
-        task = self.loop.create_task(self._armed_in_server(fault, rid), name="fuzz-arming")
+            return None
+        answered = self.loop.create_future()
+        task = self.loop.create_task(self._armed_in_server(fault, rid, answered), name="fuzz-arming")
         self._arming.add(task)
         task.add_done_callback(self._arming.discard)
+        return answered
 
-    async def _armed_in_server(self, fault: FaultSpec, rid: str) -> None:
-        """Arm it, then record it as delivered once the server says it fired (its worker is lost from then
-        on), or as disarmed if the scenario's requests ended first."""
+    async def _armed_in_server(self, fault: FaultSpec, rid: str, answered: asyncio.Future) -> None:
+        """Arm it (`answered` is done once the server said so, or could not), then record it as delivered
+        once the server says it fired (its worker is lost from then on), or as disarmed if the scenario's
+        requests ended first."""
         info = {"at": str(fault.at), "kind": fault.kind}
         try:
-            armed = await self._arm(fault.kind, str(fault.at))
+            armed = await asyncio.wait_for(self._arm(fault.kind, str(fault.at)), CONNECT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             self.trace.record("fault", "armed", rid, info={**info, "delivered": False, "error": str(exc)})
             return
+        finally:
+            if not answered.done():
+                answered.set_result(None)
         self._armed.append(armed)
         self.trace.record("fault", "armed", rid, info=info)
         if self._disarming:

@@ -18,7 +18,7 @@ engine instead, which the restart then does not test.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional, Protocol
 
 from mlx_invariants.fuzz.errors import TargetError
 from mlx_invariants.fuzz.scenario import CLIENT_POINTS, POINTS, RequestSpec
@@ -26,7 +26,8 @@ from mlx_invariants.fuzz.scenario import CLIENT_POINTS, POINTS, RequestSpec
 if TYPE_CHECKING:
     from mlx_invariants.fuzz.transport import Answer
 
-PointHook = Callable[[Any, str, dict], None]
+# What a point hook hands back, when not None, is awaited by a loop-side caller before it goes on.
+PointHook = Callable[[Any, str, dict], Optional[Awaitable[None]]]
 POINT_NAMES = POINTS + CLIENT_POINTS
 
 _WORDS = ("the quick owner thread keeps every metal command buffer to itself while the loop streams "

@@ -233,9 +233,8 @@ class HttpHandle:
                 text = (choice.get("delta") or {}).get("content") or ""
             self.leads.append(_lead(choice.get("logprobs")))
             self.returned.add(text, *_logprobs_seen(choice.get("logprobs")))
-            self.adapter.reach(Point.CHUNK_SENT, self.rid, index=self._chunks)
-            self._chunks += 1
-            await asyncio.sleep(0)  # a fault delivered at this chunk lands here, before the next read
+            index, self._chunks = self._chunks, self._chunks + 1
+            await self.adapter.reached(Point.CHUNK_SENT, self.rid, index=index)  # before the next read
             return text
         raise StopAsyncIteration
 
@@ -301,9 +300,17 @@ class HttpAdapter:
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
         self._hook = hook
 
-    def reach(self, point: Point, rid: str, **info: Any) -> None:
-        if self._hook is not None:
-            self._hook(point, rid, info)
+    def reach(self, point: Point, rid: str, **info: Any) -> Optional[Awaitable[None]]:
+        """Tell the fuzzer this client reached `point`; what it hands back must be awaited before going on."""
+        return self._hook(point, rid, info) if self._hook is not None else None
+
+    async def reached(self, point: Point, rid: str, **info: Any) -> None:
+        """Reach `point` and let what is due there land before this client goes on: a fault delivered on the
+        loop (one turn), or a worker fault being armed in the launched server (until the server said so)."""
+        pending = self.reach(point, rid, **info)
+        if pending is not None:
+            await pending
+        await asyncio.sleep(0)
 
     async def start(self) -> None:
         import httpx
@@ -356,7 +363,7 @@ class HttpAdapter:
             await response.aclose()
             raise Refused(_error_code(response), response.text[:200],
                           answer=Answer.read(response.status_code, "status", _error_of(response)))
-        self.reach(Point.ADMITTED, spec.rid)
+        await self.reached(Point.ADMITTED, spec.rid)
         return HttpHandle(self, spec.rid, response=response)
 
     def request_headers(self, spec: RequestSpec) -> dict[str, str]:
@@ -469,8 +476,7 @@ class _Waiting:
         holding headers that promise more body than will ever come."""
         half = len(content) // 2
         yield content[:half]  # httpcore has written it to the socket before it asks for the next part
-        self.adapter.reach(Point.BODY_PART, self.rid)
-        await asyncio.sleep(0)  # a fault delivered here lands before the rest is sent
+        await self.adapter.reached(Point.BODY_PART, self.rid)  # before the rest is sent
         if self.records is not None:  # counted from here: the server cannot begin before the rest arrives
             self.offset = self.records.stat().st_size if self.records.exists() else 0
         yield content[half:]
@@ -478,8 +484,8 @@ class _Waiting:
     async def trace(self, event: str, info: dict) -> None:
         """httpcore's trace hook: ADMITTED for a non-streaming request once its whole body is on the wire."""
         if event == "http11.send_request_body.complete" and not self.stream:
-            self.adapter.reach(Point.ADMITTED, self.rid)  # a disconnect now leaves the server a request in hand
-            await asyncio.sleep(0)  # a fault delivered here lands before the response is awaited
+            # A disconnect now leaves the server a request in hand; what is due lands before the response is awaited.
+            await self.adapter.reached(Point.ADMITTED, self.rid)
 
     async def until(self, sending: Awaitable[T]) -> T:
         """Await the response, reaching SERVER_STEP meanwhile. A fault there cancels the task that awaits
@@ -501,9 +507,8 @@ class _Waiting:
             events, self.offset = read_records(str(self.records), self.offset)
             for event in events:
                 if event.kind == "mlx" and self.steps < self.last:
-                    self.adapter.reach(Point.SERVER_STEP, self.rid, index=self.steps)
-                    self.steps += 1
-                    await asyncio.sleep(0)  # a fault delivered here lands before the next entry is reached
+                    index, self.steps = self.steps, self.steps + 1
+                    await self.adapter.reached(Point.SERVER_STEP, self.rid, index=index)  # before the next entry
 
 
 def _sampling_fields(spec: RequestSpec) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import contextlib
 import importlib
 import re
 import socket
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.http import HttpAdapter, HttpHandle
 from mlx_invariants.fuzz.adapters.reference import ReferenceAdapter
@@ -94,9 +94,10 @@ class ServedAdapter(HttpAdapter):
         if hook is not None:
             hook(point, self._rids.get(rid, rid), info)
 
-    def reach(self, point: Point, rid: str, **info: Any) -> None:
+    def reach(self, point: Point, rid: str, **info: Any) -> Optional[Awaitable[None]]:
         if point in CLIENT_MARKS:  # ADMITTED and CHUNK_SENT come from the engine, not from the client
-            super().reach(point, rid, **info)
+            return super().reach(point, rid, **info)
+        return None
 
     def request_headers(self, spec: RequestSpec) -> dict[str, str]:
         """X-Request-Id, so the engine's points name the scenario's request."""

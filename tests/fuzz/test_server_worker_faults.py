@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
+from mlx_invariants.fuzz.adapters.http import HttpAdapter
 from mlx_invariants.fuzz.driver import DriverSettings
 from mlx_invariants.fuzz.errors import WorkerKilled
 from mlx_invariants.fuzz.followup import FollowupOutcome
@@ -95,6 +96,24 @@ def test_a_server_deaf_to_its_lost_generation_thread_is_found(kind: str, hang: s
     # suite beside two benchmarks at load 5 found nothing once, not seen again in 5 runs at load 3)
     assert kinds[:2] == [hang, "health-lies"], (kinds, [(f.name, f.info) for f in trace.of("fault")], _ends(trace))
     assert trace.first("fault", kind).info["server_thread"] == "generation"
+
+
+def test_a_client_waits_for_its_arming_so_a_slow_switch_still_meets_the_request_it_lets_arrive(monkeypatch):
+    """The switch answers an arming 0.5 s late (as a loaded box may): r0's client waits for it at the point it
+    reached, so r1, let in by r0's next chunk, is served after the arming and meets the fault. Without the
+    wait r1 was answered first and nothing fired (a fresh clone's CI, both kinds)."""
+    arm = HttpAdapter.arm_worker_fault
+
+    async def slowly(self: HttpAdapter, kind: str, at: str) -> ArmedFault:
+        await asyncio.sleep(0.5)
+        return await arm(self, kind, at)
+
+    monkeypatch.setattr(HttpAdapter, "arm_worker_fault", slowly)
+    trace = _served(DEAD_WORKER_SERVER, LOSES_WORKER["worker-dies"])
+    kinds = [v.kind for v in judge(trace)]
+    assert kinds[:2] == ["hang-after-worker-death", "health-lies"], (kinds, [(f.name, f.info) for f in trace.of("fault")])
+    armed, arrived = trace.first("fault", "armed"), trace.first("fault", "arrive")
+    assert armed.t < arrived.t, (armed, arrived)
 
 
 def test_a_fault_armed_after_the_servers_last_mlx_call_is_disarmed_and_leaves_it_serving():

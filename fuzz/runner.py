@@ -59,7 +59,7 @@ from mlx_invariants.fuzz.sentinel import Sentinel
 from mlx_invariants.fuzz.summary import RunSummary
 from mlx_invariants.fuzz.session import EngineSession
 from mlx_invariants.fuzz.settings import FuzzSettings
-from mlx_invariants.fuzz.shrinking import Shrinking, lead_with, violation_type
+from mlx_invariants.fuzz.shrinking import Shrinking, lead_with, shrink_limit, violation_type
 from mlx_invariants.fuzz.statistics import RunStatistics
 from mlx_invariants.fuzz.steering import distances
 from mlx_invariants.fuzz.target import Engines, Target
@@ -545,7 +545,8 @@ class _Fuzz:
             if shrinking is None:
                 return
             _, trace, violations = shrinking.unshrunk
-            shrinking.start(time.monotonic(), self.shrink_s, self.started + self.budget_s)
+            now, end = time.monotonic(), self.started + self.budget_s
+            shrinking.start(now, shrink_limit(self.shrink_s, self.settings.keep_going, end - now), end)
             self.shrinking = shrinking
         else:
             same = [v for v in violations if signature(v) == self.shrinking.signature]
@@ -589,7 +590,7 @@ class _Fuzz:
         elif shrunk and shrinking and shrinking.cut:
             # The deadline, not the shrinker, ended it: smaller scenarios may still show the bug.
             shrunk = False
-            failure.blob = f"{failure.blob or ''} (shrinking stopped at its {self.shrink_s:g}s limit)".strip()
+            failure.blob = f"{failure.blob or ''} (shrinking stopped at its {shrinking.limit_s:.3g}s limit)".strip()
         self._record(failure, sig, confirmation, True, shrunk=shrunk)
 
     def enumerate(self, todo: list[Scenario]) -> None:

@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                      "--budget, else the profile's cap)")
     run_group.add_argument("--keep-going", action="store_true",
                            help="after a finding, search on until the budget ends; each distinct finding "
-                                "(oracle and engine frames) is shrunk and reported once")
+                                "(oracle and engine frames) is shrunk, for at most a quarter of the budget left, "
+                                "and reported once")
     run_group.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed (default: derandomized in ci)")
     run_group.add_argument("--profile", choices=tuple(PROFILES), default="ci", help=_profiles_help())
     run_group.add_argument("--jobs", type=int, default=1, metavar="N",

@@ -242,6 +242,20 @@ def test_a_slow_server_is_not_called_stalled_and_its_log_is_kept(tmp_path):
     assert replay(tmp_path / "case.json").runs == [[]]
 
 
+def test_keep_going_shrinks_a_finding_for_a_quarter_of_the_budget_left_and_no_run_for_less_than_asked():
+    """A zoo run with --keep-going spent 60 of its last 70 s shrinking its first finding and never met a second
+    bug that a run alone meets in 15 s: with keep-going the search keeps three quarters of what is left."""
+    from mlx_invariants.fuzz.defaults import SHRINK_FLOOR_S
+    from mlx_invariants.fuzz.shrinking import shrink_limit
+
+    assert shrink_limit(60.0, False, 70.0) == 60.0                      # stopping at the finding: all it may have
+    assert shrink_limit(60.0, True, 70.0) == 17.5                       # a quarter of the 70 s left
+    assert shrink_limit(60.0, True, 1000.0) == 60.0                     # never more than asked
+    assert shrink_limit(60.0, True, float("inf")) == 60.0               # an example-capped run has no budget
+    assert shrink_limit(60.0, True, 4.0) == SHRINK_FLOOR_S              # met at the budget's end: still a few s
+    assert shrink_limit(0.0, True, 70.0) == 0.0                         # --shrink-s 0 stays 0
+
+
 # Both are M19's hunt (a finding met larger than its core: one from the seed corpus is minimal, shrunk at
 # once), minutes on two cores (246 s for "none" in a quiet fresh-clone suite at 7d5aedb): nightly, as that hunt is.
 @pytest.mark.slow

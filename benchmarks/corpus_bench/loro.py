@@ -50,6 +50,13 @@ _HELDOUT2 = Studied(
     "HEAD when their cases (benchmarks/corpus_bench/cases/heldout2.json) were mined, scored before anyone here "
     "read these repositories; no rule changed in that work")
 
+# HEAD when heldout3.json's cases were mined (issue 23 item 4), recorded before that work read these repositories
+# or the rules' code; no rule changed in that work.
+_HELDOUT3 = Studied(
+    "38eb35d81aa4d42d851af413eef931426214724f",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout3.json) were mined, recorded before anyone here "
+    "read these repositories; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -64,6 +71,8 @@ BEFORE_STUDIED: dict[str, Studied] = {
         "here read them"),
     "Blaizzy/mlx-audio": _HELDOUT2,
     "GradientHQ/parallax": _HELDOUT2,
+    "motsognirr/olmlx": _HELDOUT3,
+    "tumma72/mlx-manager": _HELDOUT3,
 }
 
 

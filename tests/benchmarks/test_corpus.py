@@ -349,12 +349,13 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json, mined.json, omlx.json and heldout2.json load and share no id; the mined and held-out
+    """train.json, mined.json, omlx.json, heldout2.json and heldout3.json load and share no id; the mined and held-out
     cases come from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
-    train, mined, omlx, heldout2 = case_file.load_splits(corpus.DEFAULT_CASES)
-    assert (train.name, mined.name, omlx.name, heldout2.name) == ("train", "mined", "omlx", "heldout2")
+    train, mined, omlx, heldout2, heldout3 = case_file.load_splits(corpus.DEFAULT_CASES)
+    names = [s.name for s in (train, mined, omlx, heldout2, heldout3)]
+    assert names == ["train", "mined", "omlx", "heldout2", "heldout3"]
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
@@ -365,11 +366,13 @@ def test_shipped_case_files_are_well_formed() -> None:
     # heldout2's repositories appear in no earlier split: they are held out only if nobody here studied them
     assert {c.repo for c in heldout2.cases} == {"Blaizzy/mlx-audio", "GradientHQ/parallax"}
     assert not {c.repo for c in heldout2.cases} & {c.repo for s in (train, mined, omlx) for c in s.cases}
-    for split in (train, mined, omlx, heldout2):
+    assert {c.repo for c in heldout3.cases} == {"motsognirr/olmlx", "tumma72/mlx-manager"}
+    assert not {c.repo for c in heldout3.cases} & {c.repo for s in (train, mined, omlx, heldout2) for c in s.cases}
+    for split in (train, mined, omlx, heldout2, heldout3):
         for repo in {c.repo for c in split.cases}:
             studied = loro.BEFORE_STUDIED[repo]
             assert len(studied.commit) == 40 and studied.held_out == (split.name != "train")
-    raw = [item for split in (mined, omlx, heldout2) for item in json.loads(split.source.read_text())]
+    raw = [item for split in (mined, omlx, heldout2, heldout3) for item in json.loads(split.source.read_text())]
     for item in raw:
         if item["kind"] != "bug":
             assert item["notes"] and len(item["commit"]) == 40

@@ -61,7 +61,9 @@ class FaultKind(enum.Enum):
                   "itself, as a server's handler does when its socket closes)")
     CANCEL_TWICE = ("cancel-twice", True, Delivery.LOOP, False, False,
                     "a cancel, then a second one once the loop went idle (the first has been taken): a drain "
-                    "that survives one cancel but not two lets go early")
+                    "that survives one cancel but not two lets go early; at a loop-side point of an in-process "
+                    "engine the first lands as cancel-in-call's does, once any thread but the loop's entered MLX "
+                    "(or the request ended), so there is work for the drain to wait for")
     RAISE = ("raise", False, Delivery.WORKER, False, True,
              "raises `InjectedFault` out of the hook in the worker, standing for an exception inside the MLX "
              "call at that spot; the engine must end that request with a clear error and go on")

@@ -77,7 +77,8 @@ EVENTS: dict[str, EventKind] = {
         "arrive": "a request whose arrival point came was sent",
         "abort-deferred": "an abort aimed at a request not submitted yet: sent once `submit` returns",
         "cancel-again": "the second cancel of `cancel-twice`, once the first was taken",
-        "in-call": "a `cancel-in-call` let go: at once, or once the worker entered MLX (info: worker)",
+        "in-call": "a `cancel-in-call` (or an in-process loop-side `cancel-twice`) let go: at once, or once the "
+                   "worker entered MLX (info: worker)",
         "resume-capped": "a paused worker resumed after `cap_s` although the loop never went idle",
         "armed": "a worker fault armed in a launched server's sentinel, for its next MLX call (info: kind; "
                  "`delivered: false`: the server had no switch, or a worker fault was already armed)",

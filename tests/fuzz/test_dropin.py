@@ -53,7 +53,7 @@ def test_the_toy_engine_is_unmodified_third_party_code():
     imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source))
                 if isinstance(node, (ast.Import, ast.ImportFrom))
                 for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
-    assert imported <= {"__future__", "asyncio", "concurrent", "typing", "mlx"}, imported
+    assert imported <= {"__future__", "asyncio", "concurrent", "time", "typing", "mlx"}, imported
     assert "hook" not in source and "reach" not in source and "Point" not in source
 
 
@@ -75,6 +75,26 @@ def test_a_drain_that_survives_one_cancel_but_not_two_is_found(tmp_path: Path):
     assert result.failure is not None, f"clean after {result.examples} examples"
     assert result.failure.violations[0].kind == "lock-released-early", result.failure.headline
     assert "cancel-twice" in json.dumps(result.failure.scenario.to_json())
+
+
+@pytest.mark.parametrize("factory, found", [("make_prepped_drain_once", ["lock-released-early"]),
+                                            ("make_prepped_drain", [])])
+def test_a_double_cancel_reached_before_the_work_starts_waits_for_it_and_lands_in_the_drain(factory, found):
+    """ADMITTED comes while the worker still tokenizes: two cancels at once land before the decode job was
+    handed over, and the drain they test has no MLX to wait for. The first waits for MLX off the loop, so
+    every run lands in the drain (a vllm-mlx replay whose job had not started missed 3 of 3 in one process)."""
+    from mlx_invariants.fuzz.oracles import judge
+    from mlx_invariants.fuzz.scenario import At, FaultSpec, RequestSpec, Scenario
+    from mlx_invariants.fuzz.session import run_scenario
+
+    # eight tokens in one job: long enough to be met inside it (a one-token job may end before the loop looks)
+    twice = Scenario((RequestSpec("r0", 1, 8, False),), (FaultSpec("cancel-twice", At("r0", "ADMITTED")),))
+    engines = toy_adapter.target(factory, TWICE).build()
+    try:
+        runs = [[v.kind for v in judge(run_scenario(engines, twice))] for _ in range(5)]
+    finally:
+        engines.close()
+    assert runs == [found] * 5, runs
 
 
 def test_the_drain_once_engine_passes_single_cancels(tmp_path: Path):

@@ -54,9 +54,9 @@ class ToyAdapter:
     owner = None           # the toy engine promises no owner thread
     busy_bound_s = 5.0     # it never refuses: requests wait for the lock
 
-    def __init__(self, wait: str):
+    def __init__(self, wait: str, prep_s: float = 0.0):
         self.name = f"toy-{wait}"
-        self.engine = ToyEngine(wait)
+        self.engine = ToyEngine(wait, prep_s)
         self._hook: Optional[PointHook] = None
 
     def set_point_hook(self, hook: Optional[PointHook]) -> None:
@@ -91,6 +91,15 @@ def make_drain_once() -> ToyAdapter:
 
 def make_drain() -> ToyAdapter:
     return ToyAdapter("drain")
+
+
+def make_prepped_drain_once() -> ToyAdapter:
+    """The drain-once engine, tokenizing on its worker for 20 ms before each non-streamed decode."""
+    return ToyAdapter("drain-once", prep_s=0.02)
+
+
+def make_prepped_drain() -> ToyAdapter:
+    return ToyAdapter("drain", prep_s=0.02)
 
 
 def target(factory: str, kinds: tuple[str, ...] = ("cancel", "disconnect")) -> Target:

@@ -7,12 +7,16 @@ mlx-invariants and marks no points; the drop-in observation has to see its bugs 
 - "drain-once": on a cancel, wait for the job, then re-raise; a second cancel during that wait lets go
   of the lock just the same;
 - "drain": wait for the job through any number of cancels, then re-raise (the fix).
+
+With `prep_s`, `generate` first tokenizes on the worker, `prep_s` long: its decode job waits behind
+that, so a client that leaves at once leaves before any MLX work of its request started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from typing import AsyncIterator
 
 import mlx.core as mx
@@ -24,10 +28,10 @@ WAITS = ("plain", "drain-once", "drain")
 
 
 class ToyEngine:
-    def __init__(self, wait: str = "drain"):
+    def __init__(self, wait: str = "drain", prep_s: float = 0.0):
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {WAITS}")
-        self.wait = wait
+        self.wait, self.prep_s = wait, prep_s
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
         self._weights: tuple[mx.array, mx.array, mx.array] | None = None
@@ -40,7 +44,8 @@ class ToyEngine:
     async def generate(self, prompt: str, max_tokens: int) -> list[int]:
         """All tokens at once: one worker job, under the lock."""
         async with self._lock:
-            return await self._run(_decode, self._weights, _tokens(prompt), max_tokens)
+            context = await self._run(_prepared, prompt, self.prep_s) if self.prep_s else _tokens(prompt)
+            return await self._run(_decode, self._weights, context, max_tokens)
 
     async def stream(self, prompt: str, max_tokens: int) -> AsyncIterator[int]:
         """One worker job per token, the lock held for the whole stream."""
@@ -93,6 +98,12 @@ def _decode(weights: tuple[mx.array, mx.array, mx.array], context: list[int], co
             hidden = mx.tanh(hidden @ layers[layer])
         context.append(int(mx.argmax(hidden.mean(axis=0) @ out).item()))
     return context[-count:]
+
+
+def _prepared(prompt: str, prep_s: float) -> list[int]:
+    """A slow tokenizer pass, no MLX in it."""
+    time.sleep(prep_s)
+    return _tokens(prompt)
 
 
 def _tokens(prompt: str) -> list[int]:

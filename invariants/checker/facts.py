@@ -37,13 +37,15 @@ class FunctionFacts:
 
 
 class Assignment:
-    """`target = value`, with the qualified name of `value`'s callee when it is a call."""
+    """`target = value`, with the qualified name of `value`'s callee when it is a call, and the
+    def (or module) it stands in, by id of its node."""
 
-    __slots__ = ("value", "call_qual")
+    __slots__ = ("value", "call_qual", "scope")
 
-    def __init__(self, value: cst.BaseExpression, call_qual: str | None) -> None:
+    def __init__(self, value: cst.BaseExpression, call_qual: str | None, scope: int) -> None:
         self.value = value
         self.call_qual = call_qual
+        self.scope = scope
 
 
 class Facts:
@@ -53,6 +55,7 @@ class Facts:
         self.assigned: dict[str, list[Assignment]] = {}
         self.constants: dict[str, float] = {}
         self.imports_mlx = False
+        self.module_calls: FunctionFacts | None = None  # the module body's own calls
         # Answers computed once from these facts, at the end, by whichever rule asks first.
         self.memo: dict[str, Any] = {}
 
@@ -61,8 +64,18 @@ class Facts:
         if facts.key:
             self.by_key.setdefault(facts.key, []).append(facts)
 
-    def assign(self, key: str, value: cst.BaseExpression, call_qual: str | None) -> None:
-        self.assigned.setdefault(key, []).append(Assignment(value, call_qual))
+    def assign(self, key: str, value: cst.BaseExpression, call_qual: str | None, scope: int) -> None:
+        self.assigned.setdefault(key, []).append(Assignment(value, call_qual, scope))
+
+    def scope_of(self, call: cst.Call) -> int | None:
+        """The def (or module) whose own body makes `call`, by id of its node, as `Assignment.scope`."""
+        scopes = self.memo.get("call-scopes")
+        if scopes is None:
+            scopes = self.memo["call-scopes"] = {
+                id(site.node): id(fn.node) for fn in [self.module_calls, *self.functions.values()]
+                if fn is not None for site in fn.calls
+            }
+        return scopes.get(id(call))
 
     def constructed_by(self, key: str | None) -> set[str]:
         """Qualified callees whose results were assigned to `key` anywhere in the file."""

@@ -30,6 +30,20 @@ BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES f
 # Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.
 LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
 LOAD_NAMES = ["*load_model*"]
+# An MLX package's own loaders (`mlx_audio.utils.load_model`, `SAMAudio.from_pretrained` of
+# mlx_audio.sts): what they return is a model whose methods run MLX.
+_MLX_LOADERS = frozenset({"load", "load_model", "from_pretrained"})
+# What an MLX package also loads that is no model: text and audio front ends, configurations.
+_NOT_MODELS = ("processor", "tokenizer", "feature_extractor", "config")
+# mlx.nn.Module's bookkeeping: flags, parameter trees and submodule walks, no GPU work (its
+# `load_weights` is loading and `save_weights` is MODEL_WEIGHT_SAVES). Accessors named `get_*`,
+# `set_*`, `is_*` and `has_*` are taken to be the same.
+MODULE_BOOKKEEPING = frozenset({
+    "eval", "train", "freeze", "unfreeze", "parameters", "trainable_parameters", "children", "modules",
+    "named_modules", "leaf_modules", "update", "update_modules", "apply", "apply_to_modules", "set_dtype",
+    "filter_and_map", "keys", "values", "items", "get", "load_weights",
+})
+_ACCESSORS = ("get_", "set_", "is_", "has_", "__")
 # Parts of mlx-lm that only do Python work (tokenizers, samplers, configs).
 PYTHON_ONLY = ("tokenizer", "sample_utils", "make_sampler", "make_logits_processors", "load_config", "get_model_path")  # an engine's own loader (`load_model_with_fallback`)
 # Engines wrap the model in their own class; these methods of a model-named receiver
@@ -64,6 +78,55 @@ def _imported_from_mlx(qual: str) -> bool:
     return qual.startswith(("mlx.", "mlx_lm.", "mlx_vlm.")) or qual in ("mlx", "mlx_lm", "mlx_vlm")
 
 
+def is_mlx_loader(qual: str | None) -> bool:
+    """A loader of an MLX package (`mlx_lm.load`, `mlx_audio.utils.load_model`, a model class's
+    `from_pretrained` imported from `mlx_audio.sts`); a processor's or tokenizer's is left out."""
+    if not qual or "." not in qual or not qual.startswith("mlx_"):
+        return False
+    if qual in LOADS:
+        return True
+    head, _, last = qual.rpartition(".")
+    return last in _MLX_LOADERS and not any(word in head.lower() for word in _NOT_MODELS)
+
+
+def _loader_call(value: cst.BaseExpression, qual: str | None) -> str | None:
+    """"mlx" for a call of an MLX package's loader, "named" for one named like a model loader
+    (`model_provider.load_model(name)`), else None."""
+    if is_mlx_loader(qual):
+        return "mlx"
+    if isinstance(value, cst.Call) and not (qual or "").startswith(("mlx", "transformers")):
+        if matches_name(dotted(value.func), LOAD_NAMES):
+            return "named"
+    return None
+
+
+def loaded_model(expr: cst.BaseExpression, ctx: FileContext, scope: int | None = None) -> str | None:
+    """How the name or attribute `expr` was given a loaded model: "mlx" when an MLX package's loader
+    returned it (`SAM_MODEL = SAMAudio.from_pretrained(path)`), "named" when a call named like a model
+    loader did (`stt_model = model_provider.load_model(name)`), else None. Anywhere in the file; with
+    `scope` (a def's node id, Assignment.scope), a bare name counts only where that def or the module
+    body assigned it: the same short name (`model`) may be a model name string in another def."""
+    key = ctx.key(expr)
+    if key is None:
+        return None
+    assigned = ctx.facts.assigned.get(key, ())
+    if scope is not None and "." not in key:
+        module = ctx.facts.module_calls
+        places = {scope, id(module.node) if module is not None else None}
+        assigned = [a for a in assigned if a.scope in places]
+    kinds = {_loader_call(a.value, a.call_qual) for a in assigned}
+    return "mlx" if "mlx" in kinds else ("named" if "named" in kinds else None)
+
+
+def _model_method(site: CallSite, method: str, receiver: cst.BaseExpression, ctx: FileContext) -> bool:
+    """A method of a model an MLX package's loader returned (in this def, the module body, or to an
+    attribute) that is not the module's bookkeeping: the model's own computation (`separate_long`)."""
+    if method in MODULE_BOOKKEEPING or method.startswith(_ACCESSORS):
+        return False
+    scope = ctx.facts.scope_of(site.node)
+    return scope is not None and loaded_model(receiver, ctx, scope) == "mlx"
+
+
 def note_import(qual: str, ctx: FileContext) -> None:
     if _imported_from_mlx(qual):
         ctx.facts.imports_mlx = True
@@ -83,8 +146,9 @@ def _looks_like_batch_generator(expr: cst.BaseExpression, ctx: FileContext) -> b
 
 
 def is_model(expr: cst.BaseExpression, ctx: FileContext) -> bool:
-    """A receiver named like the model (model-names): `self._model`, `text_model`."""
-    return matches_name(dotted(expr), ctx.shared["model-names"])
+    """A receiver named like the model (model-names): `self._model`, `text_model`; or one a model
+    loader's result was assigned to (`stt_model = load_model(name)`, loaded_model)."""
+    return matches_name(dotted(expr), ctx.shared["model-names"]) or loaded_model(expr, ctx) is not None
 
 
 def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
@@ -133,6 +197,8 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
         if method in GENERATOR_MLX_METHODS and _looks_like_batch_generator(func.value, ctx):
             return site.text
         if (method in MODEL_GENERATION or method in MODEL_WEIGHT_SAVES) and is_model(func.value, ctx):
+            return site.text
+        if _model_method(site, method, func.value, ctx):
             return site.text
     if matches_name(site.text, ctx.shared["mlx-calls"]):
         return site.text

@@ -89,7 +89,7 @@ class FileContext:
         self.raw: list[RawFinding] = []
         self.statements: list[cst.CSTNode] = []
         self._executor_roots: set[int] = set()
-        module_facts = FunctionFacts(module, None)
+        module_facts = self.facts.module_calls = FunctionFacts(module, None)
         self._function_stack: list[FunctionFacts] = [module_facts]
         self._keys: dict[int, str | None] = {}
         self._quals: dict[int, str | None] = {}
@@ -255,7 +255,7 @@ class FileContext:
         # `given or ThreadPoolExecutor(1)` and `a if c else b` may hold either value.
         for option in _alternatives(value):
             qual = self.resolve(option.func) if isinstance(option, cst.Call) else None
-            self.facts.assign(key, option, qual)
+            self.facts.assign(key, option, qual, id(self._function_stack[-1].node))
         if self.scope.top.kind is Kind.MODULE and isinstance(target, cst.Name):
             constant = number(value, self.facts.constants)
             if constant is not None:

@@ -60,7 +60,8 @@ class MlxOffOwnerThread(Rule):
     message = OFF_OWNER_MESSAGE
     known_problems = (
         "Follows the callable into functions and methods of the same file only; a model call is "
-        "recognised by name (model-names) in files that import mlx. Judges the default pool and the thread "
+        "recognised by name (model-names) in files that import mlx, or by a model loader's result assigned "
+        "to the same name in the file (INV108). Judges the default pool and the thread "
         "pools this file builds: an executor created elsewhere (handed in, returned by a getter, kept on "
         "another object) is not judged, whatever it is, and neither is a pool whose worker count is computed "
         "(`ThreadPoolExecutor(max_workers=n)`). A pool is known by the name, attribute or mapping key it is "
@@ -148,6 +149,19 @@ class MlxOffOwnerThread(Rule):
 
             async def completions(model, tokenizer, prompt):
                 return StreamingResponse(tokens(model, tokenizer, prompt))  # expect: INV107
+        '''),
+        # The model is known by its loader (mlx-audio's transcription stream, server.py@c64890e:426).
+        Invalid('''
+            import mlx.core as mx
+            from fastapi.responses import StreamingResponse
+
+            def transcription(stt_model, path):
+                for chunk in stt_model.generate(path, stream=True):
+                    yield chunk.text
+
+            async def transcribe(provider, name, path):
+                stt_model = provider.load_model(name)
+                return StreamingResponse(transcription(stt_model, path))  # expect: INV107
         '''),
         # Where the project's version is unknown (the examples above), or known and older, it is reported.
         Invalid('''
@@ -292,6 +306,22 @@ class MlxOffOwnerThread(Rule):
 
             async def completions(owner, prompt):
                 return StreamingResponse(tokens(owner, prompt))
+        '''),
+        # The loaded model's stream runs on the one thread that owns MLX, which fills the queue.
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+            from fastapi.responses import StreamingResponse
+
+            async def transcription(owner, stt_model, path):
+                queue = asyncio.Queue()
+                owner.submit(lambda: [queue.put_nowait(c.text) for c in stt_model.generate(path, stream=True)])
+                while (text := await queue.get()) is not None:
+                    yield text
+
+            async def transcribe(owner, provider, name, path):
+                stt_model = provider.load_model(name)
+                return StreamingResponse(transcription(owner, stt_model, path))
         '''),
         # From MLX 0.31.2 (and mlx-lm 0.31.3 for a generation) a thread of its own is no bug by itself.
         Valid('''

@@ -140,7 +140,23 @@ class BlockingMlxOnEventLoop(Rule):
     way (engine_core.py@4b06de6:192, and through `_step_on_model_thread()` at
     4b654c0:326), and its first SimpleEngine called `self._model.generate(...)`
     straight from `async def generate` under a `wait_for` that could never fire
-    (engine/simple.py@1740909:123). Loading weights is left out: at start-up
+    (engine/simple.py@1740909:123).
+
+    A model is known by what returned it too, whatever it is named: a name or
+    attribute assigned the result of an MLX package's loader (`mlx_lm.load`,
+    `mlx_audio.utils.load_model`, a model class's `from_pretrained` imported from
+    an `mlx_*` package; a processor's or tokenizer's is no model) or of a call
+    named like a model loader (`stt_model = model_provider.load_model(name)`) is a
+    model for the methods above and for its own call. Every other method of a
+    model an MLX package's loader returned is the model's own computation too,
+    but for mlx.nn.Module's bookkeeping (`eval`, `parameters`, `freeze`,
+    `update`, ...) and `get_*`/`set_*`/`is_*`/`has_*` accessors. mlx-audio's
+    separation endpoint loaded `SAM_MODEL = SAMAudio.from_pretrained(model)` and
+    ran `SAM_MODEL.separate_long(...)` in the async handler
+    (mlx_audio/server.py@c64890e:487, the corpus's MAU-SEP), and its realtime
+    websocket handler ran `stt_model.generate(...)` on the model
+    `model_provider.load_model(...)` returned (server.py@c64890e:544 and :573,
+    still there after the fix of the HTTP endpoints, c5a8b90:684). Loading weights is left out: at start-up
     nothing else is being served (INV119 judges a load that also runs on a
     worker). An `async def` declared to run on the owner thread (owner-functions,
     or `# invariants: owner-thread` on its def line: an event loop the owner
@@ -184,8 +200,13 @@ class BlockingMlxOnEventLoop(Rule):
         "model\"): only among the files of the same run, and only where a call can be named (an import, a "
         "module-level instance, `self.x` built from a class of the package, an annotated parameter); a "
         "function that loads weights is start-up work there, with all the MLX it runs. Wrappers are recognised by name (model-names, "
-        "batch-generator-names, mlx-calls), so a differently named model or scheduler is not seen, and a "
-        "model-named object whose `generate` (or whose own call) is not MLX is flagged; a lazy forward pass "
+        "batch-generator-names, mlx-calls) or, for a model, by a loader's result assigned in the same file, so a "
+        "differently named model handed in from elsewhere, or a scheduler, is not seen, and a "
+        "model-named object whose `generate` (or whose own call) is not MLX is flagged. A bare name assigned a "
+        "loader's result counts as a model across its file for generate/chat/stream and its own call (a "
+        "helper's parameter of the same name is taken to be that model), but for the loaded model's other "
+        "methods only in the def, or module body, that assigned it: a method of its own the package adds to "
+        "a loaded model that only reads Python state is flagged; a lazy forward pass "
         "that only builds a graph is reported like a generation. A model's `load_weights` counts as loading "
         "(left out). `mx.async_eval`, and a single MLX op such as `mx.array(...)` are not judged here; "
         "`np.array`/`np.asarray`, `.item()` and `.tolist()` are judged only on the value an awaited hand-off "
@@ -375,6 +396,33 @@ class BlockingMlxOnEventLoop(Rule):
             pin_thread_streams()
             return self.engine.generate_all(prompt)  # expect: INV108
 ''', files=_STREAMS),
+        # A model known by its loader: every method of one an MLX package loaded, the generation of any.
+        Invalid('''
+            from fastapi import FastAPI
+
+            app = FastAPI()
+            SEPARATOR = None
+
+            @app.post("/v1/audio/separations")
+            async def separate(path, audio):
+                global SEPARATOR
+                from mlx_audio.sts import SAMAudio
+                if SEPARATOR is None:
+                    SEPARATOR = SAMAudio.from_pretrained(path)
+                return SEPARATOR.separate_long(audios=[audio])  # expect: INV108
+        '''),
+        Invalid('''
+            import mlx.core as mx
+
+            class Transcriber:
+                async def transcribe(self, name, samples):
+                    stt_model = self.provider.load_model(name)
+                    return stt_model.generate(mx.array(samples))  # expect: INV108
+
+                async def stream(self, stt_model, samples, send):
+                    for delta in stt_model.generate(mx.array(samples), stream=True):  # expect: INV108
+                        await send(delta)
+        '''),
         # A library's users may call what its own package never does: report-unreferenced judges that too.
         Invalid(_WARMUP, files=_UNPRIMED, options={"report-unreferenced": True}),
         Invalid('''
@@ -621,6 +669,36 @@ class BlockingMlxOnEventLoop(Rule):
             async def serve(path):
                 model, tokenizer = load(path)
                 await run_server(model, tokenizer)
+        '''),
+        Valid('''
+            class Transcriber:
+                async def transcribe(self, name, samples):
+                    stt_model = self.provider.load_model(name)
+                    return await self.owner.run(stt_model.generate, samples)
+
+                async def stream(self, stt_model, samples, send):
+                    async for delta in self.owner.stream(stt_model.generate, samples, stream=True):
+                        await send(delta)
+        '''),
+        # The loaded model's bookkeeping, its processor (no model), its computation handed to the owner;
+        # and `model` in another def, where it names a model (a string), not the one loaded above.
+        Valid('''
+            from mlx_audio.sts import SAMAudio, SAMAudioProcessor
+            from mlx_audio.vad import load as load_vad
+
+            def vad(name):
+                model = load_vad(name)
+                return model
+
+            async def separate(owner, path, audio):
+                processor = SAMAudioProcessor.from_pretrained(path)
+                separator = SAMAudio.from_pretrained(path)
+                separator.eval()
+                batch = processor(audios=[audio])
+                return await owner.run(separator.separate_long, audios=batch.audios)
+
+            async def resolve(model: str):
+                return model.strip().lower()
         '''),
         # From MLX 0.31.2 `mx.synchronize()` waits for the calling thread's own stream: on the loop, for nothing.
         Valid('''

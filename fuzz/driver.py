@@ -16,7 +16,6 @@ keeps that engine from scenario to scenario while each leaves it clean, and
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import threading
 import traceback
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Optional
 
 from mlx_invariants.fuzz.adapters.base import Adapter, Handle
+from mlx_invariants.fuzz.collect import harness_collect
 from mlx_invariants.fuzz.compute import gone_clients, watch_gone
 from mlx_invariants.fuzz.differential import AloneCache, compare_alone
 from mlx_invariants.fuzz.errors import Refused
@@ -274,7 +274,7 @@ class ScenarioRun:
         and nothing this scenario started (executor job, task, thread) still runs. If not, it is shut down
         inside this scenario, so every after-shutdown check is judged against the scenario that caused it."""
         await wait_loop_idle()
-        gc.collect()  # as after a shutdown: what this scenario left unretrieved is judged against it
+        harness_collect()  # as after a shutdown: what this scenario left unretrieved is judged against it
         await wait_loop_idle()
         if self.collect is not None:
             self.collect(self.trace)  # a server's spans count before deciding
@@ -586,7 +586,7 @@ class ScenarioRun:
         """Once shutdown returned: no client waits (if `live`), no executor job, no thread the engine
         started, no stray task. False if a client still waits."""
         await wait_loop_idle()
-        gc.collect()  # a future that died with an unretrieved exception is reported now, in this trace
+        harness_collect()  # a future that died with an unretrieved exception is reported now, in this trace
         await wait_loop_idle()
         waiting = live and bool(self._unfinished())
         if waiting:

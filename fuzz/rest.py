@@ -28,7 +28,6 @@ Threads: everything here runs on the loop thread, between scenarios' requests.
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import threading
@@ -36,6 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
+from mlx_invariants.fuzz.collect import harness_collect
 from mlx_invariants.fuzz.executors import THREAD_PREFIX
 from mlx_invariants.fuzz.trace import Trace
 from mlx_invariants.fuzz.violation import Violation, ViolationKind, yields
@@ -87,7 +87,7 @@ def held_counts(status: dict[str, Any]) -> dict[str, int]:
 
 def sample_here() -> RestSample:
     """This process at rest, after a collection (an array only a reference cycle kept is not held)."""
-    gc.collect()
+    harness_collect()
     mx = sys.modules.get("mlx.core")
     active = int(mx.get_active_memory()) if mx is not None and hasattr(mx, "get_active_memory") else None
     return RestSample(len(own_threads()), active)

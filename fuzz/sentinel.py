@@ -36,6 +36,7 @@ import types
 from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from mlx_invariants.fuzz.collect import collecting
 from mlx_invariants.fuzz.errors import SentinelError
 from mlx_invariants.fuzz.observe import Observer
 from mlx_invariants.fuzz.trace import Event, Trace, capture_stack, thread_token
@@ -362,9 +363,10 @@ class _GuardedGenerator:
         if not self._sentinel._active or not getattr(self._inner, "gi_suspended", False):
             return
         if thread_token() != self._born:
+            # Inside the harness's own collection, the thread and the moment are the harness's (fuzz/collect.py).
+            name = "collected-suspended" if collecting() else "finalized-off-thread"
             event = self._sentinel.trace.record(
-                "mlx-gc", "finalized-off-thread",
-                info={"target": self._label, "created_by": self._born_name}, stack=capture_stack(1))
+                "mlx-gc", name, info={"target": self._label, "created_by": self._born_name}, stack=capture_stack(1))
             self._sentinel._publish(event)
 
     def __next__(self) -> Any:

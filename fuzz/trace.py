@@ -70,7 +70,9 @@ EVENTS: dict[str, EventKind] = {
     "mlx-error": EventKind("MLX raised inside a wrapped call (the sentinel)", {
         "no-stream": "\"There is no Stream(...) in current thread\": an array or stream crossed threads"}),
     "mlx-gc": EventKind("an MLX object was finalized (the sentinel's wrapped generators)", {
-        "finalized-off-thread": "a wrapped generator dropped mid-body on another thread than made it"}),
+        "finalized-off-thread": "a wrapped generator dropped mid-body on another thread than made it",
+        "collected-suspended": "a wrapped generator left mid-body in a reference cycle, finalized by the harness's "
+                               "own collection (fuzz/collect.py): its thread is the harness's, not judged"}),
     "fault": EventKind("a fault or arrival was delivered, or found nothing to hit (info: at, delivered)", {
         **{kind.value: f"a `{kind.value}` fault delivered (or, `delivered: false`, nothing to hit)"
            for kind in FaultKind},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import concurrent.futures
+import gc
 import json
 import subprocess
 import sys
@@ -349,6 +350,40 @@ def test_an_mlx_generator_finalized_off_the_thread_that_made_it():
         start_one()
         held.clear()  # made and dropped on the same thread
     assert kinds(mlx_finalized_where_it_lives, sentinel.trace) == ["mlx-finalized-off-thread"]
+
+
+@pytest.mark.parametrize("collector, found", [("the engine's", ["mlx-finalized-off-thread"]),
+                                              ("the harness's", [])])
+def test_a_generator_finalized_in_a_collection_is_judged_only_where_the_harness_did_not_collect(collector, found):
+    """A generator left suspended in a reference cycle is finalized by whichever thread collects: in the
+    harness's own `gc.collect()` (its rest sample) that thread is the harness's choice, recorded apart and not
+    judged (a vllm-mlx stream generator read as finalized on MainThread so, in every run). The last reference
+    goes in the collection's start callback, so the finalization falls inside it whatever order the collector
+    would finalize a cycle's objects in."""
+    from mlx_invariants.fuzz.collect import harness_collect
+
+    held = []
+
+    def start_one() -> None:
+        generator = mlx_work.steps(3)
+        next(generator)
+        held.append(generator)
+
+    def drop(phase: str, info: dict) -> None:
+        if phase == "start":
+            held.clear()
+
+    with Sentinel(DEFAULT_TARGETS + ("tests.fuzz.mlx_work:steps",)) as sentinel:
+        maker = threading.Thread(target=start_one)
+        maker.start()
+        maker.join()
+        gc.callbacks.append(drop)
+        try:
+            harness_collect() if collector == "the harness's" else gc.collect()
+        finally:
+            gc.callbacks.remove(drop)
+    assert kinds(mlx_finalized_where_it_lives, sentinel.trace) == found
+    assert len(sentinel.trace.of("mlx-gc")) == 1, sentinel.trace.of("mlx-gc")
 
 
 # -- injected into a launched process ---------------------------------------------------------------

@@ -85,11 +85,12 @@ def violations_built(paths: Iterable[Path], root: Path = ROOT) -> list[tuple[str
 
 
 def points_reached(paths: Iterable[Path]) -> set[str]:
-    """The `Point` members passed to a `reach(...)` call (the engine's `reach`, an adapter's `self.reach`)."""
+    """The `Point` members passed to a `reach(...)` call (the engine's `reach`, an adapter's `self.reach`, or the
+    HTTP adapter's `reached`, which awaits what the fuzzer hands back)."""
     reached = set()
     for _, call in _calls(paths):
         first = call.args[0] if call.args else None
-        if _named(call) == "reach" and isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name) \
+        if _named(call) in ("reach", "reached") and isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name) \
                 and first.value.id == "Point":
             reached.add(first.attr)
     return reached

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -9,9 +10,10 @@ import libcst as cst
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.offload import sync_generator
 
 if TYPE_CHECKING:
-    from mlx_invariants.checker.facts import CallSite
+    from mlx_invariants.checker.facts import CallSite, FunctionFacts
     from mlx_invariants.checker.walker import FileContext
 
 _PACKAGES = ("mlx_lm", "mlx_vlm")
@@ -151,14 +153,56 @@ def is_model(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     return matches_name(dotted(expr), ctx.shared["model-names"]) or loaded_model(expr, ctx) is not None
 
 
-def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
-    """A call to, or a name assigned from, `stream_generate` / `generate_step`, or a model's stream method."""
+def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext, scope: int | None = None) -> bool:
+    """A call to, or a name assigned from, `stream_generate` / `generate_step`, a model's stream method,
+    or a generator def of this file whose body reaches MLX (own_generator; `scope` as there)."""
     if isinstance(expr, cst.Call):
         func = expr.func
         if isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx):
             return True
-        return ctx.resolve(func) in GENERATORS
-    return bool(ctx.facts.constructed_by(ctx.key(expr)) & GENERATORS)
+        if ctx.resolve(func) in GENERATORS:
+            return True
+    elif ctx.facts.constructed_by(ctx.key(expr)) & GENERATORS:
+        return True
+    return own_generator(expr, ctx, lambda site: runs_mlx(site, ctx, loads=False) or forward_pass(site, ctx),
+                         scope) is not None
+
+
+def generator_defs(call: cst.Call, ctx: FileContext) -> list[FunctionFacts]:
+    """The defs of this file `call` names, when every one of them is a sync generator (a `yield` in
+    its own body); else none. Calling one runs none of its body: its code runs where what the call
+    returned is iterated (`for`, `next`, `list`), on whichever thread does that."""
+    defs = ctx.facts.by_key.get(ctx.key(call.func) or "", ())
+    return list(defs) if defs and all(sync_generator(d.node) for d in defs) else []
+
+
+def own_generator(expr: cst.BaseExpression, ctx: FileContext, direct: Callable[[CallSite], str | None],
+                  scope: int | None = None) -> str | None:
+    """What `direct` finds in the body of a generator def of this file (through the file's defs) that
+    `expr` makes: a call of it (`tokens(prompt)`), or a name assigned one (`gen = tokens(prompt)`; with
+    `scope`, a def's node id, only an assignment in that def or the module body counts). Iterating
+    `expr` runs that body, so its MLX runs on the iterating thread; else None."""
+    if isinstance(expr, cst.Call):
+        calls = [expr]
+    else:
+        key = ctx.key(expr)
+        module = ctx.facts.module_calls
+        places = {scope, id(module.node) if module is not None else None}
+        calls = [a.value for a in ctx.facts.assigned.get(key or "", ())
+                 if isinstance(a.value, cst.Call) and (scope is None or a.scope in places)]
+    opened: set[int] = ctx.facts.memo.setdefault("own-generators-open", set())  # a generator stepping itself
+    for call in calls:
+        for function in generator_defs(call, ctx):
+            if id(function.node) in opened:
+                continue
+            opened.add(id(function.node))
+            try:
+                found = ctx.facts.first_reaching(function, direct)
+            finally:
+                opened.discard(id(function.node))
+            if found:
+                return found
+    return None
 
 
 def forward_pass(site: CallSite, ctx: FileContext) -> str | None:
@@ -204,7 +248,7 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
         return site.text
     if qual == "next" or (isinstance(func, cst.Name) and func.value == "next"):
         args = site.node.args
-        if args and is_mlx_generator(args[0].value, ctx):
+        if args and is_mlx_generator(args[0].value, ctx, ctx.facts.scope_of(site.node)):
             return "next() on an MLX generator"
     return None
 

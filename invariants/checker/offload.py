@@ -103,10 +103,10 @@ def streamed_content(call: cst.Call, ctx: FileContext) -> cst.Call | None:
 def iterated_in_pool(work: Handoff, ctx: FileContext) -> bool:
     """The generator a `streamed_handoff` streams is a sync generator of this file (every def of that name)."""
     defs = ctx.facts.by_key.get(ctx.key(work.target) or "", ())
-    return bool(defs) and all(_sync_generator(function.node) for function in defs)
+    return bool(defs) and all(sync_generator(function.node) for function in defs)
 
 
-def _sync_generator(node: cst.CSTNode) -> bool:
+def sync_generator(node: cst.CSTNode) -> bool:
     """A plain `def` with a `yield` in its own body (not in a nested def, lambda or class)."""
     if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
         return False

@@ -20,6 +20,7 @@ class _Candidate:
     target: cst.BaseExpression
     statement: cst.CSTNode | None
     streamed: bool  # a sync generator handed to a streaming response: judged once the file's defs are known
+    stepped: cst.BaseExpression | None = None  # the generator the builtin `next` handed over steps
 
 
 class MlxOffOwnerThread(Rule):
@@ -46,6 +47,17 @@ class MlxOffOwnerThread(Rule):
     server.py@c64890e:426, fixed in c5a8b90 by one inference thread that owns
     every model call). An executor the file cannot identify is not judged.
 
+    Handing the builtin `next` over with a generator (`run_in_executor(None,
+    next, gen)`, `asyncio.to_thread(next, gen)`) runs one step of it on the
+    pool, so a generation hops threads from token to token, and two streams
+    step at once. It is judged like the rest when the generator is an MLX one:
+    an mlx-lm/mlx-vlm stream, a model's stream method, or a generator def of
+    this file whose body reaches MLX. mlx-manager stepped its `stream_generate`
+    wrapper this way in four handlers
+    (backend/mlx_manager/mlx_server/services/inference.py@5da7b61:194, :311,
+    :509, :600), fixed in fa74ffa by one thread per generation that feeds a
+    queue.
+
     Which regime holds is read from the project (docs/checker.md, "MLX
     version"): where it admits only MLX 0.31.2 or later the finding is not
     reported, unless the work generates with mlx-lm or mlx-vlm (or a wrapper of
@@ -71,7 +83,9 @@ class MlxOffOwnerThread(Rule):
         "with a one-worker pool (`loop.set_default_executor`) is not seen: `asyncio.to_thread` is still "
         "judged. A streaming response is judged only when its content is a call of a sync generator defined in "
         "the same file (`StreamingResponse(stream(model, prompt))`); one built elsewhere, or handed over as a "
-        "variable, is not followed. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
+        "variable, is not followed. `next` handed over is judged by the generator after it: one made in the same "
+        "def (or the module body), or the call itself; a generator kept on an attribute or handed in is judged only "
+        "when it is an mlx-lm stream. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
         "so a lazy array or an `mx.new_stream` stream handed to the pool, which raises there, is left to "
         "the fuzzer (`mlx-no-stream`)."
     )
@@ -79,6 +93,25 @@ class MlxOffOwnerThread(Rule):
                 ("mlx",))
 
     INVALID = [
+        # The builtin `next` handed over with an MLX generator: each step on whichever pool thread is free.
+        Invalid('''
+            import asyncio
+            from mlx_lm import stream_generate
+
+            async def stream(model, tokenizer, prompt):
+                def tokens():
+                    for response in stream_generate(model, tokenizer, prompt):
+                        yield response.text
+
+                generator = tokens()
+                loop = asyncio.get_running_loop()
+                while (text := await loop.run_in_executor(None, next, generator, None)) is not None:  # expect: INV107
+                    yield text
+
+            async def first(model, tokenizer, prompt):
+                responses = stream_generate(model, tokenizer, prompt)
+                return await asyncio.to_thread(next, responses)  # expect: INV107
+        '''),
         Invalid('''
             import asyncio
             import mlx.core as mx
@@ -323,6 +356,28 @@ class MlxOffOwnerThread(Rule):
                 stt_model = provider.load_model(name)
                 return StreamingResponse(transcription(owner, stt_model, path))
         '''),
+        # `next` stepping a generator with no MLX in it on the pool, or an MLX one on the one owner thread.
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import stream_generate
+
+            OWNER = ThreadPoolExecutor(max_workers=1)
+
+            async def lines(path):
+                def read():
+                    with open(path) as f:
+                        yield from f
+
+                reader = read()
+                return await asyncio.to_thread(next, reader, None)
+
+            async def stream(model, tokenizer, prompt):
+                generator = stream_generate(model, tokenizer, prompt)
+                loop = asyncio.get_running_loop()
+                while (response := await loop.run_in_executor(OWNER, next, generator, None)) is not None:
+                    yield response.text
+        '''),
         # From MLX 0.31.2 (and mlx-lm 0.31.3 for a generation) a thread of its own is no bug by itself.
         Valid('''
             import asyncio
@@ -359,7 +414,10 @@ class MlxOffOwnerThread(Rule):
         if target is None:
             return
         self.ctx.pin(target, work.executor)
-        self.candidates.append(_Candidate(work, target, self.ctx.statement, streamed))
+        stepped = _stepped(work, target, self.ctx)
+        if stepped is not None:
+            self.ctx.pin(stepped)
+        self.candidates.append(_Candidate(work, target, self.ctx.statement, streamed, stepped))
 
     def end(self) -> None:
         for candidate in self.candidates:
@@ -376,11 +434,35 @@ class MlxOffOwnerThread(Rule):
                 if pool is None:  # one thread, or not known here
                     continue
                 where = f"`{dotted(work.executor) or 'an executor'}`, {pool} (any of them each call)"
-            what = handed_reaches(candidate.target, self.ctx, mlx_api.reaches)
+            if candidate.stepped is not None:
+                what, generates = self._steps(candidate.stepped, work.call)
+                label = f"next({dotted(candidate.stepped) or '...'})"
+            else:
+                what = handed_reaches(candidate.target, self.ctx, mlx_api.reaches)
+                generates = handed_reaches(candidate.target, self.ctx, mlx_api.generation) is not None
+                label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
             if what is None:
                 continue
-            label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
             message = self.message.format(target=label, what=what, where=where)
-            self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(
-                handed_reaches(candidate.target, self.ctx, mlx_api.generation) is not None))
+            self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(generates))
+
+    def _steps(self, generator: cst.BaseExpression, call: cst.Call) -> tuple[str | None, bool]:
+        """What one step of `generator` runs on the pool (`next` handed over with it), and whether it generates:
+        an mlx-lm stream, a model's stream method, or a generator def of this file whose body reaches MLX."""
+        if not mlx_api.is_mlx_generator(generator, self.ctx, self.ctx.facts.scope_of(call)):
+            return None, False
+        scope = self.ctx.facts.scope_of(call)
+        own = mlx_api.own_generator(generator, self.ctx, lambda site: mlx_api.reaches(site, self.ctx), scope)
+        generates = mlx_api.own_generator(generator, self.ctx, lambda site: mlx_api.generation(site, self.ctx), scope)
+        return own or "next() on an MLX generator", own is None or generates is not None
+
+
+def _stepped(work: Handoff, target: cst.BaseExpression, ctx) -> cst.BaseExpression | None:
+    """`run_in_executor(None, next, gen)`, `to_thread(next, gen)`: the generator the builtin `next` steps
+    there, one step per hand-off (the argument after the callable); None for any other callable."""
+    if not (isinstance(target, cst.Name) and target.value == "next" and ctx.resolve(target) in (None, "next")):
+        return None
+    args = [a.value for a in work.call.args if a.keyword is None and not a.star]
+    after = [i for i, value in enumerate(args) if value is work.target]
+    return args[after[0] + 1] if after and after[0] + 1 < len(args) else None
 

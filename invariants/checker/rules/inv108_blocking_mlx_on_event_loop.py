@@ -183,6 +183,17 @@ class BlockingMlxOnEventLoop(Rule):
     falls back to stepping on the loop after binding there (engine_core.py@4b654c0:326,
     the corpus's V13b), runs MLX on two threads and is still reported.
 
+    Calling a generator def runs none of its body: `gen = tokens()` only makes
+    the generator, and its MLX runs on whichever thread iterates it. So the call
+    is not reported; iterating it on the loop is (a `for` over it, `next(gen)`, or
+    a call that drains it in place: `list(tokens())`, `"".join(tokens())`), and
+    handing `next` with it to a pool is INV107's. mlx-manager made its
+    `stream_generate` wrapper on the loop and stepped it with
+    `run_in_executor(None, next, generator)`
+    (backend/mlx_manager/mlx_server/services/inference.py@5da7b61:189 and :307,
+    reported here as MLX on the loop before this was known; the steps, :194 and
+    :311, are INV107's).
+
     MLX is lazy, so a hand-off can leave the work on the loop after all: a
     coroutine that hands `lambda: model(x)` to a worker gets back an unevaluated
     array, and converting it there (`np.array(out)`, `out.item()`, `out.tolist()`)
@@ -220,7 +231,9 @@ class BlockingMlxOnEventLoop(Rule):
         "it is reported whatever the version. A server that runs in its mode without the worker (the "
         "inline arm of a mode `if` beside a hand-off) blocks the loop unseen, and so does an engine loop "
         "that binds the streams on the loop's thread in a file that hands no MLX to a thread, however "
-        "long its steps (a `while` in a request handler that binds passes for one). Code inside a def its "
+        "long its steps (a `while` in a request handler that binds passes for one). A generator of this file "
+        "is judged where the loop iterates it (a `for`, `next`, or a builtin that drains it such as `list`); one "
+        "handed on and drained by a helper (`consume(tokens())`) is not seen. Code inside a def its "
         "package never names is not judged (docs/checker.md, \"Code nothing in the package names\")."
     )
     triggers = (("async",), ("mlx", "model", "generat", "scheduler"))
@@ -376,6 +389,21 @@ class BlockingMlxOnEventLoop(Rule):
                 else:
                     return await asyncio.get_running_loop().run_in_executor(OWNER, engine.Engine().generate_all, prompt)
         ''', files=_ENGINE),
+        # A generator def's body runs where it is iterated: here, on the loop.
+        Invalid('''
+            from mlx_lm import stream_generate
+
+            async def complete(model, tokenizer, prompt):
+                def tokens():
+                    for response in stream_generate(model, tokenizer, prompt):
+                        yield response.text
+
+                generator = tokens()
+                first = next(generator)  # expect: INV108
+                for text in tokens():  # expect: INV108
+                    first += text
+                return first + "".join(tokens())  # expect: INV108
+        '''),
         Invalid(_WARMUP, files=_PRIMED),
         Invalid(_LOOP_OWNER + _WARM_UP),
         Invalid(_MODEL_LOOP + _MODEL_WARM_UP, files=_STREAMS),
@@ -700,6 +728,19 @@ class BlockingMlxOnEventLoop(Rule):
             async def resolve(model: str):
                 return model.strip().lower()
         '''),
+        # Calling a generator def runs none of its body: each step runs on the owner, where `next` is handed.
+        Valid('''
+            from mlx_lm import stream_generate
+
+            async def chat(owner, model, tokenizer, prompt):
+                def tokens():
+                    for response in stream_generate(model, tokenizer, prompt):
+                        yield response.text
+
+                generator = tokens()
+                while (text := await owner.run(next, generator, None)) is not None:
+                    yield text
+        '''),
         # From MLX 0.31.2 `mx.synchronize()` waits for the calling thread's own stream: on the loop, for nothing.
         Valid('''
             import mlx.core as mx
@@ -723,6 +764,7 @@ class BlockingMlxOnEventLoop(Rule):
         self.lazy = LazyResults(ctx)
         # The generator function a streaming response streams, by id of its callee: Starlette's pool runs it (INV107).
         self.streamed: dict[int, Handoff] = {}
+        self.consumed: set[int] = set()  # calls whose result is iterated in place (`list(tokens())`)
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -742,6 +784,8 @@ class BlockingMlxOnEventLoop(Rule):
             streamed = streamed_handoff(node, self.ctx)
             if streamed is not None:  # its content call is visited next
                 self.streamed[id(streamed.target)] = streamed
+            if _consumes(node):
+                self.consumed.update(id(arg.value) for arg in node.args if isinstance(arg.value, cst.Call))
 
     def visit_For(self, node: cst.For) -> None:
         if self.ctx.in_async and node.asynchronous is None:
@@ -803,9 +847,15 @@ class BlockingMlxOnEventLoop(Rule):
             self.ctx.report_at(self.id, lazy.call, lazy.statement, self.message.format(what=what))
 
     def _through_helper(self, site: CallSite) -> str | None:
-        """`self._step()` where `_step` is a sync def of this file that (transitively) runs MLX: what it runs."""
+        """`self._step()` where `_step` is a sync def of this file that (transitively) runs MLX: what it runs.
+
+        Calling a generator def runs none of its body: `gen = tokens()` on the loop and `next` handed to
+        a pool runs it on the pool (INV107). Its MLX is reported where the loop iterates it: a `for`
+        (the loops below), `next(gen)`, or a call that drains it in place (`list(tokens())`)."""
         if mlx_api.is_load(site):
             return None  # a model loader: start-up work, whatever it evaluates on the way
+        if id(site.node) not in self.consumed and mlx_api.generator_defs(site.node, self.ctx):
+            return None
         facts = self.ctx.facts
         def direct(inner: CallSite) -> str | None:
             return mlx_api.runs_mlx(inner, self.ctx, loads=False) or mlx_api.forward_pass(inner, self.ctx)
@@ -818,6 +868,19 @@ class BlockingMlxOnEventLoop(Rule):
             if found:
                 return found
         return None
+
+
+# Builtins that iterate their argument to the end before returning (and `"".join`).
+_CONSUMERS = frozenset({"list", "tuple", "set", "frozenset", "dict", "sorted", "sum", "min", "max", "any", "all",
+                        "next"})
+
+
+def _consumes(call: cst.Call) -> bool:
+    """`list(gen())`, `"".join(gen())`: a call that iterates what its argument returns, in place."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value in _CONSUMERS
+    return isinstance(func, cst.Attribute) and func.attr.value == "join" and isinstance(func.value, cst.SimpleString)
 
 
 def _steps(call: str) -> bool:

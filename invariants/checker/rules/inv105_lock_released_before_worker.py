@@ -10,6 +10,7 @@ from mlx_invariants.checker.locks import is_lock
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.side_effects import only_computes
 from mlx_invariants.checker.walker import descendants
 
 CANCELLED = frozenset({
@@ -47,7 +48,21 @@ class LockReleasedBeforeWorker(Rule):
     already encoding to this command buffer"). The lock must stay held until the
     worker returns: run it as a task, await it through a shield (`asyncio.shield`, or
     from CPython 3.14 a helper that waits on a plain future, see INV117), and on
-    cancellation await the task again before re-raising."""
+    cancellation await the task again before re-raising.
+
+    A worker that only computes a value is left out: a def or lambda of the
+    file that, with the file's defs it calls, reaches no MLX, assigns no
+    attribute, item or global, mutates nothing in place, opens no file for
+    writing, and calls nothing imported from outside the standard library but
+    huggingface_hub's fetch of one file into its cache (side_effects.py).
+    Running on after its waiter left, it changes nothing the lock guards; its
+    result is dropped. olmlx's model manager reads a model's config.json off the
+    loop under its manager lock (`await asyncio.to_thread(self._detect_model_kind,
+    hf_path)`, olmlx/engine/model_manager.py@11b1dd4:1663, the fix of a
+    blocked loop): not reported. Two awaits later in the same manager,
+    `self._find_spectral_dir` and `self._find_shard_dir` (:2013, :2016) may run
+    the project's own calibration (`calibrate_model` of another module): still
+    reported, with the awaits of that block."""
 
     id = "INV105"
     catches = "a worker thread awaited inside `async with lock` without shield + drain on cancel"
@@ -65,7 +80,9 @@ class LockReleasedBeforeWorker(Rule):
         "as `asyncio.timeout` or `wait_for` in it) is not judged: ASGI servers and Starlette/FastAPI do not "
         "cancel it when its client disconnects, so only the server's shutdown does; a middleware or framework "
         "that does cancel handlers on disconnect is not seen. The streaming generator such a route returns is "
-        "judged. The unsafe awaits of one block are one finding, at the first that no suppression covers, "
+        "judged. A worker that only computes a value is left out by what the file shows: a method it calls on "
+        "another object is taken to read unless it is named like a mutator (`pop`, `put`, `write`, ...), so a def "
+        "that changes state through such a method is missed. The unsafe awaits of one block are one finding, at the first that no suppression covers, "
         "naming the others; suppressing it leaves the next reported."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("async",))
@@ -138,6 +155,26 @@ class LockReleasedBeforeWorker(Rule):
                     async with self._upload_slot:
                         await asyncio.to_thread(api.create_repo, repo_id, exist_ok=True)  # expect: INV105
                         await asyncio.to_thread(api.upload_folder, folder_path=folder, repo_id=repo_id)
+        '''),
+        # A helper that records what it read, or runs the project's own work: it changes what the lock guards.
+        Invalid('''
+            import asyncio
+            from .calibrate import calibrate_model
+
+            class Manager:
+                def _detect_kind(self, path):
+                    kind = "text" if path.endswith("-it") else "base"
+                    self._kinds[path] = kind
+                    return kind
+
+                def _calibrate(self, path):
+                    return calibrate_model(path)
+
+                async def ensure_loaded(self, path):
+                    async with self._lock:
+                        kind = await asyncio.to_thread(self._detect_kind, path)  # expect: INV105
+                    async with self._lock:
+                        return kind, await asyncio.to_thread(self._calibrate, path)  # expect: INV105
         '''),
     ]
     VALID = [
@@ -222,6 +259,30 @@ class LockReleasedBeforeWorker(Rule):
                             await asyncio.shield(task)
                         finally:
                             await asyncio.wait([task])
+        '''),
+        # A worker that only reads (a config file, or one file huggingface_hub fetches into its cache).
+        Valid('''
+            import asyncio
+            import json
+
+            class Manager:
+                def _detect_kind(self, path):
+                    config = None
+                    if self.store is not None:
+                        local = self.store.local_path(path) / "config.json"
+                        if local.exists():
+                            with open(local) as f:
+                                config = json.load(f)
+                    if config is None:
+                        from huggingface_hub import hf_hub_download
+                        with open(hf_hub_download(path, "config.json")) as f:
+                            config = json.load(f)
+                    return config.get("model_type", "unknown")
+
+                async def ensure_loaded(self, path):
+                    async with self._lock:
+                        kind = await asyncio.to_thread(self._detect_kind, path)
+                        return kind
         '''),
     ]
 
@@ -337,6 +398,8 @@ class LockReleasedBeforeWorker(Rule):
                 continue
             if _plain_route(candidate.function, self.ctx):
                 continue  # nothing but the server's shutdown cancels it
+            if only_computes(candidate.work.target, self.ctx):
+                continue  # running on past its waiter, it changes nothing the lock guards (side_effects.py)
             lock = dotted(locks[-1].expr) or "lock"
             target = candidate.work.target
             name = dotted(target) if target is not None else None

@@ -89,8 +89,12 @@ class Facts:
             if site.key:
                 yield from self.by_key.get(site.key, ())
 
-    def first_reaching(self, fn: FunctionFacts, direct: Callable[[CallSite], str | None]) -> str | None:
-        """What `fn` reaches, directly or through the file's own functions: `direct`'s answer or None."""
+    def first_reaching(self, fn: FunctionFacts, direct: Callable[[CallSite], str | None],
+                       into_async: bool = True) -> str | None:
+        """What `fn` reaches, directly or through the file's own functions: `direct`'s answer or None.
+
+        `into_async=False` stops at an `async def` that `fn` (or a def it calls) calls: that call only
+        makes a coroutine, whose body runs where it is awaited or scheduled, not in the caller."""
         seen: set[int] = set()
         stack = [fn]
         while stack:
@@ -98,12 +102,18 @@ class Facts:
             if id(current.node) in seen:
                 continue
             seen.add(id(current.node))
+            if not into_async and current is not fn and _is_async(current.node):
+                continue
             for site in current.calls:
                 what = direct(site)
                 if what:
                     return what
             stack.extend(self.callees(current))
         return None
+
+
+def _is_async(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.FunctionDef) and node.asynchronous is not None
 
 
 def number(expr: cst.BaseExpression, constants: dict[str, float]) -> float | None:

@@ -192,7 +192,11 @@ class BlockingMlxOnEventLoop(Rule):
     `run_in_executor(None, next, generator)`
     (backend/mlx_manager/mlx_server/services/inference.py@5da7b61:189 and :307,
     reported here as MLX on the loop before this was known; the steps, :194 and
-    :311, are INV107's).
+    :311, are INV107's). Calling an `async def` runs none of its body either: a
+    sync helper that makes a coroutine and schedules it is not MLX on the loop
+    at its call; the coroutine's own calls are judged where they stand (olmlx's
+    `_schedule_deferred_inference_cleanup(stream)`, olmlx/engine/inference.py@b0aaccb:777,
+    whose task syncs Metal at :140 once the worker ended, was reported at both).
 
     MLX is lazy, so a hand-off can leave the work on the loop after all: a
     coroutine that hands `lambda: model(x)` to a worker gets back an unevaluated
@@ -403,6 +407,23 @@ class BlockingMlxOnEventLoop(Rule):
                 for text in tokens():  # expect: INV108
                     first += text
                 return first + "".join(tokens())  # expect: INV108
+        '''),
+        # A sync helper that schedules a coroutine runs none of its body: the coroutine's own call is reported.
+        Invalid('''
+            import asyncio
+            import mlx.core as mx
+
+            def _sync_all():
+                mx.synchronize()
+
+            def schedule_cleanup(thread):
+                async def cleanup():
+                    await asyncio.to_thread(thread.join)
+                    _sync_all()  # expect: INV108
+                return asyncio.ensure_future(cleanup())
+
+            async def finish(thread):
+                schedule_cleanup(thread)
         '''),
         Invalid(_WARMUP, files=_PRIMED),
         Invalid(_LOOP_OWNER + _WARM_UP),
@@ -741,6 +762,23 @@ class BlockingMlxOnEventLoop(Rule):
                 while (text := await owner.run(next, generator, None)) is not None:
                     yield text
         '''),
+        # The scheduled coroutine hands its sync to the owner; scheduling it runs none of it.
+        Valid('''
+            import asyncio
+            import mlx.core as mx
+
+            def _sync_all():
+                mx.synchronize()
+
+            def schedule_cleanup(owner, thread):
+                async def cleanup():
+                    await asyncio.to_thread(thread.join)
+                    await owner.run(_sync_all)
+                return asyncio.ensure_future(cleanup())
+
+            async def finish(owner, thread):
+                schedule_cleanup(owner, thread)
+        '''),
         # From MLX 0.31.2 `mx.synchronize()` waits for the calling thread's own stream: on the loop, for nothing.
         Valid('''
             import mlx.core as mx
@@ -864,7 +902,7 @@ class BlockingMlxOnEventLoop(Rule):
             node = helper.node
             if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
                 continue
-            found = facts.first_reaching(helper, direct)
+            found = facts.first_reaching(helper, direct, into_async=False)  # a coroutine it makes is judged alone
             if found:
                 return found
         return None

@@ -195,8 +195,10 @@ def _free_port() -> int:
 class HttpHandle:
     """One HTTP request: streamed chunks as they arrive, or one JSON body."""
 
-    def __init__(self, adapter: "HttpAdapter", rid: str, response: Any = None, body: Optional[asyncio.Task] = None):
+    def __init__(self, adapter: "HttpAdapter", rid: str, response: Any = None, body: Optional[asyncio.Task] = None,
+                 pending: Optional[Awaitable[None]] = None):
         self.adapter, self.rid = adapter, rid
+        self._pending = pending  # what the fuzzer handed back at ADMITTED, awaited before the first read
         self.response = response
         self.body = body
         self.finish_reason: Optional[str] = None
@@ -214,6 +216,10 @@ class HttpHandle:
         if self.response is None:
             raise StopAsyncIteration
         if self._lines is None:
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                await pending
+            await asyncio.sleep(0)  # a fault delivered at ADMITTED lands here, before the first read
             self._lines = self.response.aiter_lines()
         async for line in self._lines:
             if not line.startswith("data:"):
@@ -363,8 +369,10 @@ class HttpAdapter:
             await response.aclose()
             raise Refused(_error_code(response), response.text[:200],
                           answer=Answer.read(response.status_code, "status", _error_of(response)))
-        await self.reached(Point.ADMITTED, spec.rid)
-        return HttpHandle(self, spec.rid, response=response)
+        # Reached, not awaited here: a cancel delivered at ADMITTED must land once the handle is the driver's to
+        # close, in its first read, or the stream stays open and the server streams on to a client that is gone
+        # (two correct servers read as computing after a disconnect so).
+        return HttpHandle(self, spec.rid, response=response, pending=self.reach(Point.ADMITTED, spec.rid))
 
     def request_headers(self, spec: RequestSpec) -> dict[str, str]:
         """Headers sent with `spec`'s request beyond the body's; none here (a served engine names the request)."""

@@ -5,6 +5,7 @@ that names both answers; servers that answer both transports alike (a 429 on bot
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import pytest
@@ -86,3 +87,40 @@ def test_the_fuzzer_confirms_the_planted_server_and_reports_both_answers():
     assert result.failure.headline.startswith("busy-differs-by-transport: busy: non-streaming r1 answered 503"), \
         result.failure.headline
     assert result.new_findings[0].confirmation == (2, 2), result.new_findings[0].confirmation
+
+
+def test_a_cancel_at_a_streams_admitted_point_lands_where_the_driver_closes_the_stream():
+    """A cancel delivered at a stream's ADMITTED must land once the handle is the caller's to close: landing
+    inside `submit`, it left the response open, and a correct server streamed on to a client that was gone
+    (two correct servers of the false-alarm benchmark read as computing after a disconnect so)."""
+    from mlx_invariants.fuzz.adapters.http import HttpAdapter
+
+    engines = Target.server(f"{sys.executable} tests/fuzz/slow_server.py {{port}}").build()
+
+    async def main() -> int:
+        adapter: HttpAdapter = engines()
+        await adapter.start()
+        task = asyncio.current_task()
+
+        def cancel_at_admitted(point, rid, info) -> None:  # as the fuzzer delivers a cancel there
+            if point.name == "ADMITTED":
+                task.cancel()
+
+        adapter.set_point_hook(cancel_at_admitted)
+        handle = None
+        try:
+            handle = await adapter.submit(RequestSpec("r0", 1, 50, True))
+            async for _ in handle:
+                pass
+        except asyncio.CancelledError:
+            if handle is not None:
+                await handle.close()  # what the driver does with a cancelled client's handle
+        opened = len(adapter._client._transport._pool.connections)
+        await adapter.shutdown()
+        return opened
+
+    try:
+        engines.prepare()
+        assert asyncio.run(main()) == 0
+    finally:
+        engines.close()

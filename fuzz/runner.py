@@ -579,7 +579,14 @@ class _Fuzz:
         if note:
             failure.blob = f"{failure.blob or ''} ({note})".strip()
         kind = found.violations[0].kind
-        hits, runs, _ = self._replays(found.scenario, kind, self.settings.replays) if self.settings.replays else (0, 0, None)
+        if not self.settings.replays:
+            hits, runs = 0, 0
+        elif shrinking and found.scenario.dumps() == shrinking.unshrunk[0].dumps():
+            # Nothing smaller showed it: the confirmation's fresh re-runs were of this very scenario, so they are its
+            # replays (three more fresh starts cost a launched server half a minute of the search's budget).
+            hits, runs = confirmation
+        else:
+            hits, runs, _ = self._replays(found.scenario, kind, self.settings.replays)
         failure.reproduced = (hits, runs)
         shrunk = True
         if runs and shrinking and not confirmed(kind, hits, self.settings.replays, self.settings.confirm):

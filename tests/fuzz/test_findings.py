@@ -256,6 +256,33 @@ def test_keep_going_shrinks_a_finding_for_a_quarter_of_the_budget_left_and_no_ru
     assert shrink_limit(0.0, True, 70.0) == 0.0                         # --shrink-s 0 stays 0
 
 
+def test_a_finding_shrinking_could_not_make_smaller_reports_its_confirmation_as_its_replays(tmp_path, monkeypatch):
+    """M19 met through its seed scenario, which is already its smallest: the confirmation's fresh re-runs were of
+    the reported scenario, so no second round of them is made (each costs a launched server a fresh start)."""
+    from mlx_invariants.fuzz import runner
+    from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
+    from mlx_invariants.fuzz.settings import FuzzSettings
+    from mlx_invariants.fuzz.target import Target
+
+    rounds = []
+    replays = runner._Fuzz._replays
+
+    def counted(self, scenario, kind, runs):
+        rounds.append(scenario.describe())
+        return replays(self, scenario, kind, runs)
+
+    monkeypatch.setattr(runner._Fuzz, "_replays", counted)
+    [m19] = select(["M19"])
+    target = Target.reference(m19.routes[0], package=import_copy(m19, tmp_path / "copies"))
+    seed = SEED_SCENARIOS["double_cancel_releases_slot"]
+    result = runner.run_fuzz(target, FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(seed,), replays=2,
+                                                  report_dir=tmp_path / "r", debug_run=False))
+    finding = result.findings[0]
+    assert finding.failure.scenario.dumps() == seed.dumps(), finding.failure.scenario.describe()
+    assert rounds == [seed.describe()], rounds  # the confirmation's, and no other
+    assert finding.failure.reproduced == finding.confirmation, (finding.failure.reproduced, finding.confirmation)
+
+
 # Both are M19's hunt (a finding met larger than its core: one from the seed corpus is minimal, shrunk at
 # once), minutes on two cores (246 s for "none" in a quiet fresh-clone suite at 7d5aedb): nightly, as that hunt is.
 @pytest.mark.slow

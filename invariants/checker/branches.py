@@ -5,7 +5,8 @@ caller passes in (parameters other than `self` and `cls`), picks one arm for a w
 of the function from the object's or the server's own state: a mode, not a per-request
 path. Two calls in its two arms never both run in one run (INV119), and an arm that runs
 MLX inline where the other hands the same work to a worker is the mode without that
-worker (INV108).
+worker (INV108), as is one that makes inline a call the other arm puts off in a def of its
+own for another thread to run (INV120).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ class Arms:
         while stack:
             node = stack.pop()
             for child in children(node):
+                self.parent[id(child)] = node  # a nested def too: where it stands, not what is in it
                 if not isinstance(child, OWN_BODY_STOP):
-                    self.parent[id(child)] = node
                     stack.append(child)
         # What a caller passes in; the object itself (`self`, `cls`) is the same every run.
         self.params = {p.name.value for p in (*function.params.posonly_params, *function.params.params,

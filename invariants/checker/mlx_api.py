@@ -46,8 +46,16 @@ MODULE_BOOKKEEPING = frozenset({
     "filter_and_map", "keys", "values", "items", "get", "load_weights",
 })
 _ACCESSORS = ("get_", "set_", "is_", "has_", "__")
-# Parts of mlx-lm that only do Python work (tokenizers, samplers, configs).
-PYTHON_ONLY = ("tokenizer", "sample_utils", "make_sampler", "make_logits_processors", "load_config", "get_model_path")  # an engine's own loader (`load_model_with_fallback`)
+# Parts of mlx-lm that only do Python work (tokenizers, samplers, configs), and its helpers that
+# compare token lists or ask a prompt cache's layers a yes/no question (`common_prefix_len`, a loop
+# over two lists; `can_trim_prompt_cache`, each layer's `is_trimmable()`): no array op, on any thread.
+# Counted as MLX they hid the call that was: INV120 reports a coroutine's first MLX call, and olmlx's
+# `_setup_prompt_cache` (engine/inference.py@3f7dea4:2196) called `common_prefix_len` before the
+# `trim_prompt_cache` that left lazy slices on the loop's stream (:2232, fixed in ca34ff8).
+PYTHON_ONLY = (
+    "tokenizer", "sample_utils", "make_sampler", "make_logits_processors", "load_config", "get_model_path",
+    "common_prefix_len", "can_trim_prompt_cache",
+)
 # Engines wrap the model in their own class; these methods of a model-named receiver
 # (`self._model.chat(...)`) run a whole generation, or return a generator that does.
 MODEL_GENERATION = frozenset({"generate", "chat", "batch_generate"})

@@ -3,10 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.branches import Arms
 from mlx_invariants.checker.facts import CallSite, FunctionFacts
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import HANDOFF_NAMES, THREAD_CLASSES, forwarded_handoff, handed_target, handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import descendants
 
 # Loop methods whose callable runs on the event loop thread later.
 _LOOP_CALLBACKS = frozenset({"call_soon", "call_soon_threadsafe", "call_later", "call_at", "add_done_callback"})
@@ -40,7 +42,17 @@ class MlxOnLoopBesideWorker(Rule):
     that has it (mlx_facts.py), and the memory counters encode nothing. mlx-vlm
     dropped `mx.clear_cache()` from its SSE generators' `finally:` (f3bc6e8, for a
     crash reported at mlx_vlm/server/openai.py@784976c:1103) on a diagnosis MLX's
-    allocator source does not bear out, so that call is not reported."""
+    allocator source does not bear out, so that call is not reported.
+
+    mlx-lm's helpers that only compare token lists or ask a cache's layers a question
+    (`common_prefix_len`, `can_trim_prompt_cache`) are no MLX either; what the
+    coroutine does with the cache next may be. olmlx's `_setup_prompt_cache`
+    trimmed a reused prompt cache on the loop after comparing prefixes
+    (engine/inference.py@3f7dea4:2232, and `_setup_batched_prompt_cache` at :2947):
+    on a cache whose trim slices its arrays, the slices stay bound to the loop
+    thread's stream, and the generation worker evaluating them raised "There is
+    no Stream(gpu, N) in current thread" (fixed in ca34ff8 by trimming such caches
+    in the worker)."""
 
     id = "INV120"
     catches = "MLX touched from the event loop in a file whose worker thread runs MLX"
@@ -56,7 +68,9 @@ class MlxOnLoopBesideWorker(Rule):
         "the thread's work turns out not to use MLX. A def that itself runs on the worker is not judged, nor is "
         "anything guarded by a lock or condition the rule cannot see. When one coroutine makes every handoff "
         "of the file and awaits each, its own MLX and its helpers' are not judged here: it never runs beside "
-        "its worker (INV108 still reports blocking MLX there)."
+        "its worker (INV108 still reports blocking MLX there). A call in an arm of a mode `if` (a test on no "
+        "parameter, outside loops) whose other arm puts the same call in a def of its own that the coroutine "
+        "does not call is taken as the case the server judged safe on the loop, and not reported, right or not."
     )
     triggers = (("mlx", "model", "generator", "scheduler"), ("async",))
 
@@ -139,8 +153,109 @@ class MlxOnLoopBesideWorker(Rule):
                     noise = mx.random.normal((4,))  # expect: INV120
                     return await self._submit(request, noise)
         '''),
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import generate
+            from mlx_lm.models.cache import trim_prompt_cache
+            from mlx_lm.utils import common_prefix_len
+
+            _MLX = ThreadPoolExecutor(max_workers=1)
+
+            def _generate(model, tokenizer, tokens, cache):
+                return generate(model, tokenizer, tokens, prompt_cache=cache)
+
+            async def complete(model, tokenizer, prompt_tokens, cached):
+                prefix = common_prefix_len(prompt_tokens, cached.tokens)
+                trim_prompt_cache(cached.cache, len(cached.tokens) - prefix)  # expect: INV120
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, prompt_tokens[prefix:], cached.cache)
+
+            async def warm_up(model, tokenizer):
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
+        '''),
+        # The def that would defer the trim is called right here: both arms trim on the loop.
+        Invalid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import generate
+            from mlx_lm.models.cache import trim_prompt_cache
+
+            _MLX = ThreadPoolExecutor(max_workers=1)
+
+            def _generate(model, tokenizer, tokens, cache, before=None):
+                if before is not None:
+                    before()
+                return generate(model, tokenizer, tokens, prompt_cache=cache)
+
+            async def warm_up(model, tokenizer):
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
+
+            async def complete(model, tokenizer, tokens, cache, trim):
+                lazy_cache = any(getattr(layer, "lazy_state", False) for layer in cache)
+                if lazy_cache:
+                    def trim_cache():
+                        trim_prompt_cache(cache, trim)
+                    trim_cache()
+                else:
+                    trim_prompt_cache(cache, trim)  # expect: INV120
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, tokens, cache)
+        '''),
     ]
     VALID = [
+        # A cache whose trim slices its arrays is trimmed on the worker before it prefills; one
+        # whose trim only moves an offset is trimmed inline (olmlx's ca34ff8).
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import generate
+            from mlx_lm.models.cache import trim_prompt_cache
+
+            _MLX = ThreadPoolExecutor(max_workers=1)
+
+            def _generate(model, tokenizer, tokens, cache, before=None):
+                if before is not None:
+                    before()
+                return generate(model, tokenizer, tokens, prompt_cache=cache)
+
+            async def warm_up(model, tokenizer):
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
+
+            async def complete(model, tokenizer, tokens, cache, trim):
+                lazy_cache = any(getattr(layer, "lazy_state", False) for layer in cache)
+                before = None
+                if lazy_cache:
+                    def trim_cache():
+                        trim_prompt_cache(cache, trim)
+                    before = trim_cache
+                else:
+                    trim_prompt_cache(cache, trim)
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, tokens, cache, before)
+        '''),
+        # Comparing token lists and asking whether a cache can be trimmed run no array op; the trim runs on the worker.
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import generate
+            from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+            from mlx_lm.utils import common_prefix_len
+
+            _MLX = ThreadPoolExecutor(max_workers=1)
+
+            def _generate(model, tokenizer, tokens, cache, trim):
+                if trim:
+                    trim_prompt_cache(cache, trim)  # on the worker, whose stream evaluates the cache
+                return generate(model, tokenizer, tokens, prompt_cache=cache)
+
+            async def complete(model, tokenizer, prompt_tokens, cached):
+                prefix = common_prefix_len(prompt_tokens, cached.tokens)
+                if not can_trim_prompt_cache(cached.cache):
+                    prefix = 0
+                trim = len(cached.tokens) - prefix
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, prompt_tokens[prefix:], cached.cache, trim)
+
+            async def warm_up(model, tokenizer):
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None, 0)
+        '''),
         Valid("""
             import asyncio
             import mlx.core as mx
@@ -253,6 +368,7 @@ class MlxOnLoopBesideWorker(Rule):
         self.statements: dict[int, cst.CSTNode | None] = {}
         self.finally_depth = 0
         self.in_finally: set[int] = set()  # calls an async def makes in a `finally:` block
+        self._arms: dict[int, Arms] = {}  # per coroutine, by id of its node
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -296,7 +412,8 @@ class MlxOnLoopBesideWorker(Rule):
                 if id(site.node) not in self.awaited and not mlx_api.runs_mlx(site, self.ctx, loads=False)
                 and (what := self._touches(site))
             ]
-            touched = [(site, what) for site, what in touched if id(site.node) not in reported]
+            touched = [(site, what) for site, what in touched
+                       if id(site.node) not in reported and not self._deferred_in_other_arm(function, site)]
             if touched:  # the first one, with a count: one finding per coroutine
                 site, what = touched[0]
                 others = len(touched) - 1
@@ -339,6 +456,28 @@ class MlxOnLoopBesideWorker(Rule):
                 self.ctx.report_at(self.id, site.node, self.statements.get(id(site.node)), message)
                 reported.add(id(site.node))
         return reported
+
+    def _deferred_in_other_arm(self, function: FunctionFacts, site: CallSite) -> bool:
+        """`site` stands in an arm of a mode `if` (branches.py) whose other arm makes the same call in a
+        def of its own that the coroutine does not call: there the work is put off for another thread,
+        and the arm that makes it inline is the mode the server's own state judged safe on the loop (a
+        cache kind whose trim builds no array). INV108's inline arm beside a hand-off, for one call."""
+        node = function.node
+        if not isinstance(node, cst.FunctionDef):
+            return False
+        called = {s.text for s in function.calls}
+        deferred = [
+            inner for inner in descendants(node)
+            if isinstance(inner, cst.FunctionDef) and inner.name.value not in called
+            and (facts := self.ctx.function_facts(inner)) is not None
+            and any(s.qual == site.qual and s.text == site.text for s in facts.calls)
+        ]
+        if not deferred:
+            return False
+        arms = self._arms.get(id(node))
+        if arms is None:
+            arms = self._arms[id(node)] = Arms(node)
+        return arms.beside(site.node, deferred)
 
     def _report(self, site: CallSite, what: str, worker: str, fix: str) -> None:
         message = self.message.format(what=what, worker=worker, fix=fix)

@@ -29,6 +29,7 @@ from mlx_invariants.checker.rules.inv123_stream_deadline_from_start import Strea
 from mlx_invariants.checker.rules.inv124_state_locked_inconsistently import StateLockedInconsistently
 from mlx_invariants.checker.rules.inv125_mlx_outside_declared_lock import MlxOutsideDeclaredLock
 from mlx_invariants.checker.rules.inv126_busy_wait import BusyWait
+from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlxResultMemoised
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -57,6 +58,7 @@ RULES: list[type[Rule]] = [
     StateLockedInconsistently,
     MlxOutsideDeclaredLock,
     BusyWait,
+    LazyMlxResultMemoised,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

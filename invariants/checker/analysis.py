@@ -6,6 +6,7 @@ tree never pays for importing libcst.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -32,7 +33,12 @@ T = TypeVar("T")
 
 
 def active(rules: list[tuple[type[Rule], dict[str, Any]]], text: str) -> list[tuple[type[Rule], dict[str, Any]]]:
-    return [(r, o) for r, o in rules if all(any(t in text for t in group) for group in r.triggers)]
+    return [(r, o) for r, o in rules if all(any(_occurs(t, text) for t in group) for group in r.triggers)]
+
+
+def _occurs(trigger: str | re.Pattern[str], text: str) -> bool:
+    """A substring in the text, or a match of a pattern (a rule whose shape a substring cannot narrow)."""
+    return trigger in text if isinstance(trigger, str) else trigger.search(text) is not None
 
 
 def analyze_text(

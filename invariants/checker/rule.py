@@ -91,10 +91,10 @@ class Rule:
     # real code were mostly harmless, still worth a look on request.
     default_enabled: ClassVar[bool] = True
     # The file is parsed for this rule only if, for every group, one of the group's
-    # substrings occurs in it. Every qualified name a rule resolves has its last
-    # part in the file text (in the import or at the use), so aliasing cannot
-    # hide code from this filter.
-    triggers: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # substrings occurs in it (or a compiled pattern matches it). Every qualified name a
+    # rule resolves has its last part in the file text (in the import or at the use), so
+    # aliasing cannot hide code from this filter.
+    triggers: ClassVar[tuple[tuple[str | re.Pattern[str], ...], ...]] = ()
     VALID: ClassVar[list[Valid | str]] = []
     INVALID: ClassVar[list[Invalid | str]] = []
 

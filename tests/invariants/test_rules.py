@@ -92,3 +92,16 @@ def test_breaking_a_valid_example_makes_its_rule_fire() -> None:
     broken = fixed.replace("return await shield_task(task)", "return await task")
     assert broken != fixed
     assert ("INV105" in {r for _, r in _findings(Example(broken))})
+
+
+def test_a_pattern_trigger_parses_a_file_only_where_the_pattern_matches() -> None:
+    """INV127's trigger is a pattern: a file that imports MLX but binds no mapping at module level
+    and has no `global` (a model file) is not parsed for it; one with a module-level cache is."""
+    from mlx_invariants.checker.analysis import active
+    from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlxResultMemoised
+
+    rules = [(LazyMlxResultMemoised, {})]
+    model = "import mlx.core as mx\n__all__ = {'Model'}\n\ndef f(x):\n    cache = {}\n    return mx.exp(x)\n"
+    assert active(rules, model) == []
+    assert active(rules, model + "_codebooks: dict = {}\n") == rules
+    assert active(rules, model + "def g():\n    global _ROPE\n") == rules

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -20,8 +21,18 @@ _NOT_ARRAYS = frozenset({
 _EVALUATES = frozenset({"mlx.core.eval", "mlx.core.async_eval"})
 # An array's methods that hand back host values, not another lazy array.
 _TO_HOST = frozenset({"item", "tolist", "__array__", "__float__", "__int__"})
-# Module-level containers: literals and the standard library's mappings.
-_CONTAINERS = frozenset({"dict", "list", "set", "collections.OrderedDict", "collections.defaultdict"})
+# Module-level containers a value is stored into by key: literals and the standard library's mappings.
+_CONTAINERS = frozenset({"dict", "collections.OrderedDict", "collections.defaultdict"})
+
+
+# What the rule judges, found in the text before a file is parsed for it: a mapping bound at module
+# level to a name that is no dunder (`_cache: dict[...] = {}`, `_memo = OrderedDict()`), or a `global`
+# statement. Most model files, which import MLX, have neither, and are not parsed for it.
+_SHAPE = re.compile(
+    r"^(?!__)[A-Za-z_]\w*\s*(?::[^=\n]+)?=\s*(?:\{|(?:collections\.)?(?:dict|OrderedDict|defaultdict)\()"
+    r"|^[ \t]+global ",
+    re.MULTILINE,
+)
 
 
 @dataclass
@@ -35,8 +46,9 @@ class _Def:
 class LazyMlxResultMemoised(Rule):
     """MLX is lazy: `centroids / mx.sqrt(d)` records an op on the stream of the
     thread that builds it, and nothing runs until the result is evaluated. A
-    module-global cache (`_cache[key] = value`, or a `global` assigned in a
-    def) hands that unevaluated op to every thread that later reads the entry.
+    module-global cache (`_cache[key] = value` into a dict bound at module
+    level, or a `global` assigned in a def) hands that unevaluated op to every
+    thread that later reads the entry.
     From MLX 0.31.2 each thread has its own streams, and a thread that did not
     build the op raises "There is no Stream(gpu, N) in current thread" when it
     evaluates it; before 0.31.2 two threads reading the entry at once evaluate
@@ -49,7 +61,7 @@ class LazyMlxResultMemoised(Rule):
     event loop and used by the generation thread (turboquant.py@ed1fe65:70),
     fixed in e897734 the same way: that form, on an object, is not judged here.
 
-    Judged: in a def, storing into a module-level dict, list or set (or
+    Judged: in a def, storing by key into a module-level dict (or
     assigning a `global`) a value made by an mlx.core op (not `mx.array` of host
     data, a leaf), an array method or operator on one, or a local name bound to
     one, unless that name was handed to `mx.eval` earlier in the def. Evaluate
@@ -65,13 +77,13 @@ class LazyMlxResultMemoised(Rule):
     )
     known_problems = (
         "Reported whether or not the program reads the cache from more than one thread. Only stores in a def "
-        "into a container bound at module level (a dict, list or set literal, `dict()`, `OrderedDict()`, "
-        "`defaultdict()`) by subscript or `setdefault`, and `global` names assigned in a def; a lazy array kept "
+        "into a mapping bound at module level (a dict literal, `dict()`, `OrderedDict()`, `defaultdict()`) by "
+        "subscript or `setdefault`, and `global` names assigned in a def; a lazy array kept "
         "on a long-lived object (`self.matrix_T = self.matrix.T`), returned from an `lru_cache` function, or "
         "built by a project's own helper is not seen. An `mx.eval` anywhere earlier in the def of the stored "
         "name counts, on any path."
     )
-    triggers = (("mlx",),)
+    triggers = (("mlx",), (_SHAPE,))
 
     INVALID = [
         Invalid("""
@@ -148,13 +160,14 @@ class LazyMlxResultMemoised(Rule):
                 continue
             for small in statement.body:
                 if isinstance(small, cst.Assign) and self._container(small.value):
-                    self.containers.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+                    self.containers.update(t.target.value for t in small.targets
+                                           if isinstance(t.target, cst.Name) and not t.target.value.startswith("__"))
                 elif isinstance(small, cst.AnnAssign) and small.value is not None and self._container(small.value):
-                    if isinstance(small.target, cst.Name):
+                    if isinstance(small.target, cst.Name) and not small.target.value.startswith("__"):
                         self.containers.add(small.target.value)
 
     def _container(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.Dict | cst.List | cst.Set):
+        if isinstance(value, cst.Dict):
             return True
         return isinstance(value, cst.Call) and self.ctx.resolve(value.func) in _CONTAINERS
 

@@ -529,9 +529,14 @@ class _Fuzz:
         """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding."""
         key = scenario.dumps()
         if self.shrinking is not None:
-            if self._past_grace() or (time.monotonic() > self.shrinking.deadline and key not in self.shrinking.failing):
+            known = self.shrinking.failing.get(key)
+            if known is not None:
+                # Asked again for a scenario already shown to fail, fresh engines included (Hypothesis's final
+                # replay): its run is told again, not made again (a launched server's fresh start each).
+                raise violation_type(self.shrinking.signature)(scenario, *known)
+            if self._past_grace() or time.monotonic() > self.shrinking.deadline:
                 self.shrinking.cut = True
-                return  # shrinking ran out of time: only the known failures still run
+                return  # shrinking ran out of time: only the known failures still count
         elif not self._searching():
             return
         self._explicit_done.add(key)
@@ -541,19 +546,20 @@ class _Fuzz:
             self.state.examples += 1
             if self.settings.steer:
                 _steer(trace)
+            met = time.monotonic()
             shrinking = self.consider(scenario, trace, violations, shrinkable=True) if violations else None
             if shrinking is None:
                 return
             _, trace, violations = shrinking.unshrunk
             now, end = time.monotonic(), self.started + self.budget_s
-            shrinking.start(now, shrink_limit(self.shrink_s, self.settings.keep_going, end - now), end)
+            shrinking.start(now, shrink_limit(self.shrink_s, self.settings.keep_going, end - met, now - met), end)
             self.shrinking = shrinking
         else:
             same = [v for v in violations if signature(v) == self.shrinking.signature]
             if not same or not self._repeats(scenario, same[0].kind):
                 return
             violations = lead_with(violations, same[0].kind)
-        self.shrinking.failing.add(key)
+        self.shrinking.failing[key] = (trace, violations)
         raise violation_type(self.shrinking.signature)(scenario, trace, violations)
 
     def _repeats(self, scenario: Scenario, kind: str) -> bool:

@@ -3,8 +3,10 @@
 While a failure is shrunk, Hypothesis runs smaller candidates until it has
 the smallest that still raises the same exception type: one type per
 signature (`violation_type`), so it shrinks towards the same bug. Shrinking
-has a deadline; past it only the scenarios already known to fail still run,
-and the finding says it was cut. If the smallest failing scenario does not
+has a deadline; past it only the scenarios already known to fail still count,
+and the finding says it was cut. A scenario known to fail is never run again
+while it is shrunk: Hypothesis asks for it again (its final replay) and is
+told the run that showed it. If the smallest failing scenario does not
 replay often enough, the unshrunk one is reported, as it was confirmed.
 """
 
@@ -30,14 +32,16 @@ def violation_type(sig: str) -> type:
     return _KIND_TYPES[sig]
 
 
-def shrink_limit(shrink_s: float, keep_going: bool, budget_left_s: float) -> float:
-    """How long a finding met now may be shrunk: `shrink_s`. With keep-going, no more than a share of the
-    budget left (never under `SHRINK_FLOOR_S`): the run was asked for every bug it can find, and a smaller
-    scenario for one it has is worth less than the search for the next (a zoo run spent 60 of its last 70 s
-    shrinking a first finding and never met the second, which a run alone finds in 15 s)."""
+def shrink_limit(shrink_s: float, keep_going: bool, budget_left_s: float, confirming_s: float = 0.0) -> float:
+    """How long a finding may be shrunk: `shrink_s`. With keep-going, the finding's confirming and shrinking
+    together get no more than a share of the budget left when it was met (`budget_left_s`; confirming took
+    `confirming_s`), and shrinking never less than `SHRINK_FLOOR_S`: the run was asked for every bug it can find,
+    and a smaller scenario for one it has is worth less than the search for the next (a zoo run spent 60 of
+    its last 70 s shrinking a first finding and never met the second, which a run alone finds in 15 s; on a
+    launched server, whose every fresh engine is a restart, confirming alone took a third of the budget)."""
     if not keep_going:
         return shrink_s
-    return min(shrink_s, max(SHRINK_FLOOR_S, KEEP_GOING_SHRINK_SHARE * budget_left_s))
+    return min(shrink_s, max(SHRINK_FLOOR_S, KEEP_GOING_SHRINK_SHARE * budget_left_s - confirming_s))
 
 
 def lead_with(violations: list[Violation], kind: str) -> list[Violation]:
@@ -54,7 +58,8 @@ class Shrinking:
     confirmation: tuple[int, int]                        # how it was confirmed: k of n fresh re-runs
     unshrunk: tuple[Scenario, Trace, list[Violation]]    # where it was seen: reported if shrinking slides off it
     deadline: float = 0.0                                # monotonic time; past it only known failures run
-    failing: set[str] = field(default_factory=set)       # scenarios (JSON) that showed it
+    # scenarios (JSON) that showed it, fresh engines included, with the run that showed it
+    failing: dict[str, tuple[Trace, list[Violation]]] = field(default_factory=dict)
     cut: bool = False                                    # candidates were skipped at the deadline
     limit_s: float = 0.0                                 # the time it was given (a cut finding says it)
 

@@ -244,7 +244,8 @@ def test_a_slow_server_is_not_called_stalled_and_its_log_is_kept(tmp_path):
 
 def test_keep_going_shrinks_a_finding_for_a_quarter_of_the_budget_left_and_no_run_for_less_than_asked():
     """A zoo run with --keep-going spent 60 of its last 70 s shrinking its first finding and never met a second
-    bug that a run alone meets in 15 s: with keep-going the search keeps three quarters of what is left."""
+    bug that a run alone meets in 15 s: with keep-going the search keeps three quarters of what was left when the
+    finding was met, confirming it included."""
     from mlx_invariants.fuzz.defaults import SHRINK_FLOOR_S
     from mlx_invariants.fuzz.shrinking import shrink_limit
 
@@ -254,33 +255,45 @@ def test_keep_going_shrinks_a_finding_for_a_quarter_of_the_budget_left_and_no_ru
     assert shrink_limit(60.0, True, float("inf")) == 60.0               # an example-capped run has no budget
     assert shrink_limit(60.0, True, 4.0) == SHRINK_FLOOR_S              # met at the budget's end: still a few s
     assert shrink_limit(0.0, True, 70.0) == 0.0                         # --shrink-s 0 stays 0
+    assert shrink_limit(60.0, True, 100.0, 10.0) == 15.0                # confirming took 10 of its 25 s
+    assert shrink_limit(60.0, True, 100.0, 36.0) == SHRINK_FLOOR_S      # a server's three restarts took all of it
 
 
 def test_a_finding_shrinking_could_not_make_smaller_reports_its_confirmation_as_its_replays(tmp_path, monkeypatch):
     """M19 met through its seed scenario, which is already its smallest: the confirmation's fresh re-runs were of
-    the reported scenario, so no second round of them is made (each costs a launched server a fresh start)."""
+    the reported scenario, so no second round of them is made, and Hypothesis asking for it again while it
+    shrinks runs nothing (each run costs a launched server a fresh start)."""
     from mlx_invariants.fuzz import runner
     from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
     from mlx_invariants.fuzz.settings import FuzzSettings
     from mlx_invariants.fuzz.target import Target
 
-    rounds = []
-    replays = runner._Fuzz._replays
+    rounds, runs_of = [], []
+    replays, run = runner._Fuzz._replays, runner._Fuzz.run
 
     def counted(self, scenario, kind, runs):
         rounds.append(scenario.describe())
         return replays(self, scenario, kind, runs)
 
+    def each_run(self, scenario, *args, **kwargs):
+        runs_of.append(scenario.describe())
+        return run(self, scenario, *args, **kwargs)
+
     monkeypatch.setattr(runner._Fuzz, "_replays", counted)
+    monkeypatch.setattr(runner._Fuzz, "run", each_run)
     [m19] = select(["M19"])
     target = Target.reference(m19.routes[0], package=import_copy(m19, tmp_path / "copies"))
     seed = SEED_SCENARIOS["double_cancel_releases_slot"]
+    # one of two re-runs confirms it: what is measured is how the replays are counted, not how often M19 shows
     result = runner.run_fuzz(target, FuzzSettings(examples=1, budget_s=BACKSTOP_S, explicit=(seed,), replays=2,
-                                                  report_dir=tmp_path / "r", debug_run=False))
+                                                  confirm=1, report_dir=tmp_path / "r", debug_run=False))
+    assert result.findings, (runs_of, rounds)
     finding = result.findings[0]
     assert finding.failure.scenario.dumps() == seed.dumps(), finding.failure.scenario.describe()
     assert rounds == [seed.describe()], rounds  # the confirmation's, and no other
     assert finding.failure.reproduced == finding.confirmation, (finding.failure.reproduced, finding.confirmation)
+    # the example and its two confirming re-runs: Hypothesis's replay of it while shrinking is told, not run
+    assert runs_of.count(seed.describe()) == 3, runs_of
 
 
 # Both are M19's hunt (a finding met larger than its core: one from the seed corpus is minimal, shrunk at

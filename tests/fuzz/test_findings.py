@@ -261,8 +261,7 @@ def test_keep_going_shrinks_a_finding_for_a_quarter_of_the_budget_left_and_no_ru
 
 def test_a_finding_shrinking_could_not_make_smaller_reports_its_confirmation_as_its_replays(tmp_path, monkeypatch):
     """M19 met through its seed scenario, which is already its smallest: the confirmation's fresh re-runs were of
-    the reported scenario, so no second round of them is made, and Hypothesis asking for it again while it
-    shrinks runs nothing (each run costs a launched server a fresh start)."""
+    the reported scenario, so no second round of them is made (each run costs a launched server a fresh start)."""
     from mlx_invariants.fuzz import runner
     from mlx_invariants.fuzz.corpus import SEED_SCENARIOS
     from mlx_invariants.fuzz.settings import FuzzSettings
@@ -292,8 +291,29 @@ def test_a_finding_shrinking_could_not_make_smaller_reports_its_confirmation_as_
     assert finding.failure.scenario.dumps() == seed.dumps(), finding.failure.scenario.describe()
     assert rounds == [seed.describe()], rounds  # the confirmation's, and no other
     assert finding.failure.reproduced == finding.confirmation, (finding.failure.reproduced, finding.confirmation)
-    # the example and its two confirming re-runs: Hypothesis's replay of it while shrinking is told, not run
+    # the example and its two confirming re-runs, and no replays after them
     assert runs_of.count(seed.describe()) == 3, runs_of
+
+
+def test_while_shrinking_a_scenario_already_shown_to_fail_is_told_again_not_run_again():
+    """Hypothesis asks again for a failing scenario (its final replay of the smallest); each run of it cost a fresh
+    engine and its confirming re-runs, a launched server's restarts. The run that showed it is raised again."""
+    from mlx_invariants.fuzz import runner
+    from mlx_invariants.fuzz.shrinking import Shrinking, violation_type
+    from mlx_invariants.fuzz.trace import Trace
+
+    scenario = Scenario((RequestSpec("r0", 1, 1, False),))
+    shown = (Trace(), [Violation("slot-freed-early", "the slot went first")])
+    fuzz = object.__new__(runner._Fuzz)  # only what _example reads while shrinking
+    fuzz.shrinking = Shrinking("slot-freed-early x", (2, 2), (scenario, *shown), failing={scenario.dumps(): shown})
+
+    def never(*args, **kwargs):
+        raise AssertionError("ran a scenario already shown to fail")
+
+    fuzz.run, fuzz._past_grace = never, lambda: True  # past the budget's grace too: still told
+    with pytest.raises(violation_type("slot-freed-early x")) as told:
+        fuzz._example(scenario)
+    assert told.value.trace is shown[0] and told.value.violations == shown[1]
 
 
 # Both are M19's hunt (a finding met larger than its core: one from the seed corpus is minimal, shrunk at

@@ -17,8 +17,9 @@ fault is due:
   instead (`arm`, fuzz/worker_switch.py) and fires at the server's next MLX call. The hook
   hands the client that reached the point a future to await before it goes on (the HTTP
   adapter's `reached`), so nothing the client does next (a late arrival, a read that lets
-  the server write on) can get ahead of the arming. It is recorded when the server says it fired, and disarmed (recorded as such) if the
-  scenario's requests ended first (`disarm_unfired`);
+  the server write on) can get ahead of the arming. It is recorded when the server says
+  it fired, and disarmed (recorded as such) if the scenario's requests ended first
+  (`disarm_unfired`);
 - a "cancel-in-call" fault is a cancel that never pauses the worker: on an
   owner-side point before MLX work (`RAISE_POINTS`) the worker only schedules
   it and goes on into the call that follows (the prefill after WORKER_STARTED,

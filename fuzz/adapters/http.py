@@ -217,9 +217,7 @@ class HttpHandle:
             raise StopAsyncIteration
         if self._lines is None:
             pending, self._pending = self._pending, None
-            if pending is not None:
-                await pending
-            await asyncio.sleep(0)  # a fault delivered at ADMITTED lands here, before the first read
+            await self.adapter.landed(pending)  # what is due at ADMITTED lands here, before the first read
             self._lines = self.response.aiter_lines()
         async for line in self._lines:
             if not line.startswith("data:"):
@@ -311,9 +309,13 @@ class HttpAdapter:
         return self._hook(point, rid, info) if self._hook is not None else None
 
     async def reached(self, point: Point, rid: str, **info: Any) -> None:
-        """Reach `point` and let what is due there land before this client goes on: a fault delivered on the
-        loop (one turn), or a worker fault being armed in the launched server (until the server said so)."""
-        pending = self.reach(point, rid, **info)
+        """Reach `point` and let what is due there land before this client goes on (`landed`)."""
+        await self.landed(self.reach(point, rid, **info))
+
+    @staticmethod
+    async def landed(pending: Optional[Awaitable[None]]) -> None:
+        """Let what the fuzzer did at a point land: a worker fault being armed in the launched server (`pending`,
+        until the server said so), then a fault delivered on the loop (one turn)."""
         if pending is not None:
             await pending
         await asyncio.sleep(0)

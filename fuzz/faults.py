@@ -181,8 +181,8 @@ class Injector:
         # A double cancel at a loop-side point of an in-process engine: its first cancel waits, as an in-call
         # one does, for work to drain (a cancel that lands before the worker took the job drops the job, and the
         # drain it tests has nothing to wait for: a vllm-mlx zoo replay missed 3 of 3 so, in one process).
-        drains = [f for f in others if isinstance(f, FaultSpec) and f.kind == FaultKind.CANCEL_TWICE.value
-                  ] if on_loop and self.live_mlx else []
+        twice = on_loop and self.live_mlx
+        drains = [f for f in others if twice and isinstance(f, FaultSpec) and f.kind == FaultKind.CANCEL_TWICE.value]
         others = [f for f in others if f not in drains]
         if others:
             if on_loop:

@@ -67,6 +67,14 @@ class Facts:
     def assign(self, key: str, value: cst.BaseExpression, call_qual: str | None, scope: int) -> None:
         self.assigned.setdefault(key, []).append(Assignment(value, call_qual, scope))
 
+    def assigned_in(self, key: str, scope: int) -> list[Assignment]:
+        """The assignments to `key` made in the def `scope` (by id of its node) or in the module body: where a
+        bare name means the same thing as at a call in that def (the same short name may be another thing
+        in another def)."""
+        module = self.module_calls
+        places = {scope, id(module.node) if module is not None else None}
+        return [a for a in self.assigned.get(key, ()) if a.scope in places]
+
     def scope_of(self, call: cst.Call) -> int | None:
         """The def (or module) whose own body makes `call`, by id of its node, as `Assignment.scope`."""
         scopes = self.memo.get("call-scopes")

@@ -10,10 +10,10 @@ import libcst as cst
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.names import dotted, terminal
-from mlx_invariants.checker.offload import sync_generator
+from mlx_invariants.checker.offload import generator_defs
 
 if TYPE_CHECKING:
-    from mlx_invariants.checker.facts import CallSite, FunctionFacts
+    from mlx_invariants.checker.facts import CallSite
     from mlx_invariants.checker.walker import FileContext
 
 _PACKAGES = ("mlx_lm", "mlx_vlm")
@@ -119,11 +119,8 @@ def loaded_model(expr: cst.BaseExpression, ctx: FileContext, scope: int | None =
     key = ctx.key(expr)
     if key is None:
         return None
-    assigned = ctx.facts.assigned.get(key, ())
-    if scope is not None and "." not in key:
-        module = ctx.facts.module_calls
-        places = {scope, id(module.node) if module is not None else None}
-        assigned = [a for a in assigned if a.scope in places]
+    assigned = (ctx.facts.assigned_in(key, scope) if scope is not None and "." not in key
+                else ctx.facts.assigned.get(key, ()))
     kinds = {_loader_call(a.value, a.call_qual) for a in assigned}
     return "mlx" if "mlx" in kinds else ("named" if "named" in kinds else None)
 
@@ -176,14 +173,6 @@ def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext, scope: int | No
                          scope) is not None
 
 
-def generator_defs(call: cst.Call, ctx: FileContext) -> list[FunctionFacts]:
-    """The defs of this file `call` names, when every one of them is a sync generator (a `yield` in
-    its own body); else none. Calling one runs none of its body: its code runs where what the call
-    returned is iterated (`for`, `next`, `list`), on whichever thread does that."""
-    defs = ctx.facts.by_key.get(ctx.key(call.func) or "", ())
-    return list(defs) if defs and all(sync_generator(d.node) for d in defs) else []
-
-
 def own_generator(expr: cst.BaseExpression, ctx: FileContext, direct: Callable[[CallSite], str | None],
                   scope: int | None = None) -> str | None:
     """What `direct` finds in the body of a generator def of this file (through the file's defs) that
@@ -193,14 +182,12 @@ def own_generator(expr: cst.BaseExpression, ctx: FileContext, direct: Callable[[
     if isinstance(expr, cst.Call):
         calls = [expr]
     else:
-        key = ctx.key(expr)
-        module = ctx.facts.module_calls
-        places = {scope, id(module.node) if module is not None else None}
-        calls = [a.value for a in ctx.facts.assigned.get(key or "", ())
-                 if isinstance(a.value, cst.Call) and (scope is None or a.scope in places)]
+        key = ctx.key(expr) or ""
+        assigned = ctx.facts.assigned_in(key, scope) if scope is not None else ctx.facts.assigned.get(key, ())
+        calls = [a.value for a in assigned if isinstance(a.value, cst.Call)]
     opened: set[int] = ctx.facts.memo.setdefault("own-generators-open", set())  # a generator stepping itself
     for call in calls:
-        for function in generator_defs(call, ctx):
+        for function in generator_defs(call.func, ctx):
             if id(function.node) in opened:
                 continue
             opened.add(id(function.node))

@@ -13,6 +13,7 @@ from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 
 if TYPE_CHECKING:
+    from mlx_invariants.checker.facts import FunctionFacts
     from mlx_invariants.checker.walker import FileContext
 
 TO_THREAD = frozenset({
@@ -102,8 +103,15 @@ def streamed_content(call: cst.Call, ctx: FileContext) -> cst.Call | None:
 
 def iterated_in_pool(work: Handoff, ctx: FileContext) -> bool:
     """The generator a `streamed_handoff` streams is a sync generator of this file (every def of that name)."""
-    defs = ctx.facts.by_key.get(ctx.key(work.target) or "", ())
-    return bool(defs) and all(sync_generator(function.node) for function in defs)
+    return bool(generator_defs(work.target, ctx))
+
+
+def generator_defs(func: cst.BaseExpression, ctx: FileContext) -> list[FunctionFacts]:
+    """The defs of this file `func` names, when every one of them is a sync generator (a `yield` in its own
+    body); else none. Calling one runs none of its body: its code runs where what the call returned is
+    iterated (`for`, `next`, `list`), on whichever thread does that."""
+    defs = ctx.facts.by_key.get(ctx.key(func) or "", ())
+    return list(defs) if defs and all(sync_generator(d.node) for d in defs) else []
 
 
 def sync_generator(node: cst.CSTNode) -> bool:

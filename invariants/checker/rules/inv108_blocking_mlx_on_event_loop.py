@@ -9,7 +9,7 @@ from mlx_invariants.checker.lazy_results import LazyResults
 from mlx_invariants.checker.loop_owner import LoopOwner
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
-from mlx_invariants.checker.offload import Handoff, handoff, iterated_in_pool, streamed_handoff
+from mlx_invariants.checker.offload import Handoff, generator_defs, handoff, iterated_in_pool, streamed_handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 
 
@@ -892,7 +892,7 @@ class BlockingMlxOnEventLoop(Rule):
         (the loops below), `next(gen)`, or a call that drains it in place (`list(tokens())`)."""
         if mlx_api.is_load(site):
             return None  # a model loader: start-up work, whatever it evaluates on the way
-        if id(site.node) not in self.consumed and mlx_api.generator_defs(site.node, self.ctx):
+        if id(site.node) not in self.consumed and generator_defs(site.node.func, self.ctx):
             return None
         facts = self.ctx.facts
         def direct(inner: CallSite) -> str | None:

@@ -24,6 +24,7 @@ _TAKES = frozenset({"get", "get_nowait"})
 _PUTS = frozenset({"put", "put_nowait"})
 # A call in a worker's loop that hands each item to the event loop: the loop streams to a coroutine.
 _POSTS = frozenset({"call_soon_threadsafe", "run_coroutine_threadsafe"})
+_THREADS = frozenset({"threading.Thread"})
 
 
 @dataclass
@@ -51,7 +52,16 @@ class WorkerLoopIgnoresCancel(Rule):
     callables off it and calls them): mlx-openai-server's inference worker drained
     a whole generator into the loop's queue for a client that had gone
     (app/core/inference_worker.py@27f1bca:124, the corpus's OAI1), fixed in a23b2e1 with an
-    Event the stream reader sets in its `finally` and the loop checks per item."""
+    Event the stream reader sets in its `finally` and the loop checks per item.
+
+    A coroutine that starts a `threading.Thread` of its own for a def nested in it
+    hands that def over as surely: the bridge from a sync generator to an async one
+    (a thread that iterates the generation and posts each item to the loop) goes on
+    after its reader stops, blocked on a full queue or generating to max_tokens.
+    olmlx's `async_mlx_stream` did so (mlx_ollama/utils/streaming.py@76adf2b:64, the
+    corpus's OLX-BRIDGE), fixed in 638b82f with a cancel Event the loop checks per
+    token; mlx-manager's `stream_from_metal_thread` (mlx_server/utils/metal.py@b1682f9:92)
+    starts one such thread per request and checks nothing either."""
 
     id = "INV121"
     catches = "a decode loop handed to a worker thread from async code that never checks for cancellation"
@@ -71,9 +81,13 @@ class WorkerLoopIgnoresCancel(Rule):
         "(so runs on the loop). A "
         "stop check is any name in the loop body containing cancel, abort, stop, interrupt, disconnect, "
         "is_set, shutdown or should_; a handoff passing a keyword named like one (`on_cancel=`) counts as "
-        "wired. A worker fed from other sync code, or a `while` loop, is not judged."
+        "wired. A `threading.Thread(target=f)` made in an async def is a hand-off when `f` is a lambda or a "
+        "def nested in it without a `while` loop and the thread is kept on no attribute (a worker started "
+        "once and kept, or one that loops for more work, is not judged). A worker fed from other sync code, "
+        "or a `while` loop, is not judged."
     )
-    triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking", ".put"))
+    triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking", ".put",
+                             "Thread"))
 
     INVALID = [
         Invalid('''
@@ -132,6 +146,25 @@ class WorkerLoopIgnoresCancel(Rule):
                 async def _drain(self, inbox):
                     while (token := await inbox.get()) is not None:
                         yield token
+        '''),
+        Invalid('''
+            import asyncio
+            import threading
+
+            import mlx_lm
+
+            async def stream_tokens(model, tokenizer, prompt):
+                loop = asyncio.get_running_loop()
+                queue = asyncio.Queue(maxsize=32)
+
+                def produce():
+                    for response in mlx_lm.stream_generate(model, tokenizer, prompt=prompt):  # expect: INV121
+                        asyncio.run_coroutine_threadsafe(queue.put(response.text), loop).result()
+                    asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
+
+                threading.Thread(target=produce, daemon=True).start()
+                while (text := await queue.get()) is not None:
+                    yield text
         '''),
     ]
     VALID = [
@@ -225,6 +258,52 @@ class WorkerLoopIgnoresCancel(Rule):
                     finally:
                         reader_gone.set()
         '''),
+        Valid('''
+            import asyncio
+            import threading
+
+            import mlx_lm
+
+            async def stream_tokens(model, tokenizer, prompt):
+                loop = asyncio.get_running_loop()
+                queue = asyncio.Queue(maxsize=32)
+                reader_gone = threading.Event()
+
+                def produce():
+                    for response in mlx_lm.stream_generate(model, tokenizer, prompt=prompt):
+                        if reader_gone.is_set():
+                            break
+                        asyncio.run_coroutine_threadsafe(queue.put(response.text), loop).result()
+                    asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
+
+                threading.Thread(target=produce, daemon=True).start()
+                try:
+                    while (text := await queue.get()) is not None:
+                        yield text
+                finally:
+                    reader_gone.set()
+        '''),
+        Valid('''
+            import asyncio
+            import queue
+            import threading
+
+            import mlx_lm
+
+            class Engine:
+                async def start(self):
+                    loop = asyncio.get_running_loop()
+                    self._requests = queue.Queue()
+
+                    def serve():
+                        while True:
+                            prompt, inbox = self._requests.get()
+                            for response in mlx_lm.stream_generate(self.model, self.tokenizer, prompt=prompt):
+                                loop.call_soon_threadsafe(inbox.put_nowait, response.text)
+
+                    self._worker = threading.Thread(target=serve, daemon=True)
+                    self._worker.start()
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -237,6 +316,7 @@ class WorkerLoopIgnoresCancel(Rule):
         self.on_loop: set[int] = set()  # sync defs that call asyncio.get_running_loop()
         self.taken: dict[tuple[int, str], str] = {}  # (def, name) -> the queue key `name = queue.get()` reads
         self.called: set[tuple[int, str]] = set()  # (def, name) of each `name(...)`
+        self.kept: set[int] = set()  # `threading.Thread(...)` calls assigned to an attribute or an item
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.parents[id(node)] = id(self.ctx.scope.top.node)
@@ -254,6 +334,8 @@ class WorkerLoopIgnoresCancel(Rule):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         value = node.value
+        if isinstance(value, cst.Call) and not all(isinstance(t.target, cst.Name) for t in node.targets):
+            self.kept.add(id(value))
         if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _TAKES
                 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)):
             key = self.ctx.key(value.func.value)
@@ -278,7 +360,7 @@ class WorkerLoopIgnoresCancel(Rule):
         for call, coroutine, where, in_async in self.handoffs:
             if not in_async and where not in self.on_loop:
                 continue
-            work = self._handoff(call, work_queues)
+            work = self._handoff(call, work_queues) or (self._per_call_thread(call, where) if in_async else None)
             if work is None or _wired(call):
                 continue
             target = unwrap_callable(work.target, self.ctx)
@@ -298,6 +380,23 @@ class WorkerLoopIgnoresCancel(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value in _PUTS and self.ctx.key(func.value) in work_queues:
             return Handoff(call, "a work queue", positional(call, 0), None)
         return forwarded_handoff(call, self.ctx)
+
+    def _per_call_thread(self, call: cst.Call, where: int) -> Handoff | None:
+        """`threading.Thread(target=f)` made in a coroutine for a def nested in it (or a lambda), the
+        thread kept on no object: a new thread for each call, as a bridge from a sync generator to an
+        async one starts. A nested def with a `while` loop waits for more work: a worker, whoever
+        starts it, as is a thread kept on `self` to be joined at shutdown."""
+        if self.ctx.resolve(call.func) not in _THREADS or id(call) in self.kept:
+            return None
+        target = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "target"), None)
+        target = unwrap_callable(target, self.ctx)
+        if isinstance(target, cst.Name):
+            nested = [f for f in self._in_scope(self.ctx.key(target), where) if self.parents.get(id(f.node)) == where]
+            if not nested or any(isinstance(n, cst.While) for f in nested for n in descendants(f.node.body, OWN_BODY_STOP)):
+                return None
+        elif not isinstance(target, cst.Lambda):
+            return None
+        return Handoff(call, "threading.Thread", target, None)
 
     def _work_queues(self) -> set[str]:
         """Thread-safe queues some def of this file takes an item from and calls: its work queue."""

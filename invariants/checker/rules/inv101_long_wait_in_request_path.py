@@ -39,7 +39,12 @@ class LongWaitInRequestPath(Rule):
     an unbounded queue with a deadline nobody reaches; waiting on a lock's
     `acquire()` under a timeout is an admission queue in disguise. Decide
     admission before the work starts: fail fast with a retryable busy error
-    (HTTP 503 + Retry-After), or wait briefly.
+    (HTTP 503 + Retry-After), or wait briefly. vllm-mlx's completion routes
+    waited `wait_for(engine.generate(...), 300)` (server.py@1740909, the corpus's
+    V1b); mlx-gui queues each request and awaits its result for 300 s
+    (src/mlx_gui/queued_inference.py@92614c3:75), and Rapid-MLX's DFlash server
+    waits on `_dflash_lock.acquire()` until the request's deadline
+    (vllm_mlx/speculative/dflash/server.py@7222ca7:466).
 
     A request path is what runs for a serving request: a function named like a
     request handler (`request-names`: `generate`, `chat`, `*complet*`,

@@ -83,7 +83,11 @@ class CancellationDrainHidesErrors(Rule):
     escape; `except BaseException: pass` catches it but ends the drain all the
     same, and drops the worker's error too, so an MLX failure during a cancelled
     request leaves no trace. Drain in a loop that goes round again on every
-    cancellation until the worker is done, and log the worker's error."""
+    cancellation until the worker is done, and log the worker's error.
+    xinference's tokenization gate re-shields its worker future under
+    `except (Exception, asyncio.CancelledError): pass` (router/tokenization.py
+    @7ecec16:179): a second cancellation ends that wait, and the `finally`
+    frees the admission slot that its comment says must outlast the worker."""
 
     id = "INV106"
     catches = "a cancellation drain that a second cancellation cuts short, or that drops the worker's error unlogged"

@@ -19,7 +19,10 @@ class StreamDeadlineFromStart(Rule):
     stream guard should measure is the time since the last chunk. vllm-mlx's
     `_disconnect_guard` aborted every stream at its 300 s request timeout counted
     from the start (server.py@6b41b1a:4358), fixed in 4a8d94b by an inactivity
-    timeout reset on every chunk."""
+    timeout reset on every chunk. vmlx's `_stream_with_keepalive` did the same
+    with its 300 s request default (vmlx_engine/server.py@82c3aa2:4432), cutting
+    long generations with "[Generation interrupted]" (its issue #31); 8aacbffe
+    passed the request's own timeout instead, still counted from the start."""
 
     id = "INV123"
     catches = "a streaming loop that times out from the stream's start instead of from its last chunk"

@@ -6,8 +6,10 @@ import libcst as cst
 
 from mlx_invariants.checker.blocks import Blocks
 from mlx_invariants.checker.locks import is_lock
-from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.offload import HANDOFF_NAMES, THREAD_CLASSES, handoff, keyword, unwrap_callable
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.scopes import Kind
 
 # Methods that change a dict, set or list in place.
 _MUTATORS = frozenset({
@@ -24,6 +26,8 @@ _CONTAINER_CLASSES = frozenset({
 })
 # Methods that build the object; what they and their private helpers do happens before it is shared.
 _CONSTRUCTORS = frozenset({"__init__", "__post_init__"})
+# The thread role of code an `async def` runs (directly or through the sync methods it calls).
+_LOOP = "the event loop"
 
 
 @dataclass
@@ -43,13 +47,23 @@ class StateLockedInconsistently(Rule):
     nothing and is lost, or removes an entry the thread is about to use. smg's
     MLX servicer did this with `_request_uid_map` (servicer.py@fbe2497:760),
     fixed in a41aa6c by leaving every change to the generation thread and having
-    `Abort` only record the id under the lock."""
+    `Abort` only record the id under the lock.
+
+    A lock around one change is only evidence; the race needs two threads. So the
+    rule reports only when the file shows the two changes run on different threads:
+    one on the event loop (an `async def`, or a method one calls) and one on a
+    thread the file starts or hands work to (`Thread(target=)`, `to_thread`,
+    `run_in_executor`, `submit`, and the methods those call), or on two such
+    threads. A lock that guards something else and happens to enclose a change
+    the same thread makes elsewhere unlocked (a counter's lock in `add_request`,
+    the scheduler thread's own pops) is no race."""
 
     id = "INV124"
     catches = "a container attribute changed under a lock in one method and with no lock in another"
     message = (
-        "`{attr}` is changed here with no lock, but under `{lock}` in `{other}`: the two can interleave (a "
-        "lost update, an entry used after it was removed); take `{lock}` here too, or leave `{attr}` to one thread"
+        "`{attr}` is changed here, on {here}, with no lock, but under `{lock}` in `{other}`, on {there}: the two "
+        "can interleave (a lost update, an entry used after it was removed); take `{lock}` here too, or leave "
+        "`{attr}` to one thread"
     )
     known_problems = (
         "Judges in-place changes (`x[k] = v`, `del x[k]`, `x.pop()`, `x.add()`, ...) of `self` attributes the "
@@ -62,7 +76,9 @@ class StateLockedInconsistently(Rule):
         "not seen. A lock counts when a `with` of a lock (by construction or lock-names) encloses the change "
         "in the same def, or every call of that def in this file holds one (a private helper of locked "
         "methods); a lock taken by a caller in another file, or a change made only from one thread by design "
-        "(both writers on the event loop), is not seen."
+        "(both writers on the event loop), is not seen. Only changes whose threads the file shows are judged: "
+        "a method that no `async def` of the file calls and no thread of the file runs (a public method called "
+        "from another module) has no known thread, and its changes are not reported."
     )
     triggers = (("threading", "Thread", "Executor"), ("with ",))
 
@@ -102,7 +118,7 @@ class StateLockedInconsistently(Rule):
                     for path in folder.iterdir():
                         self._blocks[path.stem] = path  # expect: INV124
 
-                def rescan(self, folder):
+                async def rescan(self, folder):
                     self._scan(folder)
 
                 def _write_loop(self):
@@ -111,6 +127,7 @@ class StateLockedInconsistently(Rule):
                             self._blocks[name] = path
         '''),
         Invalid('''
+            import asyncio
             import threading
 
             class Cache:
@@ -129,6 +146,9 @@ class StateLockedInconsistently(Rule):
                         self._index.pop(key, None)  # expect: INV124
                         return None
                     return path.read_bytes()
+
+                async def read(self, key, path):
+                    return await asyncio.to_thread(self.load, key, path)
         '''),
     ]
     VALID = [
@@ -240,6 +260,8 @@ class StateLockedInconsistently(Rule):
         self.callers: dict[str, list[tuple[str, bool]]] = {}
         # Keys of names and attributes passed as arguments (a method handed to a thread or a callback).
         self.handed: set[str] = set()
+        # The thread each def starts on, where the file says: async defs on the loop, thread entries their own.
+        self.seeds: dict[str, set[str]] = {}
 
     def visit_With(self, node: cst.With) -> None:
         self.blocks.enter_with(node)
@@ -258,6 +280,9 @@ class StateLockedInconsistently(Rule):
         here = self._function_key()
         if key and here:
             self.callers.setdefault(key, []).append((here, bool(self._locks())))
+        entry = self._thread_entry(node, qual)
+        if entry:
+            self.seeds.setdefault(entry, set()).add(f"the thread running `{entry.rsplit('.', 1)[-1]}`")
         for arg in node.args:  # `Thread(target=self._scan)`: runs it later, on some thread
             handed = self.ctx.key(arg.value) if isinstance(arg.value, cst.Name | cst.Attribute) else None
             if handed:
@@ -279,7 +304,10 @@ class StateLockedInconsistently(Rule):
         if frame.name == "__init__":
             return
         key = self.ctx.key(container)
-        write = _Write(node, self.ctx.statement, self._function_key() or frame.name, self._locks())
+        function = self._function_key() or frame.name
+        if frame.kind is Kind.ASYNC:
+            self.seeds.setdefault(function, set()).add(_LOOP)
+        write = _Write(node, self.ctx.statement, function, self._locks())
         self.writes.setdefault(key or text, []).append(write)
 
     def _locks(self) -> frozenset[str]:
@@ -292,7 +320,37 @@ class StateLockedInconsistently(Rule):
         if frame is None:
             return None
         owner = self.ctx.scope.method_class()
-        return f"{owner}.{frame.name}" if owner else frame.name
+        key = f"{owner}.{frame.name}" if owner else frame.name
+        if frame.kind is Kind.ASYNC:
+            self.seeds.setdefault(key, set()).add(_LOOP)
+        return key
+
+    def _thread_entry(self, call: cst.Call, qual: str | None) -> str | None:
+        """The key of the callable `call` runs on another thread (a `Thread`'s target, an executor's or
+        `to_thread`'s work), or None."""
+        if terminal(call.func) in HANDOFF_NAMES:
+            work = handoff(call, self.ctx)
+            target = work.target if work is not None else None
+        elif qual in THREAD_CLASSES:
+            target = keyword(call, "target")
+        else:
+            return None
+        target = unwrap_callable(target, self.ctx)
+        return self.ctx.key(target) if isinstance(target, cst.Name | cst.Attribute) else None
+
+    def _threads(self) -> dict[str, set[str]]:
+        """The threads each def of the file runs on, where the file shows them: its own (an async def's loop,
+        a thread entry's thread) and those of every def that calls it directly."""
+        threads = {key: set(roles) for key, roles in self.seeds.items()}
+        changed = True
+        while changed:
+            changed = False
+            for callee, sites in self.callers.items():
+                inherited = set().union(*(threads.get(caller, ()) for caller, _ in sites))
+                if not inherited <= threads.setdefault(callee, set()):
+                    threads[callee] |= inherited
+                    changed = True
+        return threads
 
     def _always_locked(self) -> set[str]:
         """Methods every call of which, in this file, holds a lock (directly or through such a caller)."""
@@ -342,6 +400,7 @@ class StateLockedInconsistently(Rule):
         if not self.threaded:
             return
         covered = self._always_locked() | self._construction_only()
+        threads = self._threads()
         for key, writes in self.writes.items():
             if not self._is_container(key):
                 continue
@@ -353,8 +412,12 @@ class StateLockedInconsistently(Rule):
             for write in writes:
                 if write.locks:
                     continue
-                other = next((w for w in locked if w.function != write.function), None)
-                if other is None:
+                pair = next(((w, a, b) for w in locked if w.function != write.function
+                             for a in sorted(threads.get(write.function, ())) for b in sorted(threads.get(w.function, ()))
+                             if a != b), None)
+                if pair is None:
                     continue
-                message = self.message.format(attr=f"self.{attr}", lock=sorted(other.locks)[0], other=other.function)
+                other, here, there = pair
+                message = self.message.format(attr=f"self.{attr}", lock=sorted(other.locks)[0], other=other.function,
+                                              here=here, there=there)
                 self.ctx.report_at(self.id, write.node, write.statement, message)

@@ -115,7 +115,12 @@ def generator_defs(func: cst.BaseExpression, ctx: FileContext) -> list[FunctionF
 
 
 def sync_generator(node: cst.CSTNode) -> bool:
-    """A plain `def` with a `yield` in its own body (not in a nested def, lambda or class)."""
+    """A plain `def` with a `yield` in its own body (not in a nested def, lambda or class).
+
+    Walked with the walk's own `children`, which reads fields: libcst's `children` property
+    rebuilds each node to list them (0.2 s of the 0.9 s the walk and the rules took on vllm-mlx)."""
+    from mlx_invariants.checker.walker import children  # walker imports this module
+
     if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
         return False
     stack: list[cst.CSTNode] = [node.body]
@@ -124,7 +129,7 @@ def sync_generator(node: cst.CSTNode) -> bool:
         if isinstance(current, cst.Yield):
             return True
         if not isinstance(current, cst.FunctionDef | cst.Lambda | cst.ClassDef):
-            stack.extend(current.children)
+            stack.extend(children(current))
     return False
 
 

@@ -86,7 +86,8 @@ def check_paths(
             reports[file.path] = _error_report(exc)
             continue
         todo.append((file, info or os.stat(file.path), digest, text))
-    analyzed = _analyze_all([t[3] for t in todo], settings, jobs, [targets.of(t[0].path) for t in todo])
+    with _cyclic_gc_paused():
+        analyzed = _analyze([t[3] for t in todo], settings, jobs, [targets.of(t[0].path) for t in todo])
     for (file, info, digest, _), report in zip(todo, analyzed):
         reports[file.path] = report
         known[file.path] = (info, digest)
@@ -94,20 +95,21 @@ def check_paths(
             cache.put(file.path, info, digest, report)
     # The package-wide step: what crosses modules (model/phase.py); it keeps its summaries in the reports.
     texts = {file.path: text for file, _, _, text in todo}
-    across = phase.package_findings(files, reports, known, texts, settings, cache)
-    if cache is not None:
-        cache.save({f.path for f in files if f.problem is None})
+    with _older_objects_frozen():
+        across = phase.package_findings(files, reports, known, texts, settings, cache)
+        if cache is not None:
+            cache.save({f.path for f in files if f.problem is None})
+        for path, rows in across.items():
+            reports[path] = {**reports[path], "findings": reports[path]["findings"] + rows}
+        # Findings in defs their package never names are left out (model/unreferenced.py), unless asked for.
+        dead: dict[str, set[int]] = {}
+        if not settings.report_unreferenced:
+            candidates = {f.path: {row[1] for row in reports[f.path]["findings"] if row[0] != UNREADABLE} for f in files}
+            dead = Unreferenced(settings, texts, cache is not None).dead_lines(candidates)
     result = RunResult(files=sum(f.problem is None for f in files), analyzed=len(todo))
     # The MLX each file's project runs on: findings true only on some versions are judged by it, after the
     # cache (a result holds for any version, and an edited pin takes effect at once).
     projects = pins.Projects(settings.mlx_versions)
-    for path, rows in across.items():
-        reports[path] = {**reports[path], "findings": reports[path]["findings"] + rows}
-    # Findings in defs their package never names are left out (model/unreferenced.py), unless asked for.
-    dead: dict[str, set[int]] = {}
-    if not settings.report_unreferenced:
-        candidates = {f.path: {row[1] for row in reports[f.path]["findings"] if row[0] != UNREADABLE} for f in files}
-        dead = Unreferenced(settings, texts, cache is not None).dead_lines(candidates)
     for file in files:
         result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused,
                                               projects.of(file.path), dead.get(file.path, set())))
@@ -130,14 +132,29 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze_all(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None]) -> list[Report]:
-    if not texts:
-        return []
-    with _cyclic_gc_paused():  # worker processes fork with it paused too
-        return _analyze(texts, settings, jobs, targets)
+@contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """The package-wide steps run with the collector on, since summarizing leaves each file's ast
+    tree in a cycle (on vllm-mlx, 366 000 objects and 70 MB more at the peak with the collector
+    paused), but with every object made before them frozen: its full collections kept walking the
+    checker's modules, the cached reports and the trees still in use, 0.48 s of the model's 0.9 s
+    on vllm-mlx and 0.1 s of the unreferenced defs' 0.2 s; frozen, 0.16 s and 0.02 s. The young
+    generations are collected first, so that what the analysis left in cycles is not frozen."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.collect(1)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None]) -> list[Report]:
+    """Each text's report; worker processes fork with the cyclic collector paused too."""
+    if not texts:
+        return []
     from mlx_invariants.checker import analysis  # libcst and the rules: only when something must be parsed
 
     rules = analysis.rules_for(settings)

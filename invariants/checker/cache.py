@@ -63,9 +63,13 @@ def prepare_folder(folder: Path) -> None:
 
 
 def write_atomic(folder: Path, name: str, data: Any) -> None:
+    """`data` as JSON in `folder/name`, never half written. Encoded whole, then written once:
+    `json.dump` to a file encodes in pure Python, piece by piece (40 ms against 9 ms for the
+    785 kB of vllm-mlx's results)."""
+    text = json.dumps(data, separators=(",", ":"))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, separators=(",", ":"))
+        handle.write(text)
     os.replace(tmp, folder / name)
 
 

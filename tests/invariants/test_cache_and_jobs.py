@@ -47,8 +47,9 @@ def test_a_config_change_invalidates_the_cache(project: Project) -> None:
         async def handle(engine, request):
             return await asyncio.wait_for(engine.generate(request), timeout=8)
     """)
+    project.config('select = ["INV", "INV101"]\n')  # INV101 is opt-in
     assert [f.rule for f in check_paths(["."], _settings(project)).findings] == ["INV101"]
-    project.config("[tool.invariants.INV101]\nmax-seconds = 10\n")
+    project.config('select = ["INV", "INV101"]\n[tool.invariants.INV101]\nmax-seconds = 10\n')
     assert check_paths(["."], _settings(project)).findings == []
 
 

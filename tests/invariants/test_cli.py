@@ -94,8 +94,9 @@ def test_rule_options_in_config_change_the_threshold(project: Project) -> None:
         async def handle(engine, request):
             return await asyncio.wait_for(engine.generate(request), timeout=8)
     """)
+    project.config('select = ["INV", "INV101"]\n')  # INV101 is opt-in
     assert project.run("check").rules() == ["INV101"]
-    project.config("[tool.invariants.INV101]\nmax-seconds = 10\n")
+    project.config('select = ["INV", "INV101"]\n[tool.invariants.INV101]\nmax-seconds = 10\n')
     assert project.run("check").code == 0
 
 

@@ -12,8 +12,9 @@ from mlx_invariants.checker.rules import RULES
 from mlx_invariants.checker.runner import check_source
 
 
-def _rules(code: str) -> list[tuple[int, str]]:
-    settings = config.from_table({}, Path("."), "test", RULES)
+def _rules(code: str, *opt_in: str) -> list[tuple[int, str]]:
+    """The findings on `code` of the default rules and the opt-in ones named."""
+    settings = config.from_table({"select": ["INV", *opt_in]}, Path("."), "test", RULES)
     return [(f.line, f.rule) for f in check_source(textwrap.dedent(code).lstrip("\n"), settings)]
 
 
@@ -31,7 +32,7 @@ def test_every_spelling_of_wait_for_resolves(imports: str, call: str) -> None:
         async def handle(x):
             return await {call}(x.generate(), timeout=60)
     """
-    assert _rules(code) == [(4, "INV101")]
+    assert _rules(code, "INV101") == [(4, "INV101")]
 
 
 def test_a_function_local_import_counts_only_in_its_function() -> None:
@@ -42,7 +43,7 @@ def test_a_function_local_import_counts_only_in_its_function() -> None:
 
         async def other(x, wait_for):
             return await wait_for(x.generate(), timeout=60)
-    """) == [(3, "INV101")]
+    """, "INV101") == [(3, "INV101")]
 
 
 def test_a_local_name_shadowing_nothing_is_not_resolved() -> None:
@@ -128,7 +129,7 @@ def test_the_prefilter_sees_through_aliases() -> None:
 
         async def start(owner):
             await settle({owner.ready}, timeout=30)
-    """) == [(4, "INV109")]
+    """, "INV109") == [(4, "INV109")]
     assert _rules("""
         import asyncio as aio
         from mlx.core import eval as force

@@ -143,6 +143,7 @@ def test_a_checker_bug_on_one_file_is_an_inv000_line_and_the_run_goes_on(
         raise ValueError("boom")
 
     monkeypatch.setattr(LockReleasedBeforeWorker, "visit_Await", broken)
+    project.config('select = ["INV", "INV101"]\n')  # INV101 is opt-in
     project.write("a.py", BAD_LOCK)
     project.write("b.py", "import asyncio\n\nasync def handle():\n    await asyncio.wait_for(g(), timeout=60)\n")
     run = project.run("check", "--no-cache", "--jobs", "1")

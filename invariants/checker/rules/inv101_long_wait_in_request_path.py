@@ -62,6 +62,9 @@ class LongWaitInRequestPath(Rule):
     server-sent events), whose timeout fails nothing."""
 
     id = "INV101"
+    # Opt-in (a policy): on the HEADs of ten MLX servers not studied here, reviewers graded all 5 sampled findings
+    # arguable: queueing was the servers' stated design, bounded by an admission limit elsewhere (a 503 at a cap).
+    default_enabled = False
     catches = ("a wait_for/timeout longer than max-seconds in a request path, "
                "or any wait_for on a lock's acquire() outside tests")
     message = "{what}: fail fast with a retryable busy error (503 + Retry-After) instead of queueing the request"

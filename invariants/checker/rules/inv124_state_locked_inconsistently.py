@@ -59,6 +59,10 @@ class StateLockedInconsistently(Rule):
     the scheduler thread's own pops) is no race."""
 
     id = "INV124"
+    # Opt-in: even with both threads shown, reviewers graded 1 of 5 sampled findings on ten MLX servers not studied
+    # here true; whether the unlocked change can meet the locked one (a key only the locked side published) needs
+    # an ordering the file does not show.
+    default_enabled = False
     catches = "a container attribute changed under a lock in one method and with no lock in another"
     message = (
         "`{attr}` is changed here, on {here}, with no lock, but under `{lock}` in `{other}`, on {there}: the two "

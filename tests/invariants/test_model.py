@@ -8,7 +8,9 @@ import textwrap
 from pathlib import Path
 
 from mlx_invariants.checker import config
+from mlx_invariants.checker.cache import Cache
 from mlx_invariants.checker.config import SHARED_DEFAULTS
+from mlx_invariants.checker.model import collect
 from mlx_invariants.checker.model.collect import summarize
 from mlx_invariants.checker.model.graph import BLOCKING, RUN, Package
 from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE
@@ -282,9 +284,46 @@ def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
     settings = config.load(None, project.root, RULES)
     again = check_paths(["."], settings)
     assert again.analyzed == 0 and [(f.path.rsplit("/", 1)[-1], f.line, f.rule) for f in again.findings] == first
-    cached = json.loads(next((project.root / ".invariants_cache").glob("results-*.json")).read_text())
-    stored = [r["model"]["summary"] for r in cached["results"].values() if r.get("model", {}).get("summary")]
-    assert summary.to_json() in stored
+    stored = json.loads(next((project.root / ".invariants_cache").glob("summaries-*.json")).read_text())
+    assert summary.to_json() in stored.values()
+
+
+def test_an_unchanged_rerun_reads_no_summary_and_an_edit_reads_them_back(project: Project, monkeypatch) -> None:
+    """Summaries live apart from the results: a re-run of an unchanged package answers from its
+    stored findings without reading them; after an edit the others' summaries come from the cache."""
+    project.write("app/__init__.py", "")
+    project.write("app/server.py", """
+        import asyncio
+        from .engine import Engine
+
+        async def handle(engine: Engine, prompt):
+            await asyncio.to_thread(engine.generate, prompt)
+    """)
+    project.write("app/engine.py", """
+        import mlx.core as mx
+
+        class Engine:
+            def generate(self, prompt):
+                mx.eval(prompt)
+    """)
+    first = _check(project)
+    assert first == [("server.py", 5, "INV107")]
+    summaries = next((project.root / ".invariants_cache").glob("summaries-*.json"))
+    assert len(json.loads(summaries.read_text())) == 2
+
+    def unread(self: Cache) -> dict:
+        raise AssertionError("an unchanged re-run read the summaries")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Cache, "_summaries", unread)
+        assert _check(project) == first
+    made = []
+    patched_summarize = collect.summarize
+    monkeypatch.setattr(collect, "summarize", lambda text, shared: made.append(text) or patched_summarize(text, shared))
+    (project.root / "app/server.py").write_text((project.root / "app/server.py").read_text() + "# edited\n")
+    assert _check(project) == first
+    assert len(made) == 1 and made[0].endswith("# edited\n")  # engine.py's summary came from the cache
+    assert len(json.loads(summaries.read_text())) == 2  # the old server.py's summary is dropped
 
 
 def test_the_arm_without_the_worker_survives_the_cache_and_a_per_request_arm_does_not_count(project: Project) -> None:

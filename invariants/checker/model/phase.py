@@ -2,10 +2,11 @@
 of each package among the files of the run and add what its queries find.
 
 Files are grouped by root: the folder above the topmost `__init__.py` of their folder (a file
-outside any package is a module of its own folder). A module's summary is kept in its cached
-report (`report["model"]`), so it is computed once per content; an unchanged package's
-findings are kept in the cache folder by the digests of its files, so a re-run of an unchanged
-tree builds nothing and never imports libcst.
+outside any package is a module of its own folder). What a module's text says (`text_facts`)
+is kept in its cached report (`report["model"]`) and its summary in the cache's summaries, by
+content digest, so each is computed once per content; an unchanged package's findings are
+kept in the cache folder by the digests of its files, so a re-run of an unchanged tree builds
+nothing, reads no summary and never imports libcst.
 
 Only entry modules (an `async def`, `to_thread` or `run_in_executor` in the text, and an
 import from the package or a mention of MLX) are summarized up front; other modules are read
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from mlx_invariants.checker import source
+from mlx_invariants.checker.cache import UNKNOWN
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.model.graph import Package
 from mlx_invariants.checker.model.layout import Layout
@@ -133,11 +135,12 @@ def _row(finding: ModelFinding, suppressions: Iterable[list[Any]]) -> Row:
 
 
 class _Summaries:
-    """Each file's summary: from its cached report, else from its text (read if need be)."""
+    """Each file's summary: from the cache, else from its text (read if need be)."""
 
     def __init__(self, reports: dict[str, dict[str, Any]], known: dict[str, tuple[os.stat_result, str]],
                  texts: dict[str, str], settings: Settings, cache: Cache | None) -> None:
         self.reports, self.known, self.texts, self.settings, self.cache = reports, known, texts, settings, cache
+        self.made: dict[str, Any] = {}  # summaries made in this run, by content digest
 
     def facts(self, path: str) -> dict[str, Any]:
         model = self.reports[path].get("model")
@@ -148,20 +151,23 @@ class _Summaries:
         return model
 
     def get(self, path: str) -> FileSummary | None:
-        model = self.facts(path)
-        if "summary" not in model:
+        digest = self.known[path][1]
+        data = self.made.get(digest, UNKNOWN)
+        if data is UNKNOWN and self.cache is not None:
+            data = self.cache.summary(digest)
+        if data is UNKNOWN:
             text = self._text(path)
-            summary = None
+            data = None
             if text is not None:
                 from mlx_invariants.checker.model.collect import summarize  # libcst, through mlx_api
 
                 try:
-                    summary = summarize(text, self.settings.shared).to_json()
+                    data = summarize(text, self.settings.shared).to_json()
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    summary = None  # the file's own report says why (INV000)
-            model = {**model, "summary": summary}
-            self._store(path, model)
-        data = model["summary"]
+                    data = None  # the file's own report says why (INV000)
+            self.made[digest] = data
+            if self.cache is not None:
+                self.cache.put_summary(digest, data)
         return FileSummary.from_json(data) if data is not None else None
 
     def _text(self, path: str) -> str | None:
@@ -175,7 +181,7 @@ class _Summaries:
         return text
 
     def _store(self, path: str, model: dict[str, Any]) -> None:
-        """Keep the summary in the file's report, and so in the cache (reports are content-keyed)."""
+        """Keep the text's facts in the file's report, and so in the cache (reports are content-keyed)."""
         report = self.reports[path] = {**self.reports[path], "model": model}
         if self.cache is not None:
             info, digest = self.known[path]

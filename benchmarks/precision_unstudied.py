@@ -1,0 +1,163 @@
+"""Precision where the rules were not tuned: the checker's findings on ten more MLX servers, with blind verdicts.
+
+docs/corpus.md's HEAD section grades every finding on the ten servers the rules were
+refined against, so its precision is a training figure. This script runs the checker
+(default configuration, at a commit of this project) on the HEADs of ten other MLX
+servers, recorded below, and joins each finding with its verdict, if a reviewer gave
+one: true / arguable / false, arguable counting as false. Verdicts come from
+reviewers who were handed the finding and the code (the packets `--packets` writes),
+never the rule's intent; they live in benchmarks/results/unstudied_verdicts.json,
+keyed by repository, path, line and rule, so a finding the rules no longer make drops
+out and a new one shows as not graded until it is.
+
+    .venv/bin/python benchmarks/precision_unstudied.py --write docs/precision.md
+    .venv/bin/python benchmarks/precision_unstudied.py --packets /tmp/packets   # the ungraded ones, for reviewers
+
+The mirrors are bare clones under /work/.mirror (the `fetch` tool; benchmarks/corpus.py
+says how); xorbitsai/inference and mudler/LocalAI are left out while they are a
+held-out corpus split (heldout4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus_bench import checker_at, head  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+VERDICTS = ROOT / "benchmarks" / "results" / "unstudied_verdicts.json"
+_EXCLUDE = ("**/tests/", "**/test_*.py", "**/thirdparty/")
+# Fetched 2026-11-28 (the newest snapshot of each default branch). None is among the ten servers of
+# docs/corpus.md's HEAD section; four (mlx-audio, parallax, olmlx, mlx-manager) have historical bugs in the
+# held-out corpus splits, whose cases are old code, not these HEADs.
+SERVERS = (
+    head.Server("Blaizzy/mlx-audio", "ebf44dfcdcf28cac2993445e46e7c72a9eca7421", ("mlx_audio",), _EXCLUDE),
+    head.Server("GradientHQ/parallax", "162354a03234a28cf6e2946e2e0b2203da7c3721", ("src/parallax",), _EXCLUDE),
+    head.Server("RamboRogers/mlx-gui", "92614c3256fe3c50ab935d544e5a6bba05a92a12", ("src/mlx_gui",), _EXCLUDE),
+    head.Server("gabfssilva/mlx-omnia", "b7a60d8e84b47a98edd83c7d22e4243202627334", ("src/mlx_omnia",), _EXCLUDE),
+    head.Server("jjang-ai/vmlx", "3e256e3ffc1eef294aa2294cd2fb6861a587950d", ("vmlx_engine",), _EXCLUDE),
+    head.Server("motsognirr/olmlx", "3eea12073b08183403e57da8a2f8f5561f1cde13", ("olmlx",), _EXCLUDE),
+    head.Server("mzau/mlx-knife", "ca93cff4e84af3e4d4aea48e59511b3763e4530d", ("mlxk2",), _EXCLUDE),
+    head.Server("raullenchai/Rapid-MLX", "7222ca776c029b045cba424e7b2e942c5073529f", ("vllm_mlx",), _EXCLUDE),
+    head.Server("tumma72/mlx-manager", "cffa5f2d2302e6cf04c0aad8dd37f40f8fdf17f8", ("backend/mlx_manager",), _EXCLUDE),
+    head.Server("vllm-project/vllm-metal", "211a1e4bc976cd6c0c961cad8da59d649ea9bd65", ("vllm_metal",), _EXCLUDE),
+)
+VERDICT_KINDS = ("true", "arguable", "false")
+
+
+def _key(repo: str, path: str, line: int, rule: str) -> str:
+    return f"{repo}:{path}:{line}:{rule}"
+
+
+def findings(mirror_root: Path, commit: str) -> list[dict]:
+    """Every finding of the checker at `commit` (default configuration) on the pinned servers."""
+    with tempfile.TemporaryDirectory(prefix="invariants-unstudied-") as tmp:
+        runs = head.run_head(mirror_root, SERVERS, checker_at.build(commit, Path(tmp)))
+    return [{"repo": run.repo, "commit": run.commit, "path": path, "line": f.line, "rule": f.rule,
+             "message": f.message} for run in runs for path, f in run.findings]
+
+
+def _packet(finding: dict, mirror_root: Path, ident: str) -> str:
+    git = mirror_root / finding["repo"].replace("/", "+") / "repo"
+    first = max(1, finding["line"] - 60)
+    return (f"## {ident}\n- repository: {finding['repo']} at commit {finding['commit']}\n"
+            f"- file: {finding['path']} line {finding['line']}\n"
+            f"- read it: `git --git-dir={git} show {finding['commit']}:{finding['path']} | sed -n "
+            f"'{first},{finding['line'] + 60}p'`\n- finding: {finding['message']}\n")
+
+
+def write_packets(found: list[dict], verdicts: dict, mirror_root: Path, folder: Path, per_batch: int = 12) -> int:
+    """Reviewer packets for the findings with no verdict, `per_batch` to a file; an index maps ids to keys."""
+    todo = [f for f in found if _key(f["repo"], f["path"], f["line"], f["rule"]) not in verdicts]
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {}
+    for start in range(0, len(todo), per_batch):
+        batch = start // per_batch + 1
+        parts = [f"# Findings to grade (batch {batch})\n"]
+        for offset, finding in enumerate(todo[start:start + per_batch]):
+            ident = f"F{batch}.{offset + 1}"
+            index[ident] = _key(finding["repo"], finding["path"], finding["line"], finding["rule"])
+            parts.append(_packet(finding, mirror_root, ident))
+        (folder / f"batch{batch}.md").write_text("\n".join(parts), encoding="utf-8")
+    (folder / "index.json").write_text(json.dumps(index, indent=1), encoding="utf-8")
+    return len(todo)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(found: list[dict], verdicts: dict, commit: str) -> str:
+    """docs/precision.md: the figures by rule and by server, then every finding with its verdict."""
+    graded = Counter()
+    by_rule: dict[str, Counter] = {}
+    for f in found:
+        verdict = verdicts.get(_key(f["repo"], f["path"], f["line"], f["rule"]), {}).get("verdict", "not graded")
+        f["verdict"] = verdict
+        by_rule.setdefault(f["rule"], Counter())[verdict] += 1
+        graded[verdict] += 1
+    judged = sum(graded[v] for v in VERDICT_KINDS)
+    lines = [
+        "# Precision on servers the rules were not tuned on",
+        "",
+        "Generated by `.venv/bin/python benchmarks/precision_unstudied.py --write docs/precision.md`"
+        f" (checker at `{commit}`, default configuration). The module's docstring says what and why; verdicts",
+        "are blind (the reviewer is handed the finding and the code, not the rule's intent), arguable counts as",
+        "false.",
+        "",
+        f"**{len(found)} findings on {len(SERVERS)} servers; {judged} graded: {graded['true']} true, "
+        f"{graded['arguable']} arguable, {graded['false']} false"
+        + (f" ({100 * graded['true'] / judged:.0f} % true)" if judged else "") + ".**",
+        "",
+        "| rule | findings | true | arguable | false | not graded |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for rule in sorted(by_rule):
+        c = by_rule[rule]
+        lines.append(f"| {rule} | {sum(c.values())} | {c['true']} | {c['arguable']} | {c['false']} | "
+                     f"{c['not graded']} |")
+    lines += ["", "| server | commit | findings |", "| --- | --- | ---: |"]
+    per_server = Counter(f["repo"] for f in found)
+    for server in SERVERS:
+        lines.append(f"| `{server.repo}` | `{server.commit[:12]}` | {per_server[server.repo]} |")
+    lines += ["", "Every finding:", "", "| server | location | rule | message | verdict |", "| --- | --- | --- | --- | --- |"]
+    for f in sorted(found, key=lambda f: (f["repo"], f["path"], f["line"])):
+        v = verdicts.get(_key(f["repo"], f["path"], f["line"], f["rule"]))
+        verdict = f"{v['verdict']}: {v['reason']}" if v else "not graded"
+        lines.append(f"| {f['repo']} | `{f['path']}:{f['line']}` | {f['rule']} | {_cell(f['message'][:160])} | "
+                     f"{_cell(verdict)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--checker-at", default="HEAD", metavar="COMMIT")
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument("--verdicts", type=Path, default=VERDICTS)
+    parser.add_argument("--write", type=Path, metavar="DOC")
+    parser.add_argument("--packets", type=Path, metavar="DIR")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="the findings, for a reviewer's tooling")
+    args = parser.parse_args(argv)
+    verdicts = json.loads(args.verdicts.read_text()) if args.verdicts.exists() else {}
+    found = findings(args.mirrors, args.checker_at)
+    commit = checker_at.resolve(checker_at.PROJECT, args.checker_at)[0][:7]
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=1), encoding="utf-8")
+    if args.packets:
+        print(f"{write_packets(found, verdicts, args.mirrors, args.packets)} findings to grade in {args.packets}")
+    text = render(found, verdicts, commit)
+    if args.write:
+        args.write.write_text(text, encoding="utf-8")
+    print(text.split("\n\n", 3)[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

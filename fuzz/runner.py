@@ -518,27 +518,41 @@ class _Fuzz:
         except ViolationFound as found:
             self._found(found)
         except Flaky as flaky:
-            inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ViolationFound)]
-            if not inner:
-                raise
-            self._found(inner[0], note="Hypothesis reported the failure as flaky")
+            if self.shrinking is None:
+                raise  # no failure was being shrunk: the harness itself is inconsistent
+            # Hypothesis stopped shrinking (an example it replayed answered differently, or the strategy drew
+            # differently): the smallest scenario shown to fail so far, not the one it first met.
+            reason = str(flaky).splitlines()[0] if str(flaky) else type(flaky).__name__
+            self._found(self.shrinking.smallest(), stopped=f"where Hypothesis called it flaky: {reason}")
         finally:
             self.shrinking = None
 
     def _example(self, scenario: Scenario) -> None:
-        """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding."""
+        """One Hypothesis example: run it; raise (per signature) only for a confirmed, repeating finding.
+
+        Raised from this one line, whether the failure was just shown or is told again: Hypothesis tells
+        failures apart by the exception's type and the line that raised it, and calls a failing example
+        flaky when a replay of it fails from another line (two raise sites made its first replay of every
+        failure it was about to shrink "inconsistent", and the unshrunk scenario was reported)."""
+        shown = self._shown(scenario)
+        if shown is not None:
+            raise violation_type(self.shrinking.signature)(*shown)
+
+    def _shown(self, scenario: Scenario) -> Optional[tuple[Scenario, Trace, list[Violation]]]:
+        """Run one example: the failure it shows of the signature being shrunk (a first confirmed one starts
+        shrinking it), or None. Every failure shown is kept (`Shrinking.failing`)."""
         key = scenario.dumps()
         if self.shrinking is not None:
             known = self.shrinking.failing.get(key)
             if known is not None:
                 # Asked again for a scenario already shown to fail, fresh engines included (Hypothesis's final
                 # replay): its run is told again, not made again (a launched server's fresh start each).
-                raise violation_type(self.shrinking.signature)(scenario, *known)
+                return known
             if self._past_grace() or time.monotonic() > self.shrinking.deadline:
                 self.shrinking.cut = True
-                return  # shrinking ran out of time: only the known failures still count
+                return None  # shrinking ran out of time: only the known failures still count
         elif not self._searching():
-            return
+            return None
         self._explicit_done.add(key)
         self._tick(scenario, Phase.SHRINK if self.shrinking else Phase.GENERATE)
         trace, violations = self.run(scenario)
@@ -549,7 +563,7 @@ class _Fuzz:
             met = time.monotonic()
             shrinking = self.consider(scenario, trace, violations, shrinkable=True) if violations else None
             if shrinking is None:
-                return
+                return None
             _, trace, violations = shrinking.unshrunk
             now, end = time.monotonic(), self.started + self.budget_s
             shrinking.start(now, shrink_limit(self.shrink_s, self.settings.keep_going, end - met, now - met), end)
@@ -557,10 +571,10 @@ class _Fuzz:
         else:
             same = [v for v in violations if signature(v) == self.shrinking.signature]
             if not same or not self._repeats(scenario, same[0].kind):
-                return
+                return None
             violations = lead_with(violations, same[0].kind)
-        self.shrinking.failing[key] = (trace, violations)
-        raise violation_type(self.shrinking.signature)(scenario, trace, violations)
+        self.shrinking.failing[key] = (scenario, trace, violations)
+        return scenario, trace, violations
 
     def _repeats(self, scenario: Scenario, kind: str) -> bool:
         """While shrinking: a smaller candidate counts only if it shows `kind` again on a fresh engine,
@@ -574,16 +588,15 @@ class _Fuzz:
                 return False
         return True
 
-    def _found(self, found: ViolationFound, note: str = "") -> None:
-        """Hypothesis's minimal failure for the signature being shrunk: replay it and record the finding."""
+    def _found(self, found: ViolationFound, stopped: str = "") -> None:
+        """Hypothesis's minimal failure for the signature being shrunk (or, where shrinking was `stopped` for
+        that reason, the smallest shown so far): replay it and record the finding."""
         shrinking, self.shrinking = self.shrinking, None
         sig = shrinking.signature if shrinking else signature(found.violations[0])
         confirmation = shrinking.confirmation if shrinking else (0, 0)
         failure = self.failure(found.scenario, found.trace, found.violations)
         notes = getattr(found, "__notes__", [])
         failure.blob = next((n.strip() for n in notes if "@reproduce_failure" in n), None)
-        if note:
-            failure.blob = f"{failure.blob or ''} ({note})".strip()
         kind = found.violations[0].kind
         if not self.settings.replays:
             hits, runs = 0, 0
@@ -600,10 +613,12 @@ class _Fuzz:
             failure = self.failure(*shrinking.unshrunk)
             failure.reproduced, shrunk = confirmation, False
             failure.blob = f"not shrunk: the smallest failing scenario replayed only {hits}/{runs}"
-        elif shrunk and shrinking and shrinking.cut:
-            # The deadline, not the shrinker, ended it: smaller scenarios may still show the bug.
+        elif shrunk and shrinking and (shrinking.cut or stopped):
+            # The deadline or Hypothesis's doubt, not the shrinker's end, ended it: smaller scenarios may still
+            # show the bug.
             shrunk = False
-            failure.blob = f"{failure.blob or ''} (shrinking stopped at its {shrinking.limit_s:.3g}s limit)".strip()
+            why = stopped or f"at its {shrinking.limit_s:.3g}s limit"
+            failure.blob = f"{failure.blob or ''} (shrinking stopped {why})".strip()
         self._record(failure, sig, confirmation, True, shrunk=shrunk)
 
     def enumerate(self, todo: list[Scenario]) -> None:

@@ -8,6 +8,8 @@ and the finding says it was cut. A scenario known to fail is never run again
 while it is shrunk: Hypothesis asks for it again (its final replay) and is
 told the run that showed it. If the smallest failing scenario does not
 replay often enough, the unshrunk one is reported, as it was confirmed.
+Where Hypothesis stops shrinking early (it called the failure flaky), the
+smallest scenario shown to fail so far is reported (`Shrinking.smallest`).
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ class Shrinking:
     confirmation: tuple[int, int]                        # how it was confirmed: k of n fresh re-runs
     unshrunk: tuple[Scenario, Trace, list[Violation]]    # where it was seen: reported if shrinking slides off it
     deadline: float = 0.0                                # monotonic time; past it only known failures run
-    # scenarios (JSON) that showed it, fresh engines included, with the run that showed it
-    failing: dict[str, tuple[Trace, list[Violation]]] = field(default_factory=dict)
+    # scenarios (by their JSON) that showed it, fresh engines included, each with the run that showed it
+    failing: dict[str, tuple[Scenario, Trace, list[Violation]]] = field(default_factory=dict)
     cut: bool = False                                    # candidates were skipped at the deadline
     limit_s: float = 0.0                                 # the time it was given (a cut finding says it)
 
@@ -68,3 +70,15 @@ class Shrinking:
         less than `SHRINK_FLOOR_S` (and never more than `shrink_s`)."""
         self.deadline = min(now + shrink_s, max(budget_end, now + min(SHRINK_FLOOR_S, shrink_s)))
         self.limit_s = self.deadline - now
+
+    def smallest(self) -> ViolationFound:
+        """The smallest scenario shown to fail (`size`), as Hypothesis would have been told it: what is
+        reported when shrinking stops before Hypothesis has named its minimal failure."""
+        return violation_type(self.signature)(*min(self.failing.values(), key=lambda shown: size(shown[0])))
+
+
+def size(scenario: Scenario) -> tuple[int, int, int, int]:
+    """How large a scenario is to whoever reads it: its faults, then its requests, then their prompt words
+    and token budgets, then the length of its file (what Hypothesis's order on draws roughly follows)."""
+    words = sum(r.prompt_len + r.max_tokens for r in scenario.requests)
+    return len(scenario.faults), len(scenario.requests), words, len(scenario.dumps())

@@ -305,7 +305,8 @@ def test_while_shrinking_a_scenario_already_shown_to_fail_is_told_again_not_run_
     scenario = Scenario((RequestSpec("r0", 1, 1, False),))
     shown = (Trace(), [Violation("slot-freed-early", "the slot went first")])
     fuzz = object.__new__(runner._Fuzz)  # only what _example reads while shrinking
-    fuzz.shrinking = Shrinking("slot-freed-early x", (2, 2), (scenario, *shown), failing={scenario.dumps(): shown})
+    fuzz.shrinking = Shrinking("slot-freed-early x", (2, 2), (scenario, *shown),
+                               failing={scenario.dumps(): (scenario, *shown)})
 
     def never(*args, **kwargs):
         raise AssertionError("ran a scenario already shown to fail")

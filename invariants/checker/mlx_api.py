@@ -46,16 +46,17 @@ MODULE_BOOKKEEPING = frozenset({
     "filter_and_map", "keys", "values", "items", "get", "load_weights",
 })
 _ACCESSORS = ("get_", "set_", "is_", "has_", "__")
-# Parts of mlx-lm that only do Python work (tokenizers, samplers, configs), and its helpers that
-# compare token lists or ask a prompt cache's layers a yes/no question (`common_prefix_len`, a loop
-# over two lists; `can_trim_prompt_cache`, each layer's `is_trimmable()`): no array op, on any thread.
-# Counted as MLX they hid the call that was: INV120 reports a coroutine's first MLX call, and olmlx's
-# `_setup_prompt_cache` (engine/inference.py@3f7dea4:2196) called `common_prefix_len` before the
-# `trim_prompt_cache` that left lazy slices on the loop's stream (:2232, fixed in ca34ff8).
-PYTHON_ONLY = (
-    "tokenizer", "sample_utils", "make_sampler", "make_logits_processors", "load_config", "get_model_path",
-    "common_prefix_len", "can_trim_prompt_cache",
-)
+# mlx-lm's and mlx-vlm's calls, beyond generation and loading, that run array work on the calling
+# thread: `prepare_inputs` builds the model's input arrays (mx.array), `save_prompt_cache` and
+# `load_prompt_cache` evaluate and write, or read, a cache's arrays (mx.save_safetensors, mx.load),
+# `load_adapters` loads weights into a live model; and a model class of `models.<arch>` builds its
+# parameters. A name is not MLX work by its package alone: the packages' classes are objects
+# (mlx-vlm's `PromptCacheState.__init__` sets two attributes to None), their text helpers are Python,
+# and making, asking or trimming a prompt cache is bookkeeping in every cache class mlx-lm ships
+# (`make_prompt_cache` builds cache objects holding no array, each `trim` moves an offset:
+# mlx_lm/models/cache.py@d78bf58). Counting the package whole made INV120 report olmlx's trims of
+# plain KV caches and optional imports of mlx-vlm functions that do not exist (graded false).
+ARRAY_HELPERS = frozenset({"prepare_inputs", "save_prompt_cache", "load_prompt_cache", "load_adapters"})
 # Engines wrap the model in their own class; these methods of a model-named receiver
 # (`self._model.chat(...)`) run a whole generation, or return a generator that does.
 MODEL_GENERATION = frozenset({"generate", "chat", "batch_generate"})
@@ -132,6 +133,15 @@ def _model_method(site: CallSite, method: str, receiver: cst.BaseExpression, ctx
         return False
     scope = ctx.facts.scope_of(site.node)
     return scope is not None and loaded_model(receiver, ctx, scope) == "mlx"
+
+
+def package_array_work(qual: str | None) -> bool:
+    """An mlx-lm or mlx-vlm call known to run array work on the calling thread (ARRAY_HELPERS, a
+    model class's constructor); any other name of those packages is not MLX work by its module."""
+    if not qual or not qual.startswith(tuple(f"{pkg}." for pkg in _PACKAGES)):
+        return False
+    head, _, last = qual.rpartition(".")
+    return last in ARRAY_HELPERS or (last == "Model" and ".models." in f"{head}.")
 
 
 def note_import(qual: str, ctx: FileContext) -> None:

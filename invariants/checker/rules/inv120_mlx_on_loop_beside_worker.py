@@ -21,8 +21,8 @@ class MlxOnLoopBesideWorker(Rule):
     has two threads inside Metal whenever a request arrives while the worker
     steps, and Metal aborts the process ("encodeSignalEvent:value: with
     uncommitted encoder", "A command encoder is already encoding"). Even building
-    an array (`mx.array(tokens)`) or a prompt cache encodes work. vllm-mlx
-    restored a cached KV prefix with `make_prompt_cache` and `mx.array` on the
+    an array (`mx.array(tokens)`) makes MLX state on the loop's thread. vllm-mlx
+    restored a cached KV prefix (`cache[i].state =`) and built `mx.array` on the
     loop while its worker generated (engine/simple.py@67632e9:1024, fixed in
     d76f9b3 by building them on the worker), and its MLLM scheduler's
     `abort_request`, called from the loop, ran `batch_generator.remove` while
@@ -44,22 +44,27 @@ class MlxOnLoopBesideWorker(Rule):
     crash reported at mlx_vlm/server/openai.py@784976c:1103) on a diagnosis MLX's
     allocator source does not bear out, so that call is not reported.
 
-    mlx-lm's helpers that only compare token lists or ask a cache's layers a question
-    (`common_prefix_len`, `can_trim_prompt_cache`) are no MLX either; what the
-    coroutine does with the cache next may be. olmlx's `_setup_prompt_cache`
-    trimmed a reused prompt cache on the loop after comparing prefixes
-    (engine/inference.py@3f7dea4:2232, and `_setup_batched_prompt_cache` at :2947):
-    on a cache whose trim slices its arrays, the slices stay bound to the loop
-    thread's stream, and the generation worker evaluating them raised "There is
-    no Stream(gpu, N) in current thread" (fixed in ca34ff8 by trimming such caches
-    in the worker)."""
+    A name is not MLX work by its package alone. mlx-lm's and mlx-vlm's classes are
+    objects (mlx-vlm's `PromptCacheState()` sets two attributes to None), and making,
+    asking or trimming a prompt cache is bookkeeping in every cache class mlx-lm
+    ships (`trim_prompt_cache` moves each layer's offset): olmlx trims its plain
+    KV caches on the loop (engine/inference.py@3eea120:2725) and reports cache
+    stats through optional mlx-vlm imports, and neither is MLX. Only the packages'
+    calls known to build, read or write arrays count (mlx_api.ARRAY_HELPERS).
+
+    A coroutine that submits each step to the worker and waits for it (`await`,
+    or `cf = pool.submit(step)` then `await asyncio.wrap_future(cf)`) runs its
+    code after the wait, `except` arms included, with the worker idle: Rapid-MLX's
+    scheduler closes a poisoned batch generator there after the step raised
+    (mllm_scheduler.py@7222ca7:1350).
+    """
 
     id = "INV120"
     catches = "MLX touched from the event loop in a file whose worker thread runs MLX"
     message = "{what} on the event loop thread while {worker} runs MLX on a worker thread: {fix}"
     known_problems = (
         "Needs the worker in the same file; a worker started from another module is not seen. From an async "
-        "def it reports the first MLX call that does not block (an array op, a prompt cache), "
+        "def it reports the first MLX call that does not block (an array op, a prompt cache's save or load), "
         "with a count of the others in the same coroutine; blocking ones are INV108's. A lazy op that only "
         "builds a graph is reported like one that encodes work. From a sync def that an async def of the file calls, it reports MLX calls on an object "
         "(`self.batch_generator`) that the worker's code also uses, so the same defect may carry INV108 at "
@@ -70,7 +75,11 @@ class MlxOnLoopBesideWorker(Rule):
         "of the file and awaits each, its own MLX and its helpers' are not judged here: it never runs beside "
         "its worker (INV108 still reports blocking MLX there). A call in an arm of a mode `if` (a test on no "
         "parameter, outside loops) whose other arm puts the same call in a def of its own that the coroutine "
-        "does not call is taken as the case the server judged safe on the loop, and not reported, right or not."
+        "does not call is taken as the case the server judged safe on the loop, and not reported, right or not. "
+        "mlx-lm's and mlx-vlm's names count as MLX only where known to run array work (mlx_api.ARRAY_HELPERS, "
+        "generation, loading): a project's own cache class whose `trim` slices arrays, trimmed through "
+        "`trim_prompt_cache` on the loop, is missed (olmlx's lazy TurboQuant caches, "
+        "engine/inference.py@3f7dea4:2232, fixed in ca34ff8), and so is a package helper not listed there."
     )
     triggers = (("mlx", "model", "generator", "scheduler"), ("async",))
 
@@ -82,9 +91,9 @@ class MlxOnLoopBesideWorker(Rule):
 
             class SimpleEngine:
                 async def stream_generate(self, suffix_tokens, saved_state):
-                    cache = make_prompt_cache(self._text_model)  # expect: INV120
+                    cache = make_prompt_cache(self._text_model)
                     cache[0].state = saved_state
-                    prompt = mx.array(suffix_tokens)
+                    prompt = mx.array(suffix_tokens)  # expect: INV120
                     return await self._run_serialized(self._decode, cache, prompt)
 
                 async def _run_serialized(self, func, *args):
@@ -121,7 +130,7 @@ class MlxOnLoopBesideWorker(Rule):
         '''),
         Invalid("""
             import asyncio
-            from mlx_lm.models.cache import make_prompt_cache
+            from mlx_lm.models.cache import load_prompt_cache
 
             async def stream_tokens(generator, prompt):
                 token_iter = None
@@ -132,7 +141,7 @@ class MlxOnLoopBesideWorker(Rule):
                 finally:
                     if token_iter is not None:
                         token_iter.close()
-                    generator.prompt_cache = make_prompt_cache(generator.model)  # expect: INV120
+                    generator.prompt_cache = load_prompt_cache(generator.cache_file)  # expect: INV120
         """),
         Invalid('''
             import threading
@@ -153,32 +162,34 @@ class MlxOnLoopBesideWorker(Rule):
                     noise = mx.random.normal((4,))  # expect: INV120
                     return await self._submit(request, noise)
         '''),
+        # The step is submitted and not waited for: the except arm's array is built beside it.
         Invalid('''
             import asyncio
             from concurrent.futures import ThreadPoolExecutor
-            from mlx_lm import generate
-            from mlx_lm.models.cache import trim_prompt_cache
-            from mlx_lm.utils import common_prefix_len
+            import mlx.core as mx
 
-            _MLX = ThreadPoolExecutor(max_workers=1)
+            class Scheduler:
+                def __init__(self, model):
+                    self.batch_generator = BatchGenerator(model)
+                    self._executor = ThreadPoolExecutor(max_workers=1)
 
-            def _generate(model, tokenizer, tokens, cache):
-                return generate(model, tokenizer, tokens, prompt_cache=cache)
+                def _step(self):
+                    return self.batch_generator.next()
 
-            async def complete(model, tokenizer, prompt_tokens, cached):
-                prefix = common_prefix_len(prompt_tokens, cached.tokens)
-                trim_prompt_cache(cached.cache, len(cached.tokens) - prefix)  # expect: INV120
-                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, prompt_tokens[prefix:], cached.cache)
-
-            async def warm_up(model, tokenizer):
-                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
+                async def _process_loop(self):
+                    while True:
+                        try:
+                            self._inflight = self._executor.submit(self._step)
+                            await asyncio.sleep(0.01)
+                        except Exception:
+                            self._padding = mx.zeros((1,), dtype=mx.int32)  # expect: INV120
         '''),
-        # The def that would defer the trim is called right here: both arms trim on the loop.
+        # The def that would defer the save is called right here: both arms save on the loop.
         Invalid('''
             import asyncio
             from concurrent.futures import ThreadPoolExecutor
             from mlx_lm import generate
-            from mlx_lm.models.cache import trim_prompt_cache
+            from mlx_lm.models.cache import save_prompt_cache
 
             _MLX = ThreadPoolExecutor(max_workers=1)
 
@@ -190,25 +201,25 @@ class MlxOnLoopBesideWorker(Rule):
             async def warm_up(model, tokenizer):
                 return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
 
-            async def complete(model, tokenizer, tokens, cache, trim):
+            async def complete(model, tokenizer, tokens, cache, path):
                 lazy_cache = any(getattr(layer, "lazy_state", False) for layer in cache)
                 if lazy_cache:
-                    def trim_cache():
-                        trim_prompt_cache(cache, trim)
-                    trim_cache()
+                    def save_cache():
+                        save_prompt_cache(path, cache)
+                    save_cache()
                 else:
-                    trim_prompt_cache(cache, trim)  # expect: INV120
+                    save_prompt_cache(path, cache)  # expect: INV120
                 return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, tokens, cache)
         '''),
     ]
     VALID = [
-        # A cache whose trim slices its arrays is trimmed on the worker before it prefills; one
-        # whose trim only moves an offset is trimmed inline (olmlx's ca34ff8).
+        # A cache whose state is lazy is saved on the worker before it prefills; one whose arrays
+        # are evaluated is saved inline (the shape of olmlx's ca34ff8).
         Valid('''
             import asyncio
             from concurrent.futures import ThreadPoolExecutor
             from mlx_lm import generate
-            from mlx_lm.models.cache import trim_prompt_cache
+            from mlx_lm.models.cache import save_prompt_cache
 
             _MLX = ThreadPoolExecutor(max_workers=1)
 
@@ -220,15 +231,15 @@ class MlxOnLoopBesideWorker(Rule):
             async def warm_up(model, tokenizer):
                 return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
 
-            async def complete(model, tokenizer, tokens, cache, trim):
+            async def complete(model, tokenizer, tokens, cache, path):
                 lazy_cache = any(getattr(layer, "lazy_state", False) for layer in cache)
                 before = None
                 if lazy_cache:
-                    def trim_cache():
-                        trim_prompt_cache(cache, trim)
-                    before = trim_cache
+                    def save_cache():
+                        save_prompt_cache(path, cache)
+                    before = save_cache
                 else:
-                    trim_prompt_cache(cache, trim)
+                    save_prompt_cache(path, cache)
                 return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, tokens, cache, before)
         '''),
         # Comparing token lists and asking whether a cache can be trimmed run no array op; the trim runs on the worker.
@@ -255,6 +266,54 @@ class MlxOnLoopBesideWorker(Rule):
 
             async def warm_up(model, tokenizer):
                 return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None, 0)
+        '''),
+        # mlx-lm's prompt-cache bookkeeping and an MLX package's plain class run no array op on the loop.
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            from mlx_lm import generate
+            from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+            from mlx_lm.utils import common_prefix_len
+            from mlx_vlm.generate import PromptCacheState
+
+            _MLX = ThreadPoolExecutor(max_workers=1)
+
+            def _generate(model, tokenizer, tokens, cache):
+                return generate(model, tokenizer, tokens, prompt_cache=cache)
+
+            async def complete(model, tokenizer, prompt_tokens, cached):
+                if cached is None:
+                    cached = PromptCacheState()
+                    cached.cache, cached.token_ids = make_prompt_cache(model), []
+                prefix = common_prefix_len(prompt_tokens, cached.token_ids)
+                trim_prompt_cache(cached.cache, len(cached.token_ids) - prefix)
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, prompt_tokens[prefix:], cached.cache)
+
+            async def warm_up(model, tokenizer):
+                return await asyncio.get_running_loop().run_in_executor(_MLX, _generate, model, tokenizer, [1], None)
+        '''),
+        # The one loop that submits each step waits for its future: the except arm runs with the worker idle.
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            import mlx.core as mx
+
+            class Scheduler:
+                def __init__(self, model):
+                    self.batch_generator = BatchGenerator(model)
+                    self._executor = ThreadPoolExecutor(max_workers=1)
+
+                def _step(self):
+                    return self.batch_generator.next()
+
+                async def _process_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while True:
+                        try:
+                            cf = self._executor.submit(self._step)
+                            self._publish(await asyncio.wrap_future(cf, loop=loop))
+                        except Exception:
+                            self._padding = mx.zeros((1,), dtype=mx.int32)
         '''),
         Valid("""
             import asyncio
@@ -489,9 +548,8 @@ class MlxOnLoopBesideWorker(Rule):
         found = mlx_api.reaches(site, self.ctx)
         if found:
             return found
-        qual = site.qual or ""
-        if qual.startswith(("mlx_lm.", "mlx_vlm.")) and not any(w in qual for w in mlx_api.PYTHON_ONLY):
-            return site.text or qual
+        if mlx_api.package_array_work(site.qual):
+            return site.text or site.qual
         return None
 
     def _worker_functions(
@@ -512,7 +570,7 @@ class MlxOnLoopBesideWorker(Rule):
                 found = self._functions_of(target)
                 if found:
                     roots.extend(found)
-                    handing.append((function, site.qual not in THREAD_CLASSES and id(site.node) in self.awaited))
+                    handing.append((function, site.qual not in THREAD_CLASSES and self._awaited(function, site)))
                     label = label or (f"`{dotted(target)}`" if dotted(target) else f"a lambda handed to `{site.text or terminal(site.node.func)}`")
         seen: dict[int, FunctionFacts] = {}
         stack = roots
@@ -526,6 +584,27 @@ class MlxOnLoopBesideWorker(Rule):
         if serial is not None and not (isinstance(serial.node, cst.FunctionDef) and serial.node.asynchronous):
             serial = None
         return list(seen.values()), label, serial
+
+    def _awaited(self, function: FunctionFacts, site: CallSite) -> bool:
+        """`function` waits for the handoff `site` before its next statement: it awaits the call, or the
+        name the call's future is bound to (`cf = pool.submit(step)`, then `await asyncio.wrap_future(cf)`
+        or `await fut`). What follows the await, its `except` arms included, runs with the worker idle."""
+        if id(site.node) in self.awaited:
+            return True
+        inside = descendants(function.node)
+        names = {
+            target.target.value for node in inside if isinstance(node, cst.Assign) and node.value is site.node
+            for target in node.targets if isinstance(target.target, cst.Name)
+        }
+        for node in inside:
+            if not names or not isinstance(node, cst.Await):
+                continue
+            waited = node.expression
+            if isinstance(waited, cst.Call) and terminal(waited.func) == "wrap_future" and waited.args:
+                waited = waited.args[0].value
+            if isinstance(waited, cst.Name) and waited.value in names:
+                return True
+        return False
 
     def _functions_of(self, target: cst.BaseExpression) -> list[FunctionFacts]:
         if isinstance(target, cst.Lambda):

@@ -25,6 +25,10 @@ _PUTS = frozenset({"put", "put_nowait"})
 # A call in a worker's loop that hands each item to the event loop: the loop streams to a coroutine.
 _POSTS = frozenset({"call_soon_threadsafe", "run_coroutine_threadsafe"})
 _THREADS = frozenset({"threading.Thread"})
+# MLX work that makes no token: a batch generator admitting, evicting or closing requests, and a
+# model's weights written out. A loop of these (or of `mx.eval`) walks a fixed collection and ends.
+_NO_TOKEN = frozenset({"insert", "insert_segments", "extract_cache", "remove", "close", "prefill",
+                       *mlx_api.MODEL_WEIGHT_SAVES})
 
 
 @dataclass
@@ -61,7 +65,16 @@ class WorkerLoopIgnoresCancel(Rule):
     olmlx's `async_mlx_stream` did so (mlx_ollama/utils/streaming.py@76adf2b:64, the
     corpus's OLX-BRIDGE), fixed in 638b82f with a cancel Event the loop checks per
     token; mlx-manager's `stream_from_metal_thread` (mlx_server/utils/metal.py@b1682f9:92)
-    starts one such thread per request and checks nothing either."""
+    starts one such thread per request and checks nothing either.
+
+    A loop that does MLX work is not thereby a decode loop: a loader evaluating the
+    parameters of its model and drafter (mlx-omnia runtime/admission.py@b7a60d8:89), or a
+    scheduler step removing the requests aborted since the last one from its batch (vmlx
+    mllm_scheduler.py@3e256e3:2185), ends with the collection it walks. And a coroutine
+    that hands work over from inside a `while` loop is an engine loop driving a scheduler
+    tick by tick (Rapid-MLX engine_core.py@7222ca7:627, up to four steps a dispatch): it
+    serves many requests, so no client's cancel reaches it; it gets control back after
+    each tick, and a request that goes is aborted in the scheduler between ticks."""
 
     id = "INV121"
     catches = "a decode loop handed to a worker thread from async code that never checks for cancellation"
@@ -73,8 +86,10 @@ class WorkerLoopIgnoresCancel(Rule):
     )
     known_problems = (
         "A decode loop is a `for` over an MLX generator (stream_generate, a model's stream_chat) or any `for` "
-        "whose body runs a generation step or hands each item to the event loop (`call_soon_threadsafe`, "
-        "`run_coroutine_threadsafe`), in the handed-over callable or a def of this file it calls. A hand-off "
+        "whose body runs a generation step (calls the model, a generation, a batch generator's or scheduler's "
+        "step; `mx.eval`, a batch generator's insert/remove/close and saving weights make no token) or hands "
+        "each item to the event loop (`call_soon_threadsafe`, `run_coroutine_threadsafe`), in the handed-over "
+        "callable or a def of this file it calls. A hand-off "
         "is `to_thread`, `run_in_executor`, an executor's `submit`, a helper forwarding to one, or `put` / "
         "`put_nowait` on a `queue.Queue` that some def of this file takes items from and calls (a worker's "
         "queue of callables), made in an async def or in a sync def that calls `asyncio.get_running_loop()` "
@@ -84,7 +99,9 @@ class WorkerLoopIgnoresCancel(Rule):
         "wired. A `threading.Thread(target=f)` made in an async def is a hand-off when `f` is a lambda or a "
         "def nested in it without a `while` loop and the thread is kept on no attribute (a worker started "
         "once and kept, or one that loops for more work, is not judged). A worker fed from other sync code, "
-        "or a `while` loop, is not judged."
+        "or a `while` loop, is not judged; nor is a hand-off made inside a `while` loop of its def (an engine "
+        "loop handing over one tick at a time), so a coroutine that loops taking requests off a queue and "
+        "hands each one's whole decode over is missed."
     )
     triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking", ".put",
                              "Thread"))
@@ -165,6 +182,30 @@ class WorkerLoopIgnoresCancel(Rule):
                 threading.Thread(target=produce, daemon=True).start()
                 while (text := await queue.get()) is not None:
                     yield text
+        '''),
+        Invalid('''
+            import asyncio
+
+            from concurrent.futures import ThreadPoolExecutor
+
+            import mlx.core as mx
+
+            class Engine:
+                def __init__(self):
+                    self._mlx_executor = ThreadPoolExecutor(max_workers=1)
+
+                async def complete(self, y, cache, max_tokens):
+                    def decode(y):
+                        tokens = []
+                        for _ in range(max_tokens):  # expect: INV121
+                            logits = self.model(y, cache=cache)
+                            y = logits[:, -1, :].argmax(axis=-1)
+                            mx.eval(y)
+                            tokens.append(y.item())
+                        return tokens
+
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._mlx_executor, decode, y)
         '''),
     ]
     VALID = [
@@ -304,6 +345,42 @@ class WorkerLoopIgnoresCancel(Rule):
                     self._worker = threading.Thread(target=serve, daemon=True)
                     self._worker.start()
         '''),
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+
+            class Loader:
+                async def load(self, model_id):
+                    return await asyncio.get_running_loop().run_in_executor(self._load_thread, self._read, model_id)
+
+                def _read(self, model_id):
+                    model = self._loader(model_id)
+                    for tree in (model, model.drafter):
+                        mx.eval(tree.parameters())
+                    return model
+        '''),
+        Valid('''
+            import asyncio
+
+            class EngineCore:
+                async def _engine_loop(self):
+                    loop = asyncio.get_running_loop()
+                    while self._running:
+                        if not self.scheduler.has_requests():
+                            await asyncio.sleep(0.01)
+                            continue
+                        outputs = await loop.run_in_executor(self._executor, self._step_coalesced, 4)
+                        self._dispatch(outputs)
+
+                def _step_coalesced(self, max_steps):
+                    for request_id in self._take_aborts():
+                        self.batch_generator.remove([self.uids.pop(request_id)])
+                    outputs = []
+                    for _ in range(max_steps):
+                        outputs.append(self.scheduler.step())
+                    return outputs
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -317,12 +394,21 @@ class WorkerLoopIgnoresCancel(Rule):
         self.taken: dict[tuple[int, str], str] = {}  # (def, name) -> the queue key `name = queue.get()` reads
         self.called: set[tuple[int, str]] = set()  # (def, name) of each `name(...)`
         self.kept: set[int] = set()  # `threading.Thread(...)` calls assigned to an attribute or an item
+        self.whiles: dict[int, int] = {}  # def -> how many `while` loops of its own the walk is in
+        self.ticks: set[int] = set()  # calls made inside a `while` loop of their def
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.parents[id(node)] = id(self.ctx.scope.top.node)
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self.parents[id(node)] = id(self.ctx.scope.top.node)
+
+    def visit_While(self, node: cst.While) -> None:
+        frame = id(self.ctx.scope.top.node)
+        self.whiles[frame] = self.whiles.get(frame, 0) + 1
+
+    def leave_While(self, node: cst.While) -> None:
+        self.whiles[id(self.ctx.scope.top.node)] -= 1
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -350,6 +436,8 @@ class WorkerLoopIgnoresCancel(Rule):
             self.on_loop.add(id(frame.node))
         if self.ctx.in_async or isinstance(frame.node, cst.FunctionDef):
             self.handoffs.append((node, frame.name, id(frame.node), self.ctx.in_async))
+            if self.whiles.get(id(frame.node)):
+                self.ticks.add(id(node))
             for arg in node.args:
                 if isinstance(arg.value, cst.Name | cst.Attribute):
                     self.ctx.pin(arg.value)
@@ -358,8 +446,8 @@ class WorkerLoopIgnoresCancel(Rule):
         reported: set[int] = set()
         work_queues = self._work_queues()
         for call, coroutine, where, in_async in self.handoffs:
-            if not in_async and where not in self.on_loop:
-                continue
+            if (not in_async and where not in self.on_loop) or id(call) in self.ticks:
+                continue  # off the loop, or one tick of an engine loop (the class docstring)
             work = self._handoff(call, work_queues) or (self._per_call_thread(call, where) if in_async else None)
             if work is None or _wired(call):
                 continue
@@ -453,7 +541,11 @@ class WorkerLoopIgnoresCancel(Rule):
                    for site in function.calls)
 
     def _steps(self, site: CallSite) -> bool:
-        """A generation step: blocking MLX, or calling the model (`model(y)`, `self._model(...)`)."""
+        """A generation step: blocking MLX that makes a token, or calling the model (`model(y)`,
+        `self._model(...)`). Evaluating arrays, admitting or removing a batch's requests and saving
+        weights are MLX work of a fixed size: a loop of them is a loader's or a step's, not a decode."""
+        if site.qual in mlx_api.BLOCKING_CORE or terminal(site.node.func) in _NO_TOKEN:
+            return False
         if mlx_api.runs_mlx(site, self.ctx, loads=False):
             return True
         return isinstance(site.node.func, cst.Name | cst.Attribute) and mlx_api.is_model(site.node.func, self.ctx)

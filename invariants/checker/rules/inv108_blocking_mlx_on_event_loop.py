@@ -231,8 +231,9 @@ class BlockingMlxOnEventLoop(Rule):
         "object itself (its `next`/`step` runs in an async def), only the steps are reported, not the other "
         "calls on that object there (its `close()` at shutdown). A bare `mx.synchronize()` is not "
         "reported in a project on MLX 0.31.2 or later, where it waits only for the loop thread's own "
-        "stream, even after an `mx.async_eval` on the loop that it does wait for; called through a helper "
-        "it is reported whatever the version. A server that runs in its mode without the worker (the "
+        "stream, even after an `mx.async_eval` on the loop that it does wait for, nor a sync helper of the file "
+        "whose only MLX is such a call (`_safe_sync()`); through another module it is reported whatever the "
+        "version. A server that runs in its mode without the worker (the "
         "inline arm of a mode `if` beside a hand-off) blocks the loop unseen, and so does an engine loop "
         "that binds the streams on the loop's thread in a file that hands no MLX to a thread, however "
         "long its steps (a `while` in a request handler that binds passes for one). A generator of this file "
@@ -496,6 +497,18 @@ class BlockingMlxOnEventLoop(Rule):
                     total = await loop.run_in_executor(self._mlx_pool, lambda: mx.sum(vector * vector))
                     return total.item()  # expect: INV108
         '''),
+        # On MLX before 0.31.2 every thread shares one stream: the helper's bare sync waits for the worker too.
+        Invalid('''
+            import asyncio
+            import mlx.core as mx
+
+            def _safe_sync():
+                mx.synchronize()
+
+            async def evict(cache, worker):
+                await asyncio.to_thread(worker.step)
+                _safe_sync()  # expect: INV108
+        ''', files={"requirements.txt": "mlx==0.31.1\n"}),
     ]
     VALID = [
         Valid('''
@@ -788,6 +801,20 @@ class BlockingMlxOnEventLoop(Rule):
                 mx.synchronize()
                 mx.clear_cache()
         ''', files={"requirements.txt": "mlx>=0.31.2\n"}),
+        # The same through a sync helper of the file whose only MLX is that bare sync.
+        Valid('''
+            import mlx.core as mx
+
+            def _safe_sync():
+                try:
+                    mx.synchronize()
+                except RuntimeError:
+                    pass
+
+            async def evict(cache):
+                cache.clear()
+                _safe_sync()
+        ''', files={"requirements.txt": "mlx>=0.32\n"}),
     ]
 
     def __init__(self, ctx, options):
@@ -803,6 +830,8 @@ class BlockingMlxOnEventLoop(Rule):
         # The generator function a streaming response streams, by id of its callee: Starlette's pool runs it (INV107).
         self.streamed: dict[int, Handoff] = {}
         self.consumed: set[int] = set()  # calls whose result is iterated in place (`list(tokens())`)
+        # helper calls whose only MLX is a bare `mx.synchronize()`: the loop thread's own stream, from MLX 0.31.2
+        self.own_stream_helpers: set[int] = set()
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -870,7 +899,7 @@ class BlockingMlxOnEventLoop(Rule):
             if self.owner.owns(self.functions[id(site.node)]):
                 continue  # the step of an engine loop that owns MLX on the loop's thread (loop_owner.py)
             # From MLX 0.31.2 `mx.synchronize()` waits for the loop thread's own stream, not the worker's.
-            own_stream = site.qual == "mlx.core.synchronize" and not site.node.args
+            own_stream = _bare_sync(site) or id(site.node) in self.own_stream_helpers
             self.ctx.report_at(self.id, site.node, statement, self.message.format(what=what),
                                ("thread-local-streams",) if own_stream else ())
         for loop, statement in self.loops:
@@ -898,13 +927,19 @@ class BlockingMlxOnEventLoop(Rule):
         def direct(inner: CallSite) -> str | None:
             return mlx_api.runs_mlx(inner, self.ctx, loads=False) or mlx_api.forward_pass(inner, self.ctx)
 
-        for helper in facts.by_key.get(site.key or "", ()):
-            node = helper.node
-            if not isinstance(node, cst.FunctionDef) or node.asynchronous is not None:
-                continue
-            found = facts.first_reaching(helper, direct, into_async=False)  # a coroutine it makes is judged alone
-            if found:
-                return found
+        def beyond_own_stream(inner: CallSite) -> str | None:
+            return None if _bare_sync(inner) else direct(inner)
+
+        helpers = [h for h in facts.by_key.get(site.key or "", ())
+                   if isinstance(h.node, cst.FunctionDef) and h.node.asynchronous is None]
+        # a coroutine a helper makes is judged alone (into_async=False)
+        for reaching in (beyond_own_stream, direct):
+            for helper in helpers:
+                found = facts.first_reaching(helper, reaching, into_async=False)
+                if found:
+                    if reaching is direct:
+                        self.own_stream_helpers.add(id(site.node))
+                    return found
         return None
 
 
@@ -919,6 +954,11 @@ def _consumes(call: cst.Call) -> bool:
     if isinstance(func, cst.Name):
         return func.value in _CONSUMERS
     return isinstance(func, cst.Attribute) and func.attr.value == "join" and isinstance(func.value, cst.SimpleString)
+
+
+def _bare_sync(site: CallSite) -> bool:
+    """`mx.synchronize()` with no stream: from MLX 0.31.2 it waits for the calling thread's own stream only."""
+    return site.qual == "mlx.core.synchronize" and not site.node.args
 
 
 def _steps(call: str) -> bool:

@@ -8,7 +8,12 @@ for writing or removes) only computes a value: running on after its waiter left,
 the lock guards, and its result is dropped. A function it imports from outside the standard library
 is unknown (another module of the project may calibrate a model and write the result), unless it is
 known to read: huggingface_hub's fetch of one file into its own cache, which that library locks.
-A method of another object is taken to read unless it is named like a mutator.
+A method of another object is taken to read unless it is named like a mutator; `next(it)` steps an
+iterator, which changes it and runs whatever the generator behind it runs.
+
+A lambda that only makes an MLX generator (`lambda: iter(model.stream_chat(...))`) runs none of it:
+calling a generator function runs nothing until the generator is stepped, so the MLX runs on the
+thread that steps it, where that hand-off is judged.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ _MUTATORS = frozenset({
     "pop", "popitem", "clear", "update", "add", "discard", "remove", "append", "extend", "insert", "setdefault",
     "put", "put_nowait", "set", "write", "writelines", "write_text", "write_bytes", "unlink", "rmdir", "mkdir",
     "rename", "replace", "touch", "symlink_to", "save", "save_weights", "dump", "close", "shutdown", "cancel",
-    "release", "acquire", "start", "join", "submit", "send", "sendall",
+    "release", "acquire", "start", "join", "submit", "send", "sendall", "__next__", "throw",
 })
 # Library functions that only read (huggingface_hub fetches one file into its own cache, which it locks).
 _LIBRARY_READS = frozenset({
@@ -54,6 +59,8 @@ def only_computes(target: cst.BaseExpression | None, ctx: FileContext) -> bool:
     MLX and writes no state; False when unknown (a library's function, a def of another module)."""
     if target is None:
         return False
+    if isinstance(target, cst.Lambda) and _makes_generator(target.body, ctx):
+        return True
     if isinstance(target, cst.Lambda):
         facts = ctx.function_facts(target)
         start = [facts] if facts is not None else []
@@ -74,6 +81,18 @@ def only_computes(target: cst.BaseExpression | None, ctx: FileContext) -> bool:
             return False
         stack.extend(ctx.facts.callees(function))
     return True
+
+
+def _makes_generator(body: cst.BaseExpression, ctx: FileContext) -> bool:
+    """`G(...)` or `iter(G(...))`, G an MLX generator (mlx_api.is_mlx_generator), with arguments that call
+    nothing: the lambda returns the generator unstarted."""
+    if isinstance(body, cst.Call) and isinstance(body.func, cst.Name) and body.func.value == "iter" \
+            and ctx.resolve(body.func) is None and len(body.args) == 1:
+        body = body.args[0].value
+    if not isinstance(body, cst.Call) or not mlx_api.is_mlx_generator(body, ctx):
+        return False
+    return not any(isinstance(node, cst.Call | cst.Await | cst.Lambda)
+                   for arg in body.args for node in [arg.value, *descendants(arg.value)])
 
 
 def _mlx(site: CallSite, ctx: FileContext) -> str | None:
@@ -126,6 +145,8 @@ def _changes(call: cst.Call, ctx: FileContext) -> bool:
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in _MUTATORS:
         return True
+    if isinstance(func, cst.Name) and func.value == "next" and ctx.resolve(func) is None:
+        return True  # steps an iterator: it changes, and the generator behind it runs its body
     qual = ctx.resolve(func) or dotted(func) or ""
     if qual.startswith(_WRITERS):
         return True

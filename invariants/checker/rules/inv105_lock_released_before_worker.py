@@ -6,7 +6,7 @@ import libcst as cst
 
 from mlx_invariants.checker.blocks import Blocks, WithItem
 from mlx_invariants.checker.globs import matches_name
-from mlx_invariants.checker.locks import is_lock
+from mlx_invariants.checker.locks import AWAITED_MUTEXES, MUTEXES, is_lock
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
@@ -62,7 +62,19 @@ class LockReleasedBeforeWorker(Rule):
     blocked loop): not reported. Two awaits later in the same manager,
     `self._find_spectral_dir` and `self._find_shard_dir` (:2013, :2016) may run
     the project's own calibration (`calibrate_model` of another module): still
-    reported, with the awaits of that block."""
+    reported, with the awaits of that block.
+
+    A lambda that only makes an MLX generator (`lambda: iter(self._model.stream_chat(...))`)
+    runs none of it: calling a generator function runs nothing. vmlx's SimpleEngine
+    makes its stream that way under `_generation_lock` and then hands each
+    `next()` to a thread (engine/simple.py@3e256e3:580, :616): the making was
+    reported, graded false; the per-token await is the one reported now.
+
+    A worker def whose whole body holds one thread mutex (`with self._flush_thread_lock:`),
+    under an async lock whose every block only awaits such workers, stays serialized
+    after a cancel: the next holder's worker waits on the mutex the late one still
+    holds. olmlx's `_flush_metal` (engine/model_manager.py@3eea120:358, graded
+    false) is not reported."""
 
     id = "INV105"
     catches = "a worker thread awaited inside `async with lock` without shield + drain on cancel"
@@ -82,7 +94,10 @@ class LockReleasedBeforeWorker(Rule):
         "that does cancel handlers on disconnect is not seen. The streaming generator such a route returns is "
         "judged. A worker that only computes a value is left out by what the file shows: a method it calls on "
         "another object is taken to read unless it is named like a mutator (`pop`, `put`, `write`, ...), so a def "
-        "that changes state through such a method is missed. The unsafe awaits of one block are one finding, at the first that no suppression covers, "
+        "that changes state through such a method is missed; a function imported from another module of the "
+        "project is unknown, so a worker that only reads but calls one is reported. A worker that serializes "
+        "itself is seen only as a def of the file whose whole body is one `with` on a thread mutex, handed "
+        "over by name from blocks of the async lock that do nothing else. The unsafe awaits of one block are one finding, at the first that no suppression covers, "
         "naming the others; suppressing it leaves the next reported."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync"), ("async",))
@@ -175,6 +190,45 @@ class LockReleasedBeforeWorker(Rule):
                         kind = await asyncio.to_thread(self._detect_kind, path)  # expect: INV105
                     async with self._lock:
                         return kind, await asyncio.to_thread(self._calibrate, path)  # expect: INV105
+        '''),
+        # Making the generator in a thread runs none of it; each step handed over does (vmlx, issue 23).
+        Invalid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def stream_chat(self, messages):
+                    async with self._generation_lock:
+                        stream = await asyncio.to_thread(lambda: iter(self._model.stream_chat(messages=messages)))
+                        done = object()
+
+                        def step():
+                            return next(stream, done)
+
+                        while (chunk := await asyncio.to_thread(step)) is not done:  # expect: INV105
+                            yield chunk
+        '''),
+        # The worker locks itself, but the loop side of the lock does more than hand it over.
+        Invalid('''
+            import asyncio
+            import gc
+            import threading
+
+            import mlx.core as mx
+
+            class Manager:
+                def __init__(self):
+                    self._flush_lock = asyncio.Lock()
+                    self._flush_thread_lock = threading.Lock()
+
+                def _flush_sync(self):
+                    with self._flush_thread_lock:
+                        gc.collect()
+                        mx.clear_cache()
+
+                async def flush(self):
+                    async with self._flush_lock:
+                        await asyncio.to_thread(self._flush_sync)  # expect: INV105
+                        self._flushes += 1
         '''),
     ]
     VALID = [
@@ -284,6 +338,49 @@ class LockReleasedBeforeWorker(Rule):
                         kind = await asyncio.to_thread(self._detect_kind, path)
                         return kind
         '''),
+        # The generator made in a thread unshielded (that runs none of it), each step shielded and drained.
+        Valid('''
+            import asyncio
+
+            class SimpleEngine:
+                async def stream_chat(self, messages):
+                    async with self._generation_lock:
+                        stream = await asyncio.to_thread(lambda: iter(self._model.stream_chat(messages=messages)))
+                        done = object()
+                        while True:
+                            task = asyncio.create_task(asyncio.to_thread(next, stream, done))
+                            try:
+                                chunk = await asyncio.shield(task)
+                            finally:
+                                await asyncio.wait([task])
+                            if chunk is done:
+                                break
+                            yield chunk
+        '''),
+        # A worker that holds a thread lock of its own across all it does, and a lock that only orders
+        # its hand-offs: one left running after a cancel still keeps the next one waiting (olmlx).
+        Valid('''
+            import asyncio
+            import gc
+            import threading
+
+            import mlx.core as mx
+
+            class Manager:
+                def __init__(self):
+                    self._flush_lock = asyncio.Lock()
+                    self._flush_thread_lock = threading.Lock()
+
+                def _flush_sync(self):
+                    """Callers on worker threads take the same thread lock."""
+                    with self._flush_thread_lock:
+                        gc.collect()
+                        mx.clear_cache()
+
+                async def flush(self):
+                    async with self._flush_lock:
+                        await asyncio.to_thread(self._flush_sync)
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -291,9 +388,35 @@ class LockReleasedBeforeWorker(Rule):
         self.blocks = Blocks(ctx)
         self.tasks: dict[tuple[int, str], Handoff] = {}
         self.candidates: list[_Candidate] = []
+        # Per async lock (by key): for each of its blocks, the keys of the workers it hands off, or None
+        # when the block does anything else.
+        self.handoffs: dict[str, list[list[str] | None]] = {}
+        self.guarded: dict[int, str] = {}  # a def whose whole body holds one lock (by id) -> that lock's key
 
     def visit_With(self, node: cst.With) -> None:
         self.blocks.enter_with(node)
+        keys = [k for item in node.items if (k := self.ctx.key(item.item))]
+        if node.asynchronous is not None:
+            for key in keys:
+                self.handoffs.setdefault(key, []).append(self._only_handoffs(node.body))
+            return
+        frame = self.ctx.scope.function()
+        if frame is not None and len(keys) == 1 and _whole_body(frame.node) is node:
+            self.guarded[id(frame.node)] = keys[0]
+
+    def _only_handoffs(self, body: cst.BaseSuite) -> list[str] | None:
+        """The keys of the callables the block hands to threads, when all it does is await them, one a
+        statement (`await to_thread(f)`, `x = await ...`, `return await ...`); else None."""
+        found: list[str] = []
+        for statement in body.body if isinstance(body, cst.IndentedBlock) else ():
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            value = small.value if isinstance(small, cst.Expr | cst.Return | cst.Assign) else None
+            work = self._work(value.expression) if isinstance(value, cst.Await) else None
+            key = self.ctx.key(work.target) if work is not None and isinstance(work.target, cst.Name | cst.Attribute) else None
+            if key is None:
+                return None
+            found.append(key)
+        return found or None
 
     def leave_With(self, node: cst.With) -> None:
         self.blocks.leave_with(node)
@@ -358,6 +481,27 @@ class LockReleasedBeforeWorker(Rule):
         frame = self.ctx.scope.function()
         self.candidates.append(_Candidate(node, self.ctx.statement, locks, work, frame.node if frame else None))
 
+    def _self_serialized(self, lock: cst.BaseExpression) -> bool:
+        """Every block of `lock` in the file only awaits workers, and each of them is a def of the file that
+        does all it does holding one and the same thread mutex (`with self._flush_thread_lock:` as its whole
+        body). A worker running on after its waiter left the async lock still holds that mutex, so the next
+        holder's worker waits for it on its own thread: the work stays serialized, and the loop side of
+        the lock does nothing else that could meet it."""
+        blocks = self.handoffs.get(self.ctx.key(lock) or "", [])
+        if not blocks or any(keys is None for keys in blocks):
+            return False
+        mutexes: set[str] = set()
+        for key in {k for keys in blocks for k in keys or ()}:
+            defs = self.ctx.facts.by_key.get(key, ())
+            held = {self.guarded.get(id(d.node)) for d in defs}
+            if not defs or None in held:
+                return False
+            mutexes |= held  # type: ignore[arg-type]
+        if len(mutexes) != 1:
+            return False
+        built = self.ctx.facts.constructed_by(next(iter(mutexes)))
+        return bool(built) and built <= MUTEXES - AWAITED_MUTEXES
+
     def _shields(self, item: WithItem) -> bool:
         expr = item.expr
         if isinstance(expr, cst.Call):
@@ -400,6 +544,8 @@ class LockReleasedBeforeWorker(Rule):
                 continue  # nothing but the server's shutdown cancels it
             if only_computes(candidate.work.target, self.ctx):
                 continue  # running on past its waiter, it changes nothing the lock guards (side_effects.py)
+            if self._self_serialized(locks[-1].expr):
+                continue  # the next holder's worker waits on the thread lock the late one still holds
             lock = dotted(locks[-1].expr) or "lock"
             target = candidate.work.target
             name = dotted(target) if target is not None else None
@@ -407,6 +553,17 @@ class LockReleasedBeforeWorker(Rule):
             self.ctx.report_at(self.id, candidate.node, candidate.statement, self.wrong.format(lock=lock),
                                group=id(locks[-1].node), mention=mention,
                                remedy=self.remedy)
+
+
+def _whole_body(function: cst.CSTNode) -> cst.CSTNode | None:
+    """The one statement a sync def's body holds, its docstring aside."""
+    if not isinstance(function, cst.FunctionDef) or function.asynchronous is not None:
+        return None
+    body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+            and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString):
+        body = body[1:]
+    return body[0] if len(body) == 1 else None
 
 
 # `@app.post(...)`, `@router.get(...)`: a handler the web framework calls once per HTTP request.

@@ -50,6 +50,7 @@ class _Section:
     """One stretch of code that holds a lock: what in it is slow by its shape, and the calls to judge."""
 
     where: str
+    on_loop: bool  # held by an async def: on the loop's own thread
     slow: str | None = None  # an await, a yield, an async loop or context, a hold by `.acquire()`
     calls: list[tuple[cst.Call, str]] = field(default_factory=list)  # (call, its text), judged in end()
 
@@ -61,6 +62,7 @@ class _Taking:
     node: cst.CSTNode
     text: str
     statement: cst.CSTNode | None
+    section: _Section  # the stretch this taking holds
 
 
 class ThreadLockOnEventLoop(Rule):
@@ -80,7 +82,17 @@ class ThreadLockOnEventLoop(Rule):
     vllm-mlx's stop() takes `_prefix_trie_cache_lock`, which the engine's other
     methods hold around a trie lookup, an insert and building an empty
     `LRUPromptCache` (engine/simple.py@4b654c0:941), graded arguable blind
-    (issue 23) when this rule counted every unknown call as slow."""
+    (issue 23) when this rule counted every unknown call as slow. Rapid-MLX's video
+    engine takes `_state_lock` on the loop around a `put` on an unbounded
+    `queue.Queue()`, which never waits (video/engine.py@7222ca7:294, graded false):
+    only a bounded queue's `put` counts.
+
+    A coroutine that holds a `threading.RLock` across an await holds it for the
+    loop's own thread, and another coroutine's `with lock:` on that loop re-enters
+    it at once: mlx-gui's generate_text_stream takes `_lock` while
+    load_model_async may hold it across `await asyncio.sleep` (model_manager.py
+    @92614c3:806, graded false). That hold is still reported where it is taken
+    (:622): the loader thread that needs the lock waits for the whole await."""
 
     id = "INV114"
     catches = "a threading lock, held elsewhere across slow work, taken on the event loop in an async def"
@@ -97,8 +109,13 @@ class ThreadLockOnEventLoop(Rule):
         "`get()`/`put()`), file, network or process I/O (`open`, subprocess, shutil, requests, ...), or a "
         "def of this file that reaches one of those; a hold taken by `.acquire()` is never judged quick. "
         "A call the file cannot see into (another module's function, a method of an object of unknown "
-        "type) counts as quick, so a lock held across slow work done elsewhere is missed; holders in "
-        "other files are not seen. `acquire(blocking=False)` and `acquire(timeout=...)` are not flagged."
+        "type) counts as quick, so a lock held across slow work done elsewhere is missed; so does a call "
+        "only named like a model loader (`engine.unload_model(...)`). Holders in "
+        "other files are not seen. `acquire(blocking=False)` and `acquire(timeout=...)` are not flagged. "
+        "A `put` waits only on a queue built here with a `maxsize` other than 0. "
+        "For an RLock, a hold by another async def is taken to be on the same loop thread, and so re-entered: "
+        "a coroutine run on a second event loop in a worker thread (`loop.run_until_complete` there) does "
+        "stall behind it, and that taking is missed; the hold itself is still reported where it is taken."
     )
     triggers = (("async",), ("threading", "_thread"))
 
@@ -167,6 +184,45 @@ class ThreadLockOnEventLoop(Rule):
                 async def drop(self):
                     with self._index_lock:  # expect: INV114
                         self._index = None
+        '''),
+        # A bounded queue's put waits for room while the lock is held.
+        Invalid('''
+            import queue
+            import threading
+
+            class VideoEngine:
+                def __init__(self):
+                    self._work_queue = queue.Queue(maxsize=4)
+                    self._state_lock = threading.Lock()
+
+                def _submit(self, job):
+                    with self._state_lock:
+                        self._work_queue.put(job)
+
+                async def close(self):
+                    with self._state_lock:  # expect: INV114
+                        self._closed = True
+        '''),
+        # A coroutine holding an RLock across an await holds it for the loop's thread: threads that need it
+        # wait, so that taking is reported; another coroutine's taking re-enters it and is not (mlx-gui).
+        Invalid('''
+            import asyncio
+            import threading
+
+            class ModelManager:
+                def __init__(self):
+                    self._lock = threading.RLock()
+                    self._status = {}
+
+                async def load_model_async(self, name):
+                    with self._lock:  # expect: INV114
+                        while self._status.get(name) == "loading":
+                            await asyncio.sleep(0.1)
+
+                async def generate_text(self, name):
+                    with self._lock:
+                        if self._status.get(name) != "loaded":
+                            raise ValueError(name)
         '''),
     ]
     VALID = [
@@ -261,6 +317,54 @@ class ThreadLockOnEventLoop(Rule):
                     with self._index_lock:
                         self._index = None
         '''),
+        # An unbounded queue takes every item at once: the lock is held for microseconds (Rapid-MLX).
+        Valid('''
+            import queue
+            import threading
+
+            class VideoEngine:
+                def __init__(self):
+                    self._work_queue = queue.Queue()
+                    self._state_lock = threading.Lock()
+
+                def _submit(self, job):
+                    with self._state_lock:
+                        self._work_queue.put(job)
+
+                async def close(self):
+                    with self._state_lock:
+                        self._closed = True
+                        self._work_queue.put(None)
+        '''),
+        # The loop polls without holding the lock across the await; a thread's hold
+        # across a call only named like a loader (`unload_model` of an engine not in the file) is unknown.
+        Valid('''
+            import asyncio
+            import threading
+
+            class ModelManager:
+                def __init__(self, engine):
+                    self._engine = engine
+                    self._lock = threading.RLock()
+                    self._status = {}
+
+                def unload_model(self, name):
+                    with self._lock:
+                        self._engine.unload_model(name)
+                        self._status.pop(name, None)
+
+                async def load_model_async(self, name):
+                    while True:
+                        with self._lock:
+                            if self._status.get(name) != "loading":
+                                return self._status.get(name) == "loaded"
+                        await asyncio.sleep(0.1)
+
+                async def generate_text(self, name):
+                    with self._lock:
+                        if self._status.get(name) != "loaded":
+                            raise ValueError(name)
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -277,9 +381,10 @@ class ThreadLockOnEventLoop(Rule):
             if key is None:
                 continue
             self.ctx.pin(lock)
-            self.sections.setdefault(key, []).append(self._section(node.body))
+            section = self._section(node.body)
+            self.sections.setdefault(key, []).append(section)
             if self.ctx.in_async:
-                self.takings.append(_Taking(lock, key, node, f"with {dotted(lock)}:", self.ctx.statement))
+                self.takings.append(_Taking(lock, key, node, f"with {dotted(lock)}:", self.ctx.statement, section))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -289,16 +394,22 @@ class ThreadLockOnEventLoop(Rule):
         if key is None:
             return
         self.ctx.pin(func.value)
-        held = _Section(self._where(), slow=f"from `{dotted(func)}()` to a release this rule does not follow")
+        held = _Section(self._where(), self.ctx.in_async,
+                        slow=f"from `{dotted(func)}()` to a release this rule does not follow")
         self.sections.setdefault(key, []).append(held)
         if self.ctx.in_async and _blocks(node):
-            self.takings.append(_Taking(func.value, key, node, f"{dotted(func)}()", self.ctx.statement))
+            self.takings.append(_Taking(func.value, key, node, f"{dotted(func)}()", self.ctx.statement, held))
 
     def end(self) -> None:
         for taking in self.takings:
-            if not self._is_thread_lock(taking.lock):
+            built = self._thread_lock(taking.lock)
+            if not built:
                 continue
             sections = self.sections.get(taking.key, ())
+            if built <= {"threading.RLock"}:
+                # A coroutine holding a reentrant lock holds it for the loop's own thread: the taking
+                # re-enters it at once. Only a thread's hold, or the taking's own, can stall the loop.
+                sections = [s for s in sections if s is taking.section or not s.on_loop]
             # A hold slow by its shape (an await, a yield) is named before one slow through a call.
             slow = next(((s.where, s.slow) for s in sections if s.slow), None) or next(
                 ((s.where, found) for s in sections if (found := self._slow_call(s))), None)
@@ -328,8 +439,8 @@ class ThreadLockOnEventLoop(Rule):
     def _takes_long(self, site: CallSite) -> str | None:
         """The call's own slow work: MLX, a sleep or a wait on another thread, or I/O."""
         found = mlx_api.reaches(site, self.ctx)
-        if found:
-            return f"MLX: `{found}`"
+        if found and not (mlx_api.is_load(site) and not mlx_api.is_mlx_loader(site.qual)):
+            return f"MLX: `{found}`"  # a call only named like a loader (`engine.unload_model`) is unknown
         func = site.node.func
         qual = site.qual or ""
         if qual in _BLOCKING_QUALS or qual.startswith(_BLOCKING_PACKAGES):
@@ -339,9 +450,17 @@ class ThreadLockOnEventLoop(Rule):
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             built = _WAITS_ON.get(method)
-            if method in _WAITS or (built and self.ctx.facts.constructed_by(self.ctx.key(func.value)) & built):
+            if method in _WAITS or (built and self._waits_on(func.value, method, built)):
                 return f"`{site.text}`"
         return None
+
+    def _waits_on(self, receiver: cst.BaseExpression, method: str, built: frozenset[str]) -> bool:
+        """`receiver` was built as one of `built`; for `put`, as a bounded queue (a `maxsize` other than 0):
+        an unbounded queue takes every item at once."""
+        assigned = [a for a in self.ctx.facts.assigned.get(self.ctx.key(receiver) or "", ()) if a.call_qual in built]
+        if method != "put":
+            return bool(assigned)
+        return any(_bounded(a.value) for a in assigned)
 
     def _where(self) -> str:
         function = self.ctx.scope.function()
@@ -352,7 +471,7 @@ class ThreadLockOnEventLoop(Rule):
     def _section(self, body: cst.BaseSuite) -> _Section:
         """What in a `with` body is slow by its shape, and the calls to judge at the end (pinned now:
         receivers' keys need this scope)."""
-        section = _Section(self._where())
+        section = _Section(self._where(), self.ctx.in_async)
         for node in descendants(body, OWN_BODY_STOP):
             if isinstance(node, cst.Await | cst.Yield):
                 section.slow = "across an await" if isinstance(node, cst.Await) else "across a yield"
@@ -376,8 +495,9 @@ class ThreadLockOnEventLoop(Rule):
             section.calls.append((node, f"{dotted(func) or '...'}(...)"))
         return section
 
-    def _is_thread_lock(self, lock: cst.BaseExpression) -> bool:
-        return bool(self.ctx.facts.constructed_by(self.ctx.key(lock)) & THREAD_LOCKS)
+    def _thread_lock(self, lock: cst.BaseExpression) -> set[str]:
+        """The threading lock classes `lock` was built from in this file (empty: not a threading lock)."""
+        return self.ctx.facts.constructed_by(self.ctx.key(lock)) & THREAD_LOCKS
 
     def _is_container(self, key: str | None) -> bool:
         """Every value this file assigns to `key` is a list, dict, set or tuple (or a collections one)."""
@@ -391,6 +511,14 @@ def _builds_container(value: cst.BaseExpression, qual: str | None) -> bool:
     if isinstance(value, cst.Call):
         return (qual or dotted(value.func) or "") in _CONTAINERS
     return False
+
+
+def _bounded(value: cst.BaseExpression) -> bool:
+    """A queue constructor call given a `maxsize` that is not the literal 0 (`Queue(8)`, `Queue(maxsize=n)`)."""
+    if not isinstance(value, cst.Call):
+        return True  # built some other way: not known to be unbounded
+    size = keyword(value, "maxsize") or positional(value, 0)
+    return size is not None and not (isinstance(size, cst.Integer) and size.value == "0")
 
 
 def _blocks(call: cst.Call) -> bool:

@@ -222,6 +222,41 @@ def test_a_function_that_loads_weights_is_start_up_work(project: Project) -> Non
     assert _check(project) == [("server.py", 7, "INV108")]
 
 
+def test_a_lifespan_before_its_yield_is_start_up_and_its_shutdown_half_is_judged(project: Project) -> None:
+    """checker/startup.py in the package model: the helper's MLX reached from the lifespan's start-up half is
+    not reported (nothing is served yet), from its shutdown half and from a route it is; the span survives
+    the cache."""
+    project.write("app/__init__.py", "")
+    project.write("app/probe.py", """
+        import mlx.core as mx
+
+        def warm_up(model):
+            mx.eval(model(mx.zeros((1, 4))))
+    """)
+    project.write("app/server.py", """
+        from contextlib import asynccontextmanager
+
+        from fastapi import FastAPI
+
+        from .probe import warm_up
+
+        @asynccontextmanager
+        async def lifespan(app):
+            warm_up(app.state.model)
+            yield
+            warm_up(app.state.model)
+
+        app = FastAPI(lifespan=lifespan)
+
+        @app.post("/v1/completions")
+        async def complete(request):
+            warm_up(app.state.model)
+    """)
+    expected = [("server.py", 11, "INV108"), ("server.py", 17, "INV108")]
+    assert _check(project) == expected
+    assert _check(project) == expected  # from the cache
+
+
 def test_a_package_helper_that_forwards_to_the_default_pool_is_a_handoff(project: Project) -> None:
     project.write("app/__init__.py", "")
     project.write("app/runner.py", """

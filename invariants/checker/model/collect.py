@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
+from typing import Any, Iterator
 
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
@@ -21,6 +21,7 @@ from mlx_invariants.checker.model.summary import (
     BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
+from mlx_invariants.checker.startup import LIFESPAN, STARTUP, startup_kind
 
 _LINES = re.compile(r"\r\n|\r|\n")
 # A def declared to run on the MLX owner thread, by a comment on its `def` line (docs/checker.md "Declared roles").
@@ -258,7 +259,7 @@ class _Resolver:
         is_async = isinstance(node, ast.AsyncFunctionDef)
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
-                        fallbacks, is_async and _loops(node))
+                        fallbacks, is_async and _loops(node), _startup(node) if is_async else None)
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -493,6 +494,35 @@ def _fallbacks(node: ast.AST, params: set[str], handoffs: list[int]) -> tuple[tu
         inside = looped or isinstance(current, ast.For | ast.AsyncFor | ast.While)
         stack.extend((child, inside) for child in ast.iter_child_nodes(current))
     return tuple(found)
+
+
+def _startup(node: ast.AsyncFunctionDef) -> tuple[int, int] | None:
+    """The lines a start-up coroutine (checker/startup.py) runs before serving: a lifespan's up to its first
+    `yield`, a start-up hook's whole body."""
+    decorators = []
+    for decorator in node.decorator_list:
+        call = decorator if isinstance(decorator, ast.Call) else None
+        first = call.args[0] if call is not None and call.args else None
+        text = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+        decorators.append((dotted(call.func if call is not None else decorator) or "", text))
+    kind = startup_kind(node.name, decorators)
+    end = node.end_lineno or node.lineno
+    if kind == STARTUP:
+        return node.lineno, end
+    if kind != LIFESPAN:
+        return None
+    yields = [n.lineno for n in _own_nodes(node) if isinstance(n, ast.Yield | ast.YieldFrom)]
+    return (node.lineno, min(yields) - 1) if yields else None
+
+
+def _own_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a def's body, not those of the defs, lambdas and classes inside it."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        current = stack.pop()
+        yield current
+        if not isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(current))
 
 
 def _decorator_name(node: ast.AST) -> str:

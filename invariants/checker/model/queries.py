@@ -59,6 +59,8 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
         for call in fn.calls:
             if fn.in_fallback(call.place.line):
                 continue  # the mode without the worker the other arm hands the work to
+            if fn.before_serving(call.place.line):
+                continue  # start-up, before the server serves anyone (checker/startup.py)
             target, _ = package.callee(module, call.target)
             callee = package.function(target) if target is not None else None
             if callee is None or callee.is_async or callee.opaque:

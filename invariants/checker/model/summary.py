@@ -145,6 +145,7 @@ class Function:
     guards: tuple[tuple[int, int, str], ...] = ()
     fallbacks: tuple[tuple[int, int], ...] = ()  # arms of a mode `if` whose other arm hands work to a thread
     loops: bool = False  # an async def with a `while` in its own body: an engine loop (loop_owner.py)
+    startup: tuple[int, int] | None = None  # the lines a start-up coroutine runs before serving (startup.py)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -154,6 +155,10 @@ class Function:
         """Line `line` is in the arm a mode `if` takes without the worker its other arm hands work to
         (checker/branches.py: an `if` outside loops, on nothing the caller passes in)."""
         return any(first <= line <= last for first, last in self.fallbacks)
+
+    def before_serving(self, line: int) -> bool:
+        """Line `line` runs in a start-up coroutine before the server serves anyone (checker/startup.py)."""
+        return self.startup is not None and self.startup[0] <= line <= self.startup[1]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
@@ -170,6 +175,8 @@ class Function:
             out["guards"] = [list(g) for g in self.guards]
         if self.fallbacks:
             out["fallbacks"] = [list(f) for f in self.fallbacks]
+        if self.startup:
+            out["startup"] = list(self.startup)
         return out
 
     @classmethod
@@ -182,6 +189,7 @@ class Function:
             tuple(Touch.from_json(t) for t in data.get("mlx", ())),
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
+            tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
         )
 
 

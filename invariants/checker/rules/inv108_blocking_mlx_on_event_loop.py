@@ -11,6 +11,7 @@ from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import Handoff, generator_defs, handoff, iterated_in_pool, streamed_handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.startup import startup_kind
 
 
 # The engine module the multi-file examples import: MLX two calls away from the handler.
@@ -233,7 +234,10 @@ class BlockingMlxOnEventLoop(Rule):
         "reported in a project on MLX 0.31.2 or later, where it waits only for the loop thread's own "
         "stream, even after an `mx.async_eval` on the loop that it does wait for, nor a sync helper of the file "
         "whose only MLX is such a call (`_safe_sync()`); through another module it is reported whatever the "
-        "version. A server that runs in its mode without the worker (the "
+        "version. Start-up is left out (checker/startup.py): a lifespan (an `asynccontextmanager` named so) "
+        "before its `yield` and an `on_event(\"startup\")` hook serve nobody yet; an engine started from there "
+        "through a coroutine of its own (`await engine.start()`) is still judged, and so is start-up code a "
+        "server names otherwise. A server that runs in its mode without the worker (the "
         "inline arm of a mode `if` beside a hand-off) blocks the loop unseen, and so does an engine loop "
         "that binds the streams on the loop's thread in a file that hands no MLX to a thread, however "
         "long its steps (a `while` in a request handler that binds passes for one). A generator of this file "
@@ -509,6 +513,18 @@ class BlockingMlxOnEventLoop(Rule):
                 await asyncio.to_thread(worker.step)
                 _safe_sync()  # expect: INV108
         ''', files={"requirements.txt": "mlx==0.31.1\n"}),
+        # After the lifespan's `yield` the server is serving (and then shutting down): judged as any code.
+        Invalid('''
+            from contextlib import asynccontextmanager
+
+            from mlx_lm import generate, load
+
+            @asynccontextmanager
+            async def lifespan(app):
+                app.state.model, app.state.tokenizer = load("model")
+                yield
+                generate(app.state.model, app.state.tokenizer, "goodbye")  # expect: INV108
+        '''),
     ]
     VALID = [
         Valid('''
@@ -801,6 +817,26 @@ class BlockingMlxOnEventLoop(Rule):
                 mx.synchronize()
                 mx.clear_cache()
         ''', files={"requirements.txt": "mlx>=0.31.2\n"}),
+        # A lifespan's start-up half and a start-up hook run before the server serves anyone (startup.py).
+        Valid('''
+            from contextlib import asynccontextmanager
+
+            import mlx.core as mx
+            from fastapi import FastAPI
+            from mlx_lm import generate, load
+
+            @asynccontextmanager
+            async def lifespan(app):
+                app.state.model, app.state.tokenizer = load("model")
+                generate(app.state.model, app.state.tokenizer, "warm up", max_tokens=1)
+                yield
+
+            app = FastAPI(lifespan=lifespan)
+
+            @app.on_event("startup")
+            async def compile_kernels():
+                mx.eval(app.state.model(mx.zeros((1, 8), dtype=mx.int32)))
+        '''),
         # The same through a sync helper of the file whose only MLX is that bare sync.
         Valid('''
             import mlx.core as mx
@@ -832,6 +868,24 @@ class BlockingMlxOnEventLoop(Rule):
         self.consumed: set[int] = set()  # calls whose result is iterated in place (`list(tokens())`)
         # helper calls whose only MLX is a bare `mx.synchronize()`: the loop thread's own stream, from MLX 0.31.2
         self.own_stream_helpers: set[int] = set()
+        # start-up coroutines (startup.py) by id -> still before their first `yield`; the calls and loops made there
+        self.starting: dict[int, bool] = {}
+        self.at_startup: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.asynchronous is not None and startup_kind(node.name.value, [_decorator(d.decorator)
+                                                                           for d in node.decorators]):
+            self.starting[id(node)] = True
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        frame = self.ctx.scope.function()
+        if frame is not None and id(frame.node) in self.starting:
+            self.starting[id(frame.node)] = False
+
+    def _before_serving(self, node: cst.CSTNode) -> None:
+        """Note `node` if it runs in a start-up coroutine before it yields (nothing is served yet)."""
+        if self.starting.get(id(self.ctx.scope.top.node)):
+            self.at_startup.add(id(node))
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
@@ -845,6 +899,7 @@ class BlockingMlxOnEventLoop(Rule):
             self.lazy.on_call(node)
             func = node.func
             self.calls.append((CallSite(node, self.ctx.resolve(func), dotted(func), self.ctx.key(func)), self.ctx.statement))
+            self._before_serving(node)
             function = self.functions[id(node)] = self.ctx.scope.top.node
             if handoff(node, self.ctx) is not None:
                 self.handoffs.setdefault(id(function), []).append(node)
@@ -858,6 +913,7 @@ class BlockingMlxOnEventLoop(Rule):
         if self.ctx.in_async and node.asynchronous is None:
             self.ctx.pin(node.iter)
             self.loops.append((node, self.ctx.statement))
+            self._before_serving(node)
             self.functions[id(node)] = self.ctx.scope.top.node
 
     def _fallback(self, node: cst.CSTNode) -> bool:
@@ -877,6 +933,8 @@ class BlockingMlxOnEventLoop(Rule):
         for site, statement in self.calls:
             if id(site.node) in self.awaited:
                 continue  # a coroutine: `await self._model.generate(...)` does not block
+            if id(site.node) in self.at_startup:
+                continue  # start-up, before the server serves anyone (startup.py)
             if self._fallback(site.node):
                 continue
             streamed = self.streamed.get(id(site.node.func))
@@ -903,7 +961,7 @@ class BlockingMlxOnEventLoop(Rule):
             self.ctx.report_at(self.id, site.node, statement, self.message.format(what=what),
                                ("thread-local-streams",) if own_stream else ())
         for loop, statement in self.loops:
-            if (mlx_api.is_mlx_generator(loop.iter, self.ctx) and not self._fallback(loop)
+            if (mlx_api.is_mlx_generator(loop.iter, self.ctx) and not self._fallback(loop) and id(loop) not in self.at_startup
                     and not self.owner.owns(self.functions[id(loop)])):
                 text = dotted(loop.iter.func) if isinstance(loop.iter, cst.Call) else dotted(loop.iter)
                 what = f"iterating `{text or 'an MLX generator'}`"
@@ -954,6 +1012,15 @@ def _consumes(call: cst.Call) -> bool:
     if isinstance(func, cst.Name):
         return func.value in _CONSUMERS
     return isinstance(func, cst.Attribute) and func.attr.value == "join" and isinstance(func.value, cst.SimpleString)
+
+
+def _decorator(expr: cst.BaseExpression) -> tuple[str, str | None]:
+    """(the decorator's dotted name, or its call's callee's; the call's first argument if a plain string)."""
+    if isinstance(expr, cst.Call):
+        first = expr.args[0].value if expr.args else None
+        text = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+        return dotted(expr.func) or "", text if isinstance(text, str) else None
+    return dotted(expr) or "", None
 
 
 def _bare_sync(site: CallSite) -> bool:

@@ -17,13 +17,20 @@ tool reads a copy of the tree's .py files in a temporary folder outside any git 
 `--floor` instead compares a cold `invariants check` (empty cache) with a bare libcst
 parse of the same files, each in a fresh process, and prints the ratio, the cold check
 without its package model (the per-file rules only: what the model costs), the re-run of
-the unchanged tree, the re-run after one file is edited, and the peak RSS of each; on vllm-mlx's HEAD (`--vllm-mlx` takes a git
-mirror and checks the `vllm_mlx` package of its HEAD) and on the generated 1.9 MB module of
-benchmarks/hostile_trees.py (12 200 small async handlers, every one a finding). Repeats
-are interleaved (round k runs every measurement once, the order rotating with k) and the
-table shows medians; the ratio is the median of each round's own ratio:
+the unchanged tree, the re-run after one file is edited (`--edit`: that file where a tree has
+it, else its first file with an `async def`), and the peak RSS of each; on vllm-mlx's HEAD
+(`--vllm-mlx` takes a git mirror and checks the `vllm_mlx` package of its HEAD) and on the
+generated 1.9 MB module of benchmarks/hostile_trees.py (12 200 small async handlers, every one
+a finding). Each is timed twice: wall clock, and the CPU time of the process and its children
+(user + sys), which other work on a shared machine disturbs much less. Repeats are interleaved
+(round k runs every measurement once, the order rotating with k) and the table shows medians;
+a ratio is the median of each round's own ratio. Every child writes its bytecode under the
+temporary folder (PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set), so that
+after the untimed warm-up the checker is not compiled again on every run, as an installed copy
+is not:
 
-    .venv/bin/python benchmarks/bench_check.py --floor --vllm-mlx /path/to/vllm-mlx.git --repeats 3
+    .venv/bin/python benchmarks/bench_check.py --floor --vllm-mlx /path/to/vllm-mlx.git --repeats 3 \
+        --edit engine/simple.py
 """
 
 from __future__ import annotations
@@ -189,26 +196,28 @@ class FloorRow:
     files: int
     lines: int
     megabytes: float
-    cold: list[float] = field(default_factory=list)
-    parse: list[float] = field(default_factory=list)
-    warm: list[float] = field(default_factory=list)
+    edited_file: str = ""
+    # Each measurement: (wall s, CPU s), one per round.
+    cold: list[tuple[float, float]] = field(default_factory=list)
+    parse: list[tuple[float, float]] = field(default_factory=list)
+    warm: list[tuple[float, float]] = field(default_factory=list)
     cold_rss: list[float] = field(default_factory=list)
     parse_rss: list[float] = field(default_factory=list)
-    bare: list[float] = field(default_factory=list)  # cold, without the package model
-    edited: list[float] = field(default_factory=list)  # re-run after one file with an async def changed
+    bare: list[tuple[float, float]] = field(default_factory=list)  # cold, without the package model
+    edited: list[tuple[float, float]] = field(default_factory=list)  # re-run after one file changed
 
 
-def measured(cmd: list[str], cwd: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one child process."""
+def measured(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[tuple[float, float], float]:
+    """(wall seconds, CPU seconds of the process and its children) and peak RSS (MB) of one child process."""
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)
     err = child.stderr.read().decode(errors="replace") if child.stderr else ""
     if child.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed ({child.returncode}): {err.strip()[-500:]}")
-    return elapsed, usage.ru_maxrss / 1024  # Linux reports KB
+    return (elapsed, usage.ru_utime + usage.ru_stime), usage.ru_maxrss / 1024  # Linux reports KB
 
 
 def floor_targets(args: argparse.Namespace, work: Path) -> list[tuple[str, Path]]:
@@ -251,56 +260,67 @@ def bench_floor(args: argparse.Namespace) -> list[FloorRow]:
             bare = [sys.executable, "-c", NO_MODEL_DRIVER, *args_]
             parse = [sys.executable, "-c", PARSE_DRIVER, str(listing)]
             megabytes = sum(p.stat().st_size for p in files) / 1e6
-            rows.append(FloorRow(label, len(files), count_lines(files), megabytes))
-            handler = next((p for p in files if "async def" in p.read_text(encoding="utf-8", errors="replace")), files[0])
+            handler = tree / args.edit if args.edit and (tree / args.edit).is_file() else next(
+                (p for p in files if "async def" in p.read_text(encoding="utf-8", errors="replace")), files[0])
+            rows.append(FloorRow(label, len(files), count_lines(files), megabytes, str(handler.relative_to(tree))))
             plans.append((rows[-1], check, parse, cache, bare, handler))
+        env = dict(os.environ, PYTHONPYCACHEPREFIX=str(work / "bytecode"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         # Untimed: compile the checker's bytecode and load libcst once, as any installed copy already has.
         warm = work / "warm-up"
         warm.mkdir()
         (warm / "warm.py").write_text("import asyncio\n\n\nasync def f(step):\n    return await asyncio.to_thread(step)\n")
-        measured([sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--no-cache", str(warm)], work)
+        measured([sys.executable, "-m", "mlx_invariants", "check", "-q", "--exit-zero", "--no-cache", str(warm)], work, env)
         for k in range(args.repeats):
             for row, check, parse, cache, bare, handler in plans[k % len(plans):] + plans[: k % len(plans)]:
                 steps = ["cold", "parse", "bare"] if k % 2 == 0 else ["bare", "parse", "cold"]
                 for step in steps:
                     if step == "parse":
-                        seconds, rss = measured(parse, work)
+                        seconds, rss = measured(parse, work, env)
                         row.parse.append(seconds)
                         row.parse_rss.append(rss)
                         continue
                     shutil.rmtree(cache, ignore_errors=True)
                     if step == "bare":
-                        row.bare.append(measured(bare, work)[0])
+                        row.bare.append(measured(bare, work, env)[0])
                         continue
-                    seconds, rss = measured(check, work)
+                    seconds, rss = measured(check, work, env)
                     row.cold.append(seconds)
                     row.cold_rss.append(rss)
-                    row.warm.append(measured(check, work)[0])
+                    row.warm.append(measured(check, work, env)[0])
                     original = handler.read_bytes()
                     handler.write_bytes(original + b"\n# edited by bench_check.py\n")
-                    row.edited.append(measured(check, work)[0])
-                    handler.write_bytes(original)
-                print(f"  round {k + 1}: {row.target}: check {row.cold[-1]:.2f}s, without the model "
-                      f"{row.bare[-1]:.2f}s, parse {row.parse[-1]:.2f}s, re-run {row.warm[-1]:.2f}s, "
-                      f"one edit {row.edited[-1]:.2f}s", file=sys.stderr)
+                    try:
+                        row.edited.append(measured(check, work, env)[0])
+                    finally:
+                        handler.write_bytes(original)
+                print(f"  round {k + 1}: {row.target}: " + ", ".join(
+                    f"{name} {wall:.2f}s (CPU {cpu:.2f}s)" for name, (wall, cpu) in (
+                        ("check", row.cold[-1]), ("without the model", row.bare[-1]), ("parse", row.parse[-1]),
+                        ("re-run", row.warm[-1]), ("one edit", row.edited[-1]))), file=sys.stderr)
     return rows
 
 
 def print_floor(rows: list[FloorRow], repeats: int) -> None:
     med = statistics.median
-    print(f"| target | files | lines | MB | checker cold s | without the model s | the model s | bare libcst parse s "
-          f"| ratio | warm re-run s | one file edited s | checker peak RSS MB | parse peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        ratio = med(c / p for c, p in zip(r.cold, r.parse))
-        model = med(c - b for c, b in zip(r.cold, r.bare))
-        print(f"| {r.target} | {r.files} | {r.lines:,} | {r.megabytes:.1f} | {med(r.cold):.2f} | {med(r.bare):.2f} | "
-              f"{model:+.2f} | {med(r.parse):.2f} | {ratio:.2f}x | {med(r.warm):.2f} | {med(r.edited):.2f} | "
-              f"{max(r.cold_rss):.0f} | {max(r.parse_rss):.0f} |")
-    print(f"\nMedians of {repeats} interleaved round(s); ratio: median of each round's checker / parse; the model: "
-          "median of each round's checker cold minus the same without the package model (per-file rules only); "
-          "one file edited: the re-run after a comment is appended to one file with an async def; "
-          "peak RSS: the largest of the rounds.")
+    for index, clock in ((1, "CPU"), (0, "wall")):
+        print(f"\n{clock} time:\n")
+        print(f"| target | files | lines | MB | checker cold s | without the model s | the model s | bare libcst parse s "
+              f"| ratio | re-run s | one file edited s (file) | checker peak RSS MB | parse peak RSS MB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            cold, bare, parse = ([m[index] for m in ms] for ms in (r.cold, r.bare, r.parse))
+            ratio = med(c / p for c, p in zip(cold, parse))
+            model = med(c - b for c, b in zip(cold, bare))
+            print(f"| {r.target} | {r.files} | {r.lines:,} | {r.megabytes:.1f} | {med(cold):.2f} | {med(bare):.2f} | "
+                  f"{model:+.2f} | {med(parse):.2f} | {ratio:.2f}x | {med(m[index] for m in r.warm):.2f} | "
+                  f"{med(m[index] for m in r.edited):.2f} (`{r.edited_file}`) | "
+                  f"{max(r.cold_rss):.0f} | {max(r.parse_rss):.0f} |")
+    print(f"\nMedians of {repeats} interleaved round(s); CPU: user + sys of the process and its children; ratio: "
+          "median of each round's checker / parse; the model: median of each round's checker cold minus the same "
+          "without the package model (per-file rules only); one file edited: the re-run after a comment is "
+          "appended to that file; peak RSS: the largest of the rounds. Load average at the end: "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + ".")
 
 
 def default_trees() -> list[Path]:
@@ -320,6 +340,9 @@ def main() -> int:
     parser.add_argument("--vllm-mlx", type=Path, metavar="GITDIR", help="with --floor: a vllm-mlx git mirror; checks HEAD's vllm_mlx/")
     parser.add_argument("--floor-tree", action="append", type=Path, metavar="PATH", help="with --floor: another folder (repeatable)")
     parser.add_argument("--repeats", type=int, default=3, help="with --floor: interleaved rounds (default 3)")
+    parser.add_argument("--edit", metavar="RELPATH",
+                        help="with --floor: the file to edit for the one-file re-run, relative to each tree "
+                             "(default, or where a tree lacks it: its first file with an async def)")
     args = parser.parse_args()
     if args.floor:
         rows = bench_floor(args)

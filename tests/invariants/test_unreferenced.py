@@ -109,3 +109,27 @@ def test_a_suppression_inside_an_unreferenced_def_is_not_called_unused(project: 
     project.write("srv/scheduler.py", SCHEDULER)
     project.write("srv/server.py", SERVER)
     assert project.run("check", "--report-unused-suppressions", "srv").rules() == []
+
+
+# A legacy copy left at the package's top when the code moved into `srv/engine/`: its `..api` is above `srv`.
+LEGACY = '''
+from ..api import clean
+import mlx.core as mx
+
+
+async def generate(tokens):
+    return clean(mx.eval(tokens))
+'''
+
+
+def test_a_module_whose_relative_import_climbs_above_its_package_is_not_reported(project: Project) -> None:
+    """It cannot be imported (ImportError: beyond top-level package), so none of its code runs; the same
+    code one level down, where `..api` resolves, is judged."""
+    project.write("srv/__init__.py", "")
+    project.write("srv/api/__init__.py", "def clean(x):\n    return x\n")
+    project.write("srv/engine/__init__.py", "from .live import generate\n")
+    project.write("srv/engine/live.py", LEGACY)
+    project.write("srv/legacy.py", LEGACY)
+    assert [line.split(": ", 1)[0] for line in project.run("check", "srv").lines()] == ["srv/engine/live.py:6:18"]
+    project.config("report-unreferenced = true\n")  # a library's users may import what the package never does
+    assert len(project.run("check", "srv").lines()) == 2

@@ -17,6 +17,12 @@ registration, a property), a dunder, a public module-level function (an entry po
 library's API), a method of a class the package never names (how it is used is unknown), and a
 method of a class with a base from outside the package (the framework may call it: `do_POST`,
 a gRPC servicer's methods). A file outside any package is not judged.
+
+A module that cannot be imported runs none of its code either: one whose module-level relative
+import climbs above the top of its package to a module that does not exist (`from ..api import x`
+in a top-level module of the package, a legacy copy left behind when the code moved down a level:
+vmlx's `vmlx_engine/simple.py`, six findings graded arguable blind as dead code). Every finding in
+it is left out.
 """
 
 from __future__ import annotations
@@ -95,6 +101,8 @@ class Unreferenced:
         return dead
 
     def _dead_in(self, path: str, lines: set[int], folder: str) -> set[int]:
+        if self._unimportable(path):
+            return set(lines)
         defs = self._parsed(path)
         if not defs:
             return set()
@@ -156,6 +164,27 @@ class Unreferenced:
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 self._trees[path] = None
         return self._trees[path]
+
+    # --- modules ---------------------------------------------------------------------------
+    def _unimportable(self, path: str) -> bool:
+        """A module-level relative import climbs above the top of the module's package to a place with
+        no such module: importing the module raises ImportError ("attempted relative import beyond
+        top-level package"), so none of its code can run. A guarded import (inside `try`) is left
+        alone, and so is one whose target exists on disk (a namespace package above may make it work)."""
+        tree = self._tree(path)
+        if tree is None:
+            return False
+        _, dotted, is_init = self.layout.module_of(path)
+        depth = len(dotted.split(".")) - (0 if is_init else 1)
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level > depth:
+                above = os.path.dirname(os.path.abspath(path))
+                for _ in range(stmt.level - 1):
+                    above = os.path.dirname(above)
+                target = os.path.join(above, *(stmt.module or "").split("."))
+                if not (os.path.exists(target + ".py") or os.path.isdir(target)):
+                    return True
+        return False
 
     # --- liveness --------------------------------------------------------------------------
     def _is_live(self, d: _Def, folder: str) -> bool:

@@ -11,7 +11,7 @@ from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import Handoff, generator_defs, handoff, iterated_in_pool, streamed_handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
-from mlx_invariants.checker.startup import startup_kind
+from mlx_invariants.checker.startup import STARTUP, startup_kind
 
 
 # The engine module the multi-file examples import: MLX two calls away from the handler.
@@ -234,8 +234,8 @@ class BlockingMlxOnEventLoop(Rule):
         "reported in a project on MLX 0.31.2 or later, where it waits only for the loop thread's own "
         "stream, even after an `mx.async_eval` on the loop that it does wait for, nor a sync helper of the file "
         "whose only MLX is such a call (`_safe_sync()`); through another module it is reported whatever the "
-        "version. Start-up is left out (checker/startup.py): a lifespan (an `asynccontextmanager` named so) "
-        "before its `yield` and an `on_event(\"startup\")` hook serve nobody yet; an engine started from there "
+        "version. Start-up is left out (checker/startup.py): a lifespan (an async generator named so, plain or "
+        "an `asynccontextmanager`) before its `yield` and an `on_event(\"startup\")` hook serve nobody yet; an engine started from there "
         "through a coroutine of its own (`await engine.start()`) is still judged, and so is start-up code a "
         "server names otherwise. A server that runs in its mode without the worker (the "
         "inline arm of a mode `if` beside a hand-off) blocks the loop unseen, and so does an engine loop "
@@ -513,6 +513,13 @@ class BlockingMlxOnEventLoop(Rule):
                 await asyncio.to_thread(worker.step)
                 _safe_sync()  # expect: INV108
         ''', files={"requirements.txt": "mlx==0.31.1\n"}),
+        # A coroutine named for the lifespan that never yields is no lifespan: a request can reach it.
+        Invalid('''
+            from mlx_lm import generate
+
+            async def lifespan_report(app, request):
+                return generate(app.state.model, app.state.tokenizer, request.prompt)  # expect: INV108
+        '''),
         # After the lifespan's `yield` the server is serving (and then shutting down): judged as any code.
         Invalid('''
             from contextlib import asynccontextmanager
@@ -837,6 +844,18 @@ class BlockingMlxOnEventLoop(Rule):
             async def compile_kernels():
                 mx.eval(app.state.model(mx.zeros((1, 8), dtype=mx.int32)))
         '''),
+        # Starlette wraps a plain async generator passed as `lifespan=`: the same start-up half.
+        Valid('''
+            from fastapi import FastAPI
+            from mlx_lm import generate, load
+
+            async def lifespan(app):
+                app.state.model, app.state.tokenizer = load("model")
+                generate(app.state.model, app.state.tokenizer, "warm up", max_tokens=1)
+                yield
+
+            app = FastAPI(lifespan=lifespan)
+        '''),
         # The same through a sync helper of the file whose only MLX is that bare sync.
         Valid('''
             import mlx.core as mx
@@ -868,24 +887,36 @@ class BlockingMlxOnEventLoop(Rule):
         self.consumed: set[int] = set()  # calls whose result is iterated in place (`list(tokens())`)
         # helper calls whose only MLX is a bare `mx.synchronize()`: the loop thread's own stream, from MLX 0.31.2
         self.own_stream_helpers: set[int] = set()
-        # start-up coroutines (startup.py) by id -> still before their first `yield`; the calls and loops made there
-        self.starting: dict[int, bool] = {}
+        # start-up coroutines (startup.py) by id: their kind, and the calls and loops met in them so far (None once
+        # a lifespan has yielded); those of a lifespan count once its `yield` shows it is one
+        self.startup_kinds: dict[int, str] = {}
+        self.starting: dict[int, list[int] | None] = {}
         self.at_startup: set[int] = set()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.asynchronous is not None and startup_kind(node.name.value, [_decorator(d.decorator)
-                                                                           for d in node.decorators]):
-            self.starting[id(node)] = True
+        kind = node.asynchronous is not None and startup_kind(
+            node.name.value, [_decorator(d.decorator) for d in node.decorators])
+        if kind:
+            self.startup_kinds[id(node)] = kind
+            self.starting[id(node)] = []
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        met = self.starting.get(id(node))
+        if met is not None and self.startup_kinds[id(node)] == STARTUP:
+            self.at_startup.update(met)
 
     def visit_Yield(self, node: cst.Yield) -> None:
         frame = self.ctx.scope.function()
-        if frame is not None and id(frame.node) in self.starting:
-            self.starting[id(frame.node)] = False
+        met = self.starting.get(id(frame.node)) if frame is not None else None
+        if met is not None:
+            self.at_startup.update(met)
+            self.starting[id(frame.node)] = None
 
     def _before_serving(self, node: cst.CSTNode) -> None:
         """Note `node` if it runs in a start-up coroutine before it yields (nothing is served yet)."""
-        if self.starting.get(id(self.ctx.scope.top.node)):
-            self.at_startup.add(id(node))
+        met = self.starting.get(id(self.ctx.scope.top.node))
+        if met is not None:
+            met.append(id(node))
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))

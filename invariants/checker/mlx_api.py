@@ -32,6 +32,9 @@ BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES f
 # Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.
 LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
 LOAD_NAMES = ["*load_model*"]
+_LOAD_WORDS = tuple(p.strip("*") for p in LOAD_NAMES)  # every pattern is `*word*`: a substring test, no fnmatch
+# ... but not `unload_model` or `offload_model`, which free what a load made.
+_UNLOADING = ("unload", "offload")
 # An MLX package's own loaders (`mlx_audio.utils.load_model`, `SAMAudio.from_pretrained` of
 # mlx_audio.sts): what they return is a model whose methods run MLX.
 _MLX_LOADERS = frozenset({"load", "load_model", "from_pretrained"})
@@ -106,7 +109,7 @@ def _loader_call(value: cst.BaseExpression, qual: str | None) -> str | None:
     if is_mlx_loader(qual):
         return "mlx"
     if isinstance(value, cst.Call) and not (qual or "").startswith(("mlx", "transformers")):
-        if matches_name(dotted(value.func), LOAD_NAMES):
+        if named_loader(dotted(value.func)):
             return "named"
     return None
 
@@ -221,11 +224,18 @@ def forward_pass(site: CallSite, ctx: FileContext) -> str | None:
     return None
 
 
+def named_loader(text: str | None) -> bool:
+    """A call named like a model loader (`load_model`, `self._load_model_weights`); not one that unloads."""
+    low = (text or "").lower()
+    last = low.rsplit(".", 1)[-1]
+    return any(word in low for word in _LOAD_WORDS) and not any(word in last for word in _UNLOADING)
+
+
 def is_load(site: CallSite) -> bool:
     """Loading model weights: mlx-lm's `load`, or a call named like a model loader."""
     if site.qual in LOADS:
         return True
-    return not (site.qual or "").startswith(("mlx", "transformers")) and matches_name(site.text, LOAD_NAMES)
+    return not (site.qual or "").startswith(("mlx", "transformers")) and named_loader(site.text)
 
 
 def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:

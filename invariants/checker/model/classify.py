@@ -53,7 +53,6 @@ class Globs:
         return bool(self._regex.match(low) or self._regex.match(low.rsplit(".", 1)[-1]))
 
 
-_LOADER = Globs(mlx_api.LOAD_NAMES)
 _COMPILED: dict[tuple[str, ...], Globs] = {}
 
 
@@ -68,7 +67,7 @@ def is_load_name(text: str | None, qual: str | None) -> bool:
     """A call named like a model loader (`load_model_with_fallback`): start-up work."""
     if qual and qual in mlx_api.LOADS:
         return True
-    return not (qual or "").startswith(("mlx", "transformers")) and _LOADER(text)
+    return not (qual or "").startswith(("mlx", "transformers")) and mlx_api.named_loader(text)
 
 
 def by_receiver(text: str, method: str, receiver: str, shared: dict, built_as_generator: bool) -> str | None:

@@ -23,6 +23,9 @@ class StreamBindingSkipped(Rule):
     @8a244c3:594, fixed in da1189a by binding before the loop)."""
 
     id = "INV118"
+    # Opt-in: no real site is reported by it (its one, vllm-mlx da1189a, is in a def nothing in the package names),
+    # and it made no finding on twenty MLX servers' HEADs (docs/checker.md, "Where each rule was seen").
+    default_enabled = False
     catches = "an MLX step in a def that skips the stream binding the file's other paths to the same step do"
     message = (
         "`{step}` runs MLX on whatever thread calls `{function}`, which never binds the generation streams "

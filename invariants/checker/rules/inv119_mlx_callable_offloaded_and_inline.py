@@ -46,6 +46,9 @@ class MlxCallableOffloadedAndInline(Rule):
     longer reported either."""
 
     id = "INV119"
+    # Opt-in: it detects no corpus case (V13a, its site, is no longer reported) and made no finding on twenty MLX
+    # servers' HEADs; its one HEAD finding before was graded false (docs/checker.md, "Where each rule was seen").
+    default_enabled = False
     catches = "an MLX callable both handed to a worker and called inline in the same coroutine"
     message = (
         "`{call}()` runs inline on the event loop thread, but this coroutine also hands `{name}` to "

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mlx_invariants.checker.walker import OWN_BODY_STOP, children, descendants
+from mlx_invariants.checker.nodes import children
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 
 class Arms:

@@ -26,7 +26,8 @@ from mlx_invariants.checker.facts import CallSite
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import handed_target
-from mlx_invariants.checker.walker import OWN_BODY_STOP, children
+from mlx_invariants.checker.nodes import children
+from mlx_invariants.checker.walker import OWN_BODY_STOP
 
 if TYPE_CHECKING:
     from mlx_invariants.checker.walker import FileContext

@@ -8,7 +8,6 @@ overflow Python's stack here.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -17,6 +16,7 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite, Facts, FunctionFacts, number
 from mlx_invariants.checker.names import dotted, imported_names, resolve, terminal
+from mlx_invariants.checker.nodes import IS_NODE, Classes, child_fields
 from mlx_invariants.checker.offload import HANDOFF_NAMES, handoff
 from mlx_invariants.checker.rule import Rule
 from mlx_invariants.checker.scopes import Kind, ScopeStack
@@ -26,43 +26,7 @@ COMPOUND = frozenset({
     cst.ExceptHandler, cst.ExceptStarHandler, cst.Else, cst.Finally,
 })
 STATEMENTS = COMPOUND | {cst.SimpleStatementLine}
-_SKIP_FIELDS = frozenset({
-    "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer", "comma", "semicolon",
-    "equal", "colon", "dot", "asynchronous", "star", "trailing_whitespace", "operator", "relative",
-})
-_NO_CHILDREN = (cst.Import, cst.ImportFrom, cst.Comment, cst.EmptyLine)
-_fields: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(cls: type) -> tuple[str, ...]:
-    names = _fields.get(cls)
-    if names is None:
-        if issubclass(cls, _NO_CHILDREN):
-            names = ()
-        else:
-            names = tuple(
-                f.name for f in dataclasses.fields(cls)
-                if not f.name.startswith("whitespace") and f.name not in _SKIP_FIELDS
-            )
-        _fields[cls] = names
-    return names
-
-
-class _Classes(dict):
-    """Whether a class is a subclass of `bases`, remembered per class: CSTNode is an ABC,
-    and `isinstance` against an ABC was about a quarter of the walk's time."""
-
-    def __init__(self, bases: type | tuple[type, ...]) -> None:
-        super().__init__()
-        self.bases = bases
-
-    def __missing__(self, cls: type) -> bool:
-        answer = self[cls] = issubclass(cls, self.bases)
-        return answer
-
-
-_IS_NODE = _Classes(cst.CSTNode)
-_STOPS: dict[tuple[type, ...], _Classes] = {}
+_STOPS: dict[tuple[type, ...], Classes] = {}
 
 
 class RawFinding(NamedTuple):
@@ -316,7 +280,7 @@ def _walk(module: cst.Module, ctx: FileContext, enter: dict[type, list[Any]], le
     on leaving (a rule's leave handler, a statement or scope closed): most nodes (names,
     attributes, constants) are only entered, and what each kind needs is looked up once, which
     took a fifth off the walk's own time (0.30 s to 0.24 s over vllm-mlx's 89 parsed files)."""
-    is_node = _IS_NODE
+    is_node = IS_NODE
     # What each kind of node needs, worked out once per kind:
     # (kept: FileContext.enter, enter handlers, may open a scope, leaves something, child fields).
     plans: dict[type, tuple[bool, Any, bool, bool, tuple[str, ...]]] = {}
@@ -336,7 +300,7 @@ def _walk(module: cst.Module, ctx: FileContext, enter: dict[type, list[Any]], le
         plan = plans.get(kind)
         if plan is None:
             plan = plans[kind] = (kind in _BOOKKEPT, enter.get(kind, ()), kind in _FRAMES,
-                                  kind in leave or kind in STATEMENTS, _child_fields(kind))
+                                  kind in leave or kind in STATEMENTS, child_fields(kind))
         kept, handlers, frames, leaves, fields = plan
         if kept:
             ctx.enter(node, kind)
@@ -374,13 +338,13 @@ def descendants(node: cst.CSTNode, stop: tuple[type, ...] = ()) -> list[cst.CSTN
     """Every node below `node`, not entering nodes of the `stop` types (they are included)."""
     found: list[cst.CSTNode] = []
     stack = [node]
-    is_node = _IS_NODE
+    is_node = IS_NODE
     stops = _STOPS.get(stop)
     if stops is None:
-        stops = _STOPS[stop] = _Classes(stop)
+        stops = _STOPS[stop] = Classes(stop)
     while stack:
         current = stack.pop()
-        for name in _child_fields(type(current)):
+        for name in child_fields(type(current)):
             value = getattr(current, name)
             items = value if type(value) is tuple or type(value) is list else (value,)
             for child in items:
@@ -389,16 +353,6 @@ def descendants(node: cst.CSTNode, stop: tuple[type, ...] = ()) -> list[cst.CSTN
                     found.append(child)
                     if not stops[cls]:
                         stack.append(child)
-    return found
-
-
-def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The direct child nodes, without whitespace and punctuation."""
-    found: list[cst.CSTNode] = []
-    for name in _child_fields(type(node)):
-        value = getattr(node, name)
-        items = value if type(value) is tuple or type(value) is list else (value,)
-        found.extend(child for child in items if _IS_NODE[type(child)])
     return found
 
 

@@ -8,7 +8,8 @@ from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.rules.inv105_lock_released_before_worker import CANCELLED
-from mlx_invariants.checker.walker import OWN_BODY_STOP, children, descendants
+from mlx_invariants.checker.nodes import children
+from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 _BROAD = frozenset({"Exception", "BaseException", "builtins.Exception", "builtins.BaseException"})
 _SUPPRESS = frozenset({"contextlib.suppress"})

@@ -8,7 +8,8 @@ from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import POOLS, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.scopes import FUNCTION_KINDS
-from mlx_invariants.checker.walker import children, descendants
+from mlx_invariants.checker.nodes import children
+from mlx_invariants.checker.walker import descendants
 
 
 @dataclass

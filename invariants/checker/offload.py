@@ -303,7 +303,10 @@ THREAD_CLASSES = frozenset({"threading.Thread"})
 
 def handed_target(site: CallSite, ctx: FileContext) -> cst.BaseExpression | None:
     """The callable a call hands to another thread: an executor's or `to_thread`'s work, a `Thread`'s target, or
-    the callable a project helper forwards to one of those; None for any other call."""
+    the callable a project helper forwards to one of those; None for any other call.
+
+    Ask it from a rule's `end()`, never during the walk: the forwarders are computed once per file from the
+    calls the walk recorded (`forwarders`), so asking mid-walk memoises a partial map for every rule."""
     if terminal(site.node.func) in HANDOFF_NAMES:
         work = handoff(site.node, ctx)
     elif site.qual in THREAD_CLASSES:

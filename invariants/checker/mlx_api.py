@@ -31,8 +31,8 @@ GENERATORS = frozenset(
 BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES for mod in ("", ".generate"))
 # Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.
 LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
-LOAD_NAMES = ["*load_model*"]
-_LOAD_WORDS = tuple(p.strip("*") for p in LOAD_NAMES)  # every pattern is `*word*`: a substring test, no fnmatch
+# A call whose name holds this loads a model (`*load_model*`: a substring test, no fnmatch) ...
+_LOAD_WORD = "load_model"
 # ... but not `unload_model` or `offload_model`, which free what a load made.
 _UNLOADING = ("unload", "offload")
 # An MLX package's own loaders (`mlx_audio.utils.load_model`, `SAMAudio.from_pretrained` of
@@ -228,14 +228,20 @@ def named_loader(text: str | None) -> bool:
     """A call named like a model loader (`load_model`, `self._load_model_weights`); not one that unloads."""
     low = (text or "").lower()
     last = low.rsplit(".", 1)[-1]
-    return any(word in low for word in _LOAD_WORDS) and not any(word in last for word in _UNLOADING)
+    return _LOAD_WORD in low and not any(word in last for word in _UNLOADING)
+
+
+def is_load_name(text: str | None, qual: str | None) -> bool:
+    """Loading model weights, by the callee's qualified name (mlx-lm's `load`) or its text (`load_model_with_
+    fallback`): start-up work. The per-file rules (`is_load`) and the package model ask it alike."""
+    if qual in LOADS:
+        return True
+    return not (qual or "").startswith(("mlx", "transformers")) and named_loader(text)
 
 
 def is_load(site: CallSite) -> bool:
     """Loading model weights: mlx-lm's `load`, or a call named like a model loader."""
-    if site.qual in LOADS:
-        return True
-    return not (site.qual or "").startswith(("mlx", "transformers")) and named_loader(site.text)
+    return is_load_name(site.text, site.qual)
 
 
 def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:

@@ -63,13 +63,6 @@ def globs(patterns: list[str]) -> Globs:
     return found
 
 
-def is_load_name(text: str | None, qual: str | None) -> bool:
-    """A call named like a model loader (`load_model_with_fallback`): start-up work."""
-    if qual and qual in mlx_api.LOADS:
-        return True
-    return not (qual or "").startswith(("mlx", "transformers")) and mlx_api.named_loader(text)
-
-
 def by_receiver(text: str, method: str, receiver: str, shared: dict, built_as_generator: bool) -> str | None:
     """The name-based wrappers engines use (in files that import MLX only): a model-named
     receiver's generate/chat (GEN) and save_weights (BLOCK), a batch generator's MLX methods and

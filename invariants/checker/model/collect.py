@@ -15,6 +15,7 @@ import ast
 import re
 from typing import Any, Iterator
 
+from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
@@ -273,7 +274,7 @@ class _Resolver:
             kind = classify.by_name(target)
             if kind is not None:
                 return kind, text
-        if classify.is_load_name(text, target):
+        if mlx_api.is_load_name(text, target):
             return LOAD, text
         if not self.imports_mlx:
             return None
@@ -466,14 +467,7 @@ class _Resolver:
 
 def _loops(node: ast.AST) -> bool:
     """A def's own body has a `while` (nested defs and classes are theirs)."""
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        current = stack.pop()
-        if isinstance(current, ast.While):
-            return True
-        if not isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            stack.extend(ast.iter_child_nodes(current))
-    return False
+    return any(isinstance(n, ast.While) for n in _own_nodes(node))
 
 
 def _fallbacks(node: ast.AST, params: set[str], handoffs: list[int]) -> tuple[tuple[int, int], ...]:
@@ -501,10 +495,9 @@ def _startup(node: ast.AsyncFunctionDef) -> tuple[int, int] | None:
     `yield`, a start-up hook's whole body."""
     decorators = []
     for decorator in node.decorator_list:
-        call = decorator if isinstance(decorator, ast.Call) else None
-        first = call.args[0] if call is not None and call.args else None
+        first = decorator.args[0] if isinstance(decorator, ast.Call) and decorator.args else None
         text = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
-        decorators.append((dotted(call.func if call is not None else decorator) or "", text))
+        decorators.append((_decorator_name(decorator), text))
     kind = startup_kind(node.name, decorators)
     end = node.end_lineno or node.lineno
     if kind == STARTUP:

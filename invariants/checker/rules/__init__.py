@@ -30,6 +30,7 @@ from mlx_invariants.checker.rules.inv124_state_locked_inconsistently import Stat
 from mlx_invariants.checker.rules.inv125_mlx_outside_declared_lock import MlxOutsideDeclaredLock
 from mlx_invariants.checker.rules.inv126_busy_wait import BusyWait
 from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlxResultMemoised
+from mlx_invariants.checker.rules.inv128_cleanup_skipped_on_cancel import CleanupSkippedOnCancel
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -59,6 +60,7 @@ RULES: list[type[Rule]] = [
     MlxOutsideDeclaredLock,
     BusyWait,
     LazyMlxResultMemoised,
+    CleanupSkippedOnCancel,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

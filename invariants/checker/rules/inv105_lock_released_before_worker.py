@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mlx_invariants.checker.blocks import Blocks, WithItem
+from mlx_invariants.checker.cancellers import catches_cancellation, plain_route
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import AWAITED_MUTEXES, MUTEXES, is_lock
 from mlx_invariants.checker.names import dotted, terminal
@@ -13,9 +14,6 @@ from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.side_effects import only_computes
 from mlx_invariants.checker.walker import descendants
 
-CANCELLED = frozenset({
-    "asyncio.CancelledError", "asyncio.exceptions.CancelledError", "concurrent.futures.CancelledError",
-})
 _TASK_MAKERS = frozenset({"asyncio.create_task", "asyncio.ensure_future"})
 
 
@@ -26,18 +24,6 @@ class _Candidate:
     locks: list[WithItem]
     work: Handoff
     function: cst.CSTNode | None = None  # the def whose body awaits
-
-
-def catches_cancellation(handler: cst.ExceptHandler, ctx) -> bool:
-    """`except:`, `except BaseException`, or an except naming CancelledError."""
-    if handler.type is None:
-        return True
-    types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
-    for kind in types:
-        qual = ctx.resolve(kind) or dotted(kind)
-        if qual in CANCELLED or qual == "BaseException" or (qual or "").endswith("CancelledError"):
-            return True
-    return False
 
 
 class LockReleasedBeforeWorker(Rule):
@@ -540,7 +526,7 @@ class LockReleasedBeforeWorker(Rule):
             locks = [w for w in candidate.locks if is_lock(w.expr, self.ctx)]
             if not locks or is_owner_executor(candidate.work.executor, self.ctx):
                 continue
-            if _plain_route(candidate.function, self.ctx):
+            if plain_route(candidate.function):
                 continue  # nothing but the server's shutdown cancels it
             if only_computes(candidate.work.target, self.ctx):
                 continue  # running on past its waiter, it changes nothing the lock guards (side_effects.py)
@@ -564,26 +550,3 @@ def _whole_body(function: cst.CSTNode) -> cst.CSTNode | None:
             and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString):
         body = body[1:]
     return body[0] if len(body) == 1 else None
-
-
-# `@app.post(...)`, `@router.get(...)`: a handler the web framework calls once per HTTP request.
-_ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "head", "options", "api_route", "route"})
-# Calls that put a deadline on what they surround (a deadline cancels the await like a disconnect would).
-_DEADLINES = ("timeout", "timeout_at", "wait_for", "move_on_after", "fail_after", "move_on_at", "fail_at")
-
-
-def _plain_route(function: cst.CSTNode | None, ctx) -> bool:
-    """An HTTP route handler that answers with one response: decorated as a route, not a generator, and with
-    no deadline of its own. ASGI servers (uvicorn, hypercorn) and Starlette/FastAPI do not cancel such a
-    handler when its client disconnects; it runs to its end, so only the server's shutdown cancels it."""
-    if not isinstance(function, cst.FunctionDef) or function.asynchronous is None:
-        return False
-    if not any(isinstance(d.decorator, cst.Call) and isinstance(d.decorator.func, cst.Attribute)
-               and d.decorator.func.attr.value in _ROUTE_DECORATORS for d in function.decorators):
-        return False
-    for node in descendants(function.body, (cst.FunctionDef, cst.Lambda)):
-        if isinstance(node, cst.Yield):
-            return False
-        if isinstance(node, cst.Call) and (terminal(node.func) or "") in _DEADLINES:
-            return False
-    return True

@@ -7,7 +7,7 @@ import libcst as cst
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
-from mlx_invariants.checker.rules.inv105_lock_released_before_worker import CANCELLED
+from mlx_invariants.checker.cancellers import CANCELLED
 from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 

@@ -11,6 +11,7 @@ from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import Handoff, generator_defs, handoff, iterated_in_pool, streamed_handoff
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.cancellers import decorator_parts
 from mlx_invariants.checker.startup import STARTUP, startup_kind
 
 
@@ -895,7 +896,7 @@ class BlockingMlxOnEventLoop(Rule):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         kind = node.asynchronous is not None and startup_kind(
-            node.name.value, [_decorator(d.decorator) for d in node.decorators])
+            node.name.value, [decorator_parts(d.decorator) for d in node.decorators])
         if kind:
             self.startup_kinds[id(node)] = kind
             self.starting[id(node)] = []
@@ -1043,15 +1044,6 @@ def _consumes(call: cst.Call) -> bool:
     if isinstance(func, cst.Name):
         return func.value in _CONSUMERS
     return isinstance(func, cst.Attribute) and func.attr.value == "join" and isinstance(func.value, cst.SimpleString)
-
-
-def _decorator(expr: cst.BaseExpression) -> tuple[str, str | None]:
-    """(the decorator's dotted name, or its call's callee's; the call's first argument if a plain string)."""
-    if isinstance(expr, cst.Call):
-        first = expr.args[0].value if expr.args else None
-        text = first.evaluated_value if isinstance(first, cst.SimpleString) else None
-        return dotted(expr.func) or "", text if isinstance(text, str) else None
-    return dotted(expr) or "", None
 
 
 def _bare_sync(site: CallSite) -> bool:

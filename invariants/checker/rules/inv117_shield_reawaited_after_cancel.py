@@ -5,7 +5,7 @@ import libcst as cst
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
-from mlx_invariants.checker.rules.inv105_lock_released_before_worker import catches_cancellation
+from mlx_invariants.checker.cancellers import catches_cancellation
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 _SHIELDS = frozenset({"asyncio.shield", "asyncio.tasks.shield"})

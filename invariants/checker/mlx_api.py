@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
+from mlx_invariants.checker.mlx_core_names import CORE_NAMES
 from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import generator_defs
@@ -86,6 +87,14 @@ HARMLESS_CORE = (
     "default_stream", "set_default_device", "wired_limit", "random.seed",
     *(call for fact in FACTS for call in fact.calls),
 )
+
+
+def core_work(qual: str) -> bool:
+    """An `mlx.core` call that does array work: a name mlx.core has (mlx_core_names.py) that only reads
+    counters or settings (HARMLESS_CORE) is none, and neither is a name it does not have."""
+    if not qual.startswith("mlx.core."):
+        return False
+    return qual[len("mlx.core."):].split(".", 1)[0] in CORE_NAMES and not any(h in qual for h in HARMLESS_CORE)
 
 
 def _imported_from_mlx(qual: str) -> bool:
@@ -320,7 +329,7 @@ def reaches(site: CallSite, ctx: FileContext) -> str | None:
         return found
     qual = site.qual
     if qual:
-        if qual.startswith("mlx.core.") and not any(h in qual for h in HARMLESS_CORE):
+        if core_work(qual):
             return site.text or qual
         if qual in GENERATORS or qual in BATCH_GENERATORS:
             return site.text or qual

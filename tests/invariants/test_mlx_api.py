@@ -19,3 +19,20 @@ from mlx_invariants.checker import mlx_api
 def test_a_call_named_like_a_model_loader_is_a_load_and_one_that_unloads_is_not(text: str, loads: bool) -> None:
     assert mlx_api.named_loader(text) is loads
     assert mlx_api.is_load_name(text, None) is loads  # the package model asks the same question
+
+
+def test_every_name_of_the_installed_mlx_core_is_known() -> None:
+    """A name a newer MLX adds must be listed, or its calls would stop counting as MLX work."""
+    core = pytest.importorskip("mlx.core")
+    from mlx_invariants.checker.mlx_core_names import CORE_NAMES
+
+    missing = sorted(n for n in dir(core) if not n.startswith("_") and n not in CORE_NAMES)
+    assert not missing, f"add to invariants/checker/mlx_core_names.py: {missing}"
+
+
+@pytest.mark.parametrize(("qual", "work"), [
+    ("mlx.core.eval", True), ("mlx.core.random.normal", True), ("mlx.core.linalg.norm", True),
+    ("mlx.core.time", False), ("mlx.core.get_active_memory", False), ("mlx.core.clear_cache", False),
+])
+def test_core_work_is_a_name_mlx_core_has_that_does_array_work(qual: str, work: bool) -> None:
+    assert mlx_api.core_work(qual) is work

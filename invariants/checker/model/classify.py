@@ -31,7 +31,7 @@ def by_name(qual: str) -> str | None:
         return BLOCK
     if qual in mlx_api.LOADS:
         return LOAD
-    if qual.startswith("mlx.core.") and not any(h in qual for h in mlx_api.HARMLESS_CORE):
+    if mlx_api.core_work(qual):
         return TOUCH
     return None
 

@@ -213,6 +213,33 @@ class MlxOnLoopBesideWorker(Rule):
         '''),
     ]
     VALID = [
+        # A name mlx.core does not have runs nothing: the guarded `mx.time()` never runs (embed-rerank, issue 23).
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            import mlx.core as mx
+
+            class Reranker:
+                def __init__(self):
+                    self._executor = ThreadPoolExecutor(max_workers=1)
+
+                async def load_model(self):
+                    start = mx.time() if hasattr(mx, "time") else None
+                    loop = asyncio.get_running_loop()
+                    self._weights = await loop.run_in_executor(self._executor, self._load_sync)
+
+                async def score(self, pairs):
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._executor, self._score, pairs)
+
+                def _load_sync(self):
+                    weights = mx.load(self._path)
+                    mx.eval(weights)
+                    return weights
+
+                def _score(self, pairs):
+                    return mx.eval(self._model(pairs))
+        '''),
         # A cache whose state is lazy is saved on the worker before it prefills; one whose arrays
         # are evaluated is saved inline (the shape of olmlx's ca34ff8).
         Valid('''

@@ -41,6 +41,9 @@ class _Def:
     evaluated: set[str] = field(default_factory=set)  # names handed to mx.eval so far
     local: set[str] = field(default_factory=set)  # parameters and assigned names (they shadow globals)
     globals: set[str] = field(default_factory=set)  # names its `global` statements declare
+    # lazy stores not yet reported, as (node, its statement, value, target): an `mx.eval` of the target later in
+    # the def clears one
+    stored: list[tuple[cst.CSTNode, cst.CSTNode | None, str, str]] = field(default_factory=list)
 
 
 class LazyMlxResultMemoised(Rule):
@@ -80,8 +83,10 @@ class LazyMlxResultMemoised(Rule):
         "into a mapping bound at module level (a dict literal, `dict()`, `OrderedDict()`, `defaultdict()`) by "
         "subscript or `setdefault`, and `global` names assigned in a def; a lazy array kept "
         "on a long-lived object (`self.matrix_T = self.matrix.T`), returned from an `lru_cache` function, or "
-        "built by a project's own helper is not seen. An `mx.eval` anywhere earlier in the def of the stored "
-        "name counts, on any path."
+        "built by a project's own helper is not seen. An `mx.eval` of the stored name anywhere in the def, "
+        "before the store or after it, counts, on any path: the moment between a store and the `mx.eval` "
+        "right after it is a race on the first call only (WhisperLiveKit's DFT matrices, "
+        "voxtral_mlx/spectrogram.py@ed571b6:117, graded false blind)."
     )
     triggers = (("mlx",), (_SHAPE,))
 
@@ -113,6 +118,23 @@ class LazyMlxResultMemoised(Rule):
         """),
     ]
     VALID = [
+        # Stored, then evaluated before the def returns (WhisperLiveKit, issue 23).
+        Valid("""
+            import math
+            import mlx.core as mx
+
+            _DFT_RE = None
+            _DFT_IM = None
+
+            def dft_matrices(size):
+                global _DFT_RE, _DFT_IM
+                if _DFT_RE is None:
+                    phase = -2.0 * math.pi * mx.arange(size)[:, None] * mx.arange(size)[None, :] / size
+                    _DFT_RE = mx.cos(phase)
+                    _DFT_IM = mx.sin(phase)
+                    mx.eval(_DFT_RE, _DFT_IM)
+                return _DFT_RE, _DFT_IM
+        """),
         Valid("""
             import mlx.core as mx
 
@@ -180,7 +202,8 @@ class LazyMlxResultMemoised(Rule):
         self.defs.append(_Def(local=names))
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.defs.pop()
+        for stored, statement, value, target in self.defs.pop().stored:
+            self.ctx.report_at(self.id, stored, statement, self.message.format(value=value, target=target))
 
     def visit_Global(self, node: cst.Global) -> None:
         if self.defs:
@@ -191,7 +214,9 @@ class LazyMlxResultMemoised(Rule):
             return
         frame = self.defs[-1]
         if self.ctx.resolve(node.func) in _EVALUATES:
-            frame.evaluated.update(n.value for a in node.args for n in _names(a.value))
+            names = {n.value for a in node.args for n in _names(a.value)}
+            frame.evaluated.update(names)
+            frame.stored = [entry for entry in frame.stored if entry[3] not in names]
             return
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "setdefault" and len(node.args) >= 2:
@@ -226,7 +251,7 @@ class LazyMlxResultMemoised(Rule):
         if isinstance(value, cst.Name) and value.value in frame.evaluated:
             return
         if self._lazy(value, frame):
-            self.report(node, value=_short(value), target=target)
+            frame.stored.append((node, self.ctx.statement, _short(value), target))
 
     def _lazy(self, value: cst.BaseExpression, frame: _Def) -> bool:
         """An op MLX has not run yet: an mlx.core op's result, an array method or operator on one."""
@@ -259,6 +284,8 @@ def _names(expr: cst.BaseExpression) -> list[cst.Name]:
         return [expr]
     if isinstance(expr, cst.Tuple | cst.List):
         return [n for element in expr.elements for n in _names(element.value)]
+    if isinstance(expr, cst.Subscript):  # `mx.eval(_cache[key])`: the container's entry
+        return _names(expr.value)
     return []
 
 

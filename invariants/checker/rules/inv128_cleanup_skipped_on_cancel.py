@@ -7,6 +7,7 @@ import libcst as cst
 
 from mlx_invariants.checker.cancellers import catches_cancellation, shutdown_only
 from mlx_invariants.checker.names import dotted, terminal
+from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP
 
@@ -270,14 +271,15 @@ class CleanupSkippedOnCancel(Rule):
 
 
 def _ordered(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The nodes below `node` in source order, not entering nested defs, lambdas and classes."""
+    """The nodes below `node` in source order, not entering nested defs, lambdas and classes (read through
+    nodes.children: libcst's own `children` property rebuilds every node it returns)."""
     found: list[cst.CSTNode] = []
-    stack = list(reversed(node.children))
+    stack = children(node)[::-1]
     while stack:
         current = stack.pop()
         found.append(current)
         if not isinstance(current, OWN_BODY_STOP):
-            stack.extend(reversed(current.children))
+            stack.extend(children(current)[::-1])
     return found
 
 

@@ -3,19 +3,22 @@
 docs/corpus.md's HEAD section grades every finding on the ten servers the rules were
 refined against, so its precision is a training figure. This script runs the checker
 (default configuration, at a commit of this project) on the HEADs of other MLX servers,
-recorded below in two sets, and joins each finding with its verdict, if a reviewer gave
+recorded below in three sets, and joins each finding with its verdict, if a reviewer gave
 one: true / arguable / false, arguable counting as false. Set "a" (SERVERS) has been
 studied since (rules were changed after grading it), so its figure is no longer held
 out; set "b" (SERVERS_B) is fourteen more, first measured at checker commit
-MEASURED_B, before anyone tuned a rule on them. Verdicts come from reviewers who were
-handed the finding and the code (the packets `--packets` writes), never the rule's
-intent; they live in benchmarks/results/unstudied_verdicts.json, keyed by repository,
+MEASURED_B, before anyone tuned a rule on them; set "c" (SERVERS_C) is eleven more that
+nobody had run the checker on when they were added, so its first run is a held-out figure
+(whoever measures it records that commit and figure beside set b's). Verdicts come from
+reviewers who were handed the finding and the code (the packets `--packets` writes), never
+the rule's intent; they live in benchmarks/results/unstudied_verdicts.json, keyed by repository,
 path, line and rule, so a finding the rules no longer make drops out and a new one
 shows as not graded until it is.
 
     .venv/bin/python benchmarks/precision_unstudied.py --write docs/precision.md
     .venv/bin/python benchmarks/precision_unstudied.py --set b --write docs/precision-b.md
     .venv/bin/python benchmarks/precision_unstudied.py --set b --packets /tmp/packets   # ungraded ones, for reviewers
+    .venv/bin/python benchmarks/precision_unstudied.py --set c --write docs/precision-c.md
 
 The mirrors are bare clones under /work/.mirror (the `fetch` tool; benchmarks/corpus.py
 says how); xorbitsai/inference and mudler/LocalAI are left out while they are a
@@ -87,8 +90,40 @@ SERVERS_B = (
     head.Server("lucaswoj/mllama", "82b747b9a68b0f2f503fa90451b8b6e768b0aea2", ("src/mllama",),
                 (*_EXCLUDE, "**/*_test.py")),
 )
-SETS = {"a": SERVERS, "b": SERVERS_B}
-DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md"}
+# Picked 2026-11-28, after sets a and b had been studied, by code search and repository-name search for
+# Python projects that serve MLX models in-process (HTTP/IPC servers, a voice assistant, an agent daemon)
+# with asyncio or threads, and fetched that day (the newest snapshot of each default branch). Nobody had run
+# the checker on any of them, nor read a rule's code while picking them, when they were added. None is in
+# sets a or b, docs/corpus.md's HEAD servers or the corpus cases, nor a fork or copy of one (no root commit
+# shared with any mirror here; opta_lmx imports vllm_mlx as a library). Monorepos are pinned to their MLX
+# serving packages only. zeta-mlx's custom_models/ is a copy of an mlx-lm model file; vserf-agglam's
+# top-level app.py is outside any folder, so it goes unchecked.
+SERVERS_C = (
+    head.Server("huydt84/mlx-server-runtime", "041e0387e1c94922a22bb42e636c91aeedbb66d4", ("python/mlx_worker",),
+                _EXCLUDE),
+    head.Server("jvines/python-mlx-server", "178dc8ba1d9c0f3be71869dadd52d93f489d7b98", ("src/mlx_server",),
+                _EXCLUDE),
+    head.Server("vserf-agglam/mlx-server", "7e04bd04bc75ed781577b7ebf41e004b1247f7fd",
+                ("api", "utils", "message_converter", "token_parser"), _EXCLUDE),
+    head.Server("gentleBits/mlx-whisper-api", "ec2af78ca9f051cdbf58637343b828e6bfd438bc", ("app",), _EXCLUDE),
+    head.Server("geosurge-ai/whisper-mlx", "67b99ce62b3c0cdba7af511ef98dd018a4086dd1", ("daemon",), _EXCLUDE),
+    head.Server("zeta9044/zeta-mlx", "1ce9e92e13516e76bd3855166b1cead62bbcef3c",
+                ("packages/inference/src/zeta_mlx/inference", "packages/embedding/src/zeta_mlx/embedding",
+                 "packages/core/src/zeta_mlx/core", "packages/cli/src/zeta_mlx/cli"),
+                (*_EXCLUDE, "**/custom_models/")),
+    head.Server("j-huang-rj/mlx-inference-service", "57f6399c1577c0399f634df94dae9b066d44c1d5", ("app",), _EXCLUDE),
+    head.Server("realAllenSong/mlx-tts-server", "e21bfe5ed127af1371cbd3231f78fef437e42c4a", ("src/mlx_tts_server",),
+                _EXCLUDE),
+    head.Server("saagar210/mlx-model-hub", "cc3537d6cec9490a0b8cccf632a7fa3d3386cd48",
+                ("ai-tools/mlx-model-hub/inference-server/src/unified_mlx_app",
+                 "ai-tools/mlx-model-hub/backend/src/mlx_hub"), _EXCLUDE),
+    head.Server("mateus-batista/smart-home", "4e65c3a6ef4cb1eedb3295f8d48ed295bfa780a7",
+                ("voice-assistant/src/belle",), _EXCLUDE),
+    head.Server("agencymatthewg-beep/opta", "7a90bcbcb5f813bccf6c3ea09e5cd0f7a0a68c5a",
+                ("1-Apps/optalocal/1M-Opta-LMX/src/opta_lmx",), _EXCLUDE),
+)
+SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C}
+DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 
@@ -139,7 +174,7 @@ def _cell(text: str) -> str:
 
 
 def render(found: list[dict], verdicts: dict, commit: str, name: str = "a") -> str:
-    """docs/precision.md (set a) or docs/precision-b.md: the figures by rule and by server of set `name`, then every finding with its verdict."""
+    """DOCS[name] (docs/precision.md for set a): the figures by rule and by server of set `name`, then every finding with its verdict."""
     servers = SETS[name]
     graded = Counter()
     by_rule: dict[str, Counter] = {}
@@ -159,7 +194,9 @@ def render(found: list[dict], verdicts: dict, commit: str, name: str = "a") -> s
         "",
         (f"Set b: servers first measured at checker commit `{MEASURED_B[:7]}`, before anyone tuned a rule on them: "
          f"{FIRST_B}, the held-out figure. Rules changed since on its false findings, so the figure below is not."
-         if name == "b" else "Set a: servers studied since (rules were changed after grading them), so not held out."),
+         if name == "b" else
+         "Set c: servers nobody had run the checker on when they were added; its first measure is held out."
+         if name == "c" else "Set a: servers studied since (rules were changed after grading them), so not held out."),
         "",
         f"**{len(found)} findings on {len(servers)} servers; {judged} graded: {graded['true']} true, "
         f"{graded['arguable']} arguable, {graded['false']} false"

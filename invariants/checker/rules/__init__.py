@@ -31,6 +31,7 @@ from mlx_invariants.checker.rules.inv125_mlx_outside_declared_lock import MlxOut
 from mlx_invariants.checker.rules.inv126_busy_wait import BusyWait
 from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlxResultMemoised
 from mlx_invariants.checker.rules.inv128_cleanup_skipped_on_cancel import CleanupSkippedOnCancel
+from mlx_invariants.checker.rules.inv129_stop_flag_cannot_wake_wait import StopFlagCannotWakeWait
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -61,6 +62,7 @@ RULES: list[type[Rule]] = [
     BusyWait,
     LazyMlxResultMemoised,
     CleanupSkippedOnCancel,
+    StopFlagCannotWakeWait,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

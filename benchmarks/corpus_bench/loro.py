@@ -72,6 +72,13 @@ _HELDOUT5 = Studied(
     "HEAD when their cases (benchmarks/corpus_bench/cases/heldout5.json) were mined, recorded before anyone here "
     "read these repositories; no rule changed in that work")
 
+# HEAD when heldout6.json's cases were mined (issue 23 item 4), recorded before that work read this repository
+# or the rules' code; no rule changed in that work.
+_HELDOUT6 = Studied(
+    "fb4cef2c73a61a03db859e90b2cde912a5973290",
+    "HEAD when its cases (benchmarks/corpus_bench/cases/heldout6.json) were mined, recorded before anyone here "
+    "read this repository; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -92,6 +99,7 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "mudler/LocalAI": _HELDOUT4,
     "huggingface/speech-to-speech": _HELDOUT5,
     "jamiepine/voicebox": _HELDOUT5,
+    "homelab-00/TranscriptionSuite": _HELDOUT6,
 }
 
 

@@ -85,6 +85,9 @@ class WorkerLoopIgnoresCancel(Rule):
         "(or pass a cancel hook)"
     )
     known_problems = (
+        "A `for` over a collection handed in (`for doc in documents`, `enumerate(batch)`) whose steps feed "
+        "nothing from one to the next is scoring or embedding, and ends with its items: not judged, though a "
+        "long list handed to it runs on after a cancel all the same. "
         "A decode loop is a `for` over an MLX generator (stream_generate, a model's stream_chat) or any `for` "
         "whose body runs a generation step (calls the model, a generation, a batch generator's or scheduler's "
         "step; `mx.eval`, a batch generator's insert/remove/close and saving weights make no token) or hands "
@@ -209,6 +212,25 @@ class WorkerLoopIgnoresCancel(Rule):
         '''),
     ]
     VALID = [
+        # Scoring each document it was handed on its own ends with the documents: no token feeds the next
+        # step (mlx-serve's rerank, issue 23's set b: graded arguable twice).
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+            import mlx.core as mx
+
+            MLX_THREAD = ThreadPoolExecutor(max_workers=1)
+
+            async def rerank(model, tokenizer, query, documents):
+                def compute():
+                    scores = []
+                    for doc in documents:
+                        tokens = mx.array([tokenizer.encode(query + doc)])
+                        logits = model(tokens)
+                        scores.append(float(mx.softmax(logits[0, -1])[1]))
+                    return scores
+                return await asyncio.get_running_loop().run_in_executor(MLX_THREAD, compute)
+        '''),
         Valid('''
             import asyncio
             from concurrent.futures import ThreadPoolExecutor
@@ -536,9 +558,13 @@ class WorkerLoopIgnoresCancel(Rule):
         event loop (a stream a coroutine consumes, whatever produces it)."""
         if mlx_api.is_mlx_generator(loop.iter, self.ctx):
             return True
-        body = {id(n) for n in descendants(loop.body, OWN_BODY_STOP) if isinstance(n, cst.Call)}
-        return any(id(site.node) in body and (self._steps(site) or terminal(site.node.func) in _POSTS)
-                   for site in function.calls)
+        inside = descendants(loop.body, OWN_BODY_STOP)
+        body = {id(n) for n in inside if isinstance(n, cst.Call)}
+        calls = [site for site in function.calls if id(site.node) in body]
+        if any(terminal(site.node.func) in _POSTS for site in calls):
+            return True
+        steps = [site.node for site in calls if self._steps(site)]
+        return bool(steps) and (not _walks_items(loop.iter) or _carries(inside, steps))
 
     def _steps(self, site: CallSite) -> bool:
         """A generation step: blocking MLX that makes a token, or calling the model (`model(y)`,
@@ -549,6 +575,47 @@ class WorkerLoopIgnoresCancel(Rule):
         if mlx_api.runs_mlx(site, self.ctx, loads=False):
             return True
         return isinstance(site.node.func, cst.Name | cst.Attribute) and mlx_api.is_model(site.node.func, self.ctx)
+
+
+# Calls that walk a collection given in advance (`for i, doc in enumerate(documents)`).
+_OVER_ITEMS = frozenset({"enumerate", "zip", "reversed", "sorted", "list", "tuple"})
+
+
+def _walks_items(iterable: cst.BaseExpression) -> bool:
+    """The loop walks a collection the work was handed (`for doc in documents`), not a count of steps
+    (`range(max_tokens)`) or a generator: it ends when the items do, whatever the model returns."""
+    if isinstance(iterable, cst.Name | cst.Attribute | cst.Subscript):
+        return True
+    return (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name)
+            and iterable.func.value in _OVER_ITEMS and all(_walks_items(a.value) for a in iterable.args))
+
+
+def _carries(inside: list[cst.CSTNode], steps: list[cst.Call]) -> bool:
+    """A step's output feeds a later step (`logits = model(y)`, `y = sampler(logits)`): the loop decodes,
+    each token made from the last. A loop that scores each item on its own (`model(mx.array(ids))` per
+    document) carries nothing from one step to the next."""
+    made = {id(step) for step in steps}
+    fed: set[str] = set()
+    assigns = [n for n in inside if isinstance(n, cst.Assign | cst.AugAssign | cst.AnnAssign)]
+    changed = True
+    while changed:
+        changed = False
+        for assign in assigns:
+            value = assign.value
+            if value is None:
+                continue
+            reads = [value, *descendants(value)]
+            if not any(id(n) in made or (isinstance(n, cst.Name) and n.value in fed) for n in reads):
+                continue
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            names = [n for t in targets for n in ([t] if isinstance(t, cst.Name) else
+                     [e.value for e in t.elements] if isinstance(t, cst.Tuple | cst.List) else [])]
+            for name in names:
+                if isinstance(name, cst.Name) and name.value not in fed:
+                    fed.add(name.value)
+                    changed = True
+    return any(isinstance(n, cst.Name) and n.value in fed for step in steps for arg in step.args
+               for n in [arg.value, *descendants(arg.value)])
 
 
 def _wired(call: cst.Call) -> bool:

@@ -97,7 +97,7 @@ class CleanupSkippedOnCancel(Rule):
         "Only a handler that ends by raising is judged: one that recovers (`return None`) is read as the failure "
         "path's own answer, though a cancellation skips its undo just the same (TranscriptionSuite's live mode "
         "unloaded the main model and restored it only in such a handler, server/backend/api/routes/live.py@19e246f:335, "
-        "fixed in d9d0e5b; asking for the raise keeps four findings of 25 servers' HEADs out, none of them graded). "
+        "fixed in d9d0e5b; asking for the raise keeps four findings of 25 servers' HEADs out, graded 3 arguable and 1 false blind). "
         "Pairs an undo with its set-up by verb and receiver only, in one def: a set-up done by a callee, or undone "
         "through another object or verb (`worker.launch(...)` undone by `self.terminate_model(...)`), is missed. "
         "A handler whose undo is also done by an outer `try` of a caller, on cancellation, is reported. A route "

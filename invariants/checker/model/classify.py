@@ -14,6 +14,7 @@ from mlx_invariants.checker.model.summary import BLOCK, GEN, LOAD, TOUCH
 
 TO_THREAD = offload.TO_THREAD
 POOLS = offload.POOLS
+THREAD_POOLS = offload.THREAD_POOLS
 EXECUTOR_NAMES = offload.EXECUTOR_NAMES
 GENERATORS = mlx_api.GENERATORS
 BATCH_GENERATORS = mlx_api.BATCH_GENERATORS

@@ -19,7 +19,7 @@ from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
-    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
+    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 from mlx_invariants.checker.startup import LIFESPAN, STARTUP, startup_kind
@@ -247,7 +247,8 @@ class _Resolver:
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))
-                continue
+                if kind[0] != MODEL:  # a call by name is still the call the package model follows
+                    continue
             if target is None or (use == "await" and target.startswith("$")):
                 continue
             calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED) else PLAIN,
@@ -282,7 +283,16 @@ class _Resolver:
         if isinstance(func, ast.Name) and func.id == "next" and call.args:
             return (GEN, "next() on an MLX generator") if self._is_mlx_generator(call.args[0], fn) else None
         if target is not None and target.startswith((":", ".")):
-            return None
+            if self._followed(target):
+                return None
+            kind = self._by_names(call, text, fn, use)
+            return (MODEL, kind[1]) if kind is not None and kind[0] in (BLOCK, GEN) else None
+        return self._by_names(call, text, fn, use)
+
+    def _by_names(self, call: ast.Call, text: str, fn: Def, use: str) -> tuple[str, str] | None:
+        """The kind the names engines give their MLX wrappers say a call is (a model-named receiver's
+        generate, a batch generator's step, a forward pass)."""
+        func = call.func
         if isinstance(func, ast.Attribute):
             receiver = dotted(func.value) or ""
             built = self._built_as_batch_generator(func.value, fn)
@@ -296,6 +306,19 @@ class _Resolver:
         if isinstance(func, ast.Name | ast.Attribute) and classify.is_forward_pass(text, self.shared):
             return BLOCK, f"{text}(...)"
         return None
+
+    def _followed(self, target: str) -> bool:
+        """`target` (a reference of this file or package) names what the package model follows: not
+        an attribute of a class of this file that holds an MLX object or a value the file does not
+        name (`self.model = load(path)`, `self.model = model`), whose calls the names decide."""
+        if not target.startswith(":") or "()." not in target:
+            return True
+        cls, _, rest = target[1:].partition("().")
+        attr = rest.split(".", 1)[0]
+        if cls not in self.classes or f"{cls}.{attr}" in self._by_name:
+            return True
+        value = self._class_attr(cls, attr)
+        return value is not None and not value.startswith(("mlx.", "mlx_lm.", "mlx_vlm."))
 
     def _is_mlx_generator(self, expr: ast.AST, fn: Def) -> bool:
         ref = self.ref(expr, fn)
@@ -323,7 +346,8 @@ class _Resolver:
         if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
             executor = _positional(call, 0)
             pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else (
-                OWNER if _matches(dotted(executor), self.shared["owner-executors"]) else EXECUTOR)
+                OWNER if _matches(dotted(executor), self.shared["owner-executors"]) else
+                ONE_THREAD if self._one_thread(executor, fn) else EXECUTOR)
             target_expr = _positional(call, 1)
         elif isinstance(func, ast.Attribute) and func.attr == "submit":
             receiver = self._deref(self.ref(func.value, fn)) or ""
@@ -332,7 +356,8 @@ class _Resolver:
             ):
                 return None
             owner = _matches(dotted(func.value), self.shared["owner-executors"])
-            pool, target_expr = OWNER if owner else EXECUTOR, _positional(call, 0)
+            pool = OWNER if owner else ONE_THREAD if self._one_thread(func.value, fn) else EXECUTOR
+            target_expr = _positional(call, 0)
         else:
             qual = self.ref(func, fn)
             if qual in classify.TO_THREAD:
@@ -350,6 +375,27 @@ class _Resolver:
         serialized = self._serialized(call.lineno, fn)
         return Offload(how, pool, target, param, self._place(call, stmt), dotted(target_expr) or "lambda"
                        if target_expr is not None else "callable", serialized)
+
+    def _one_thread(self, executor: ast.AST | None, fn: Def) -> bool:
+        """`executor` is a thread pool this file builds with one worker (`ThreadPoolExecutor(max_workers=1)`),
+        every value it is given agreeing: its one thread serializes what it runs (offload.is_owner_executor)."""
+        values: list[tuple[Def | None, Any]] = []
+        if isinstance(executor, ast.Attribute) and isinstance(executor.value, ast.Name) and executor.value.id == "self":
+            method = fn
+            while method is not None and method.cls is None:
+                method = method.parent
+            info = self.classes.get(method.cls) if method is not None and method.cls is not None else None
+            values = list(info["attrs"].get(executor.attr, ())) if info is not None else []
+        elif isinstance(executor, ast.Name):
+            scope: Def | None = fn
+            while scope is not None and executor.id not in scope.bindings:
+                scope = scope.parent
+            holder = scope if scope is not None else self.module
+            values = [(holder, v) for v in holder.bindings.get(executor.id, ())]
+        values = [(scope, v) for scope, v in values if not _is_none(v)]
+        return bool(values) and all(
+            isinstance(v, ast.Call) and self.ref(v.func, scope if scope is not self.module else None) in classify.THREAD_POOLS
+            and _workers(v) == 1 for scope, v in values)
 
     def _serialized(self, line: int, fn: Def) -> bool:
         """Line `line` of `fn` runs under a lock: in `with <lock>:`, or in `with helper(...):` where
@@ -531,6 +577,12 @@ def _positional(call: ast.Call, index: int) -> ast.AST | None:
             break
         args.append(arg)
     return args[index] if index < len(args) else None
+
+
+def _workers(call: ast.Call) -> int | None:
+    """The constant worker count a `ThreadPoolExecutor(...)` call names, else None."""
+    value = next((k.value for k in call.keywords if k.arg == "max_workers"), None) or _positional(call, 0)
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, int) else None
 
 
 def _annotation(node: ast.AST) -> ast.AST | None:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_invariants.checker.model.summary import (
-    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call, FileSummary,
-    Function,
+    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call,
+    FileSummary, Function,
 )
 
 RUN, ITER = "run", "iter"
@@ -33,10 +33,14 @@ LOADING = frozenset({LOAD})
 BINDING = frozenset({BIND})                   # gives the calling thread its own generation stream
 # MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
 UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
+# With an inferred MLX lock, only MLX that runs in Metal counts (summary.METAL): the lock was not declared
+# to cover the rest.
+INFERRED = METAL | {"unguarded"}
 # Thread roles: where a function runs.
 LOOP = "the event loop"
 OWNER_THREAD = "the owner thread"
-ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREAD: "a thread", OWNER: OWNER_THREAD}
+ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREAD: "a thread", OWNER: OWNER_THREAD,
+                ONE_THREAD: "an executor of one worker"}
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
 
@@ -84,6 +88,11 @@ class Package:
         self.mlx_locks: list[str] = []  # the configured ones, then those declared by a comment
         self._families: set[Key] = set()  # the families (`family`) that take a declared MLX lock
         self.is_mlx_lock: Callable[[str | None], bool] = lambda text: False  # a lock's text -> declared
+        # Without a declared one: the process-wide locks inferred to guard MLX (locks.py of the model), by
+        # identity (`app.utils:MLX_LOCK`), each with the lock as first written and the functions that hold it.
+        self.inferred_locks: dict[str, tuple[str, list[Key]]] = {}
+        self.lock_identities: dict[tuple[Key, str], str | None] = {}  # (function, lock as written) -> identity
+        self._owned: dict[Key, bool] = {}  # family -> it serializes its MLX on an owner of its own
         self.roles: dict[Key, set[str]] = {}
         self.held: set[Key] = set()
         self._summaries: dict[str, FileSummary | None] = {}
@@ -288,6 +297,14 @@ class Package:
                               if any(self.is_mlx_lock(text) for _, _, text in fn.guards)}
             self._held()
             self.reach[UNGUARDED] = self._reach(UNGUARDED, skip=self.loaders | self.held, guarded=True)
+        else:
+            from mlx_invariants.checker.model.locks import infer
+
+            self.reach[METAL] = self._reach(METAL, skip=self.loaders)
+            self.inferred_locks = infer(self)
+            if self.inferred_locks:
+                self._held()
+                self.reach[UNGUARDED] = self._reach(INFERRED, skip=self.loaders | self.held, guarded=True)
 
     # --- thread roles and declared locks -------------------------------------------------------
     def declared_owner(self, key: Key) -> bool:
@@ -314,6 +331,67 @@ class Package:
         """Whether INV125 asks about this function: its family takes a declared MLX lock somewhere
         (a class that serializes its MLX by one), so other classes' handlers are not judged by it."""
         return self.family(key) in self._families
+
+    def mlx_guarded(self, key: Key, line: int) -> bool:
+        """Line `line` of function `key` runs inside `with`/`async with` an MLX lock: a declared one
+        (by its text), else one inferred (by what the text names, seen from `key`: locks.py)."""
+        fn = self.function(key)
+        if fn is None:
+            return False
+        if self.mlx_locks:
+            return fn.guarded(line, self.is_mlx_lock)
+        if not self.inferred_locks:
+            return False
+        from mlx_invariants.checker.model.locks import identity
+
+        return any(first <= line <= last and identity(self, key, text) in self.inferred_locks
+                   for first, last, text in fn.guards)
+
+    def runs(self, level: frozenset[str], key: Key, first: int, last: int) -> bool:
+        """Lines `first`..`last` of function `key` run MLX of `level` (prepared in `reach`): a call of
+        their own, a call of a function that reaches one, or a callable handed to a thread there."""
+        fn = self.functions[key]
+        if any(first <= touch.line <= last and touch.kind in level for touch in fn.mlx):
+            return True
+        reach = self.reach[level]
+        for call, use, target, external in self.edges.get(key, ()):
+            if call is None or not first <= call.place.line <= last:
+                continue
+            if target is None:
+                if external in level:
+                    return True
+            elif (target, RUN) in reach or (use == ITERATED and (target, ITER) in reach):
+                return True
+        for work in fn.offloads:
+            if first <= work.place.line <= last and work.target is not None:
+                found, _ = self.callee(key[0], work.target)
+                if found is not None and (found, RUN) in reach:
+                    return True
+        return False
+
+    def owned_family(self, key: Key) -> bool:
+        """`key`'s family serializes its MLX on an owner of its own, so a lock is not what keeps its
+        MLX apart: one of its functions is declared to run on the owner thread, or is an engine loop
+        owning MLX on the event loop (`owns_on_loop`), or hands MLX to the declared owner executor or
+        to an executor its file builds with one worker."""
+        family = self.family(key)
+        found = self._owned.get(family)
+        if found is None:
+            summary = self.summary(family[0])
+            members = [(family[0], name) for name in summary.functions
+                       if self.family((family[0], name)) == family] if summary is not None else []
+            found = any(self.declared_owner(k) or self.owns_on_loop(k) or self._hands_to_owner(k) for k in members)
+            self._owned[family] = found
+        return found
+
+    def _hands_to_owner(self, key: Key) -> bool:
+        fn = self.function(key)
+        for work in fn.offloads if fn is not None else ():
+            if work.pool in (OWNER, ONE_THREAD) and work.target is not None:
+                found, _ = self.callee(key[0], work.target)
+                if found is not None and ((found, RUN) in self.reach[ANY_MLX] or (found, RUN) in self.reach.get(METAL, {})):
+                    return True
+        return False
 
     def owns_on_loop(self, key: Key) -> bool:
         """An engine loop that made the event loop's thread its MLX owner (checker/loop_owner.py):
@@ -388,7 +466,7 @@ class Package:
             changed = False
             for key in list(held):
                 for caller, line in callers[key]:
-                    if caller not in held and not self.functions[caller].guarded(line, self.is_mlx_lock):
+                    if caller not in held and not self.mlx_guarded(caller, line):
                         held.discard(key)
                         changed = True
                         break
@@ -413,7 +491,7 @@ class Package:
                 continue
             mode = ITER if fn.is_generator else RUN
             for touch in sorted(fn.mlx, key=lambda t: t.kind not in BLOCKING):  # a blocking call: the clearer chain
-                if guarded and fn.guarded(touch.line, self.is_mlx_lock):
+                if guarded and self.mlx_guarded(key, touch.line):
                     continue
                 if touch.kind == RETURNS:  # an MLX generator, which generates where it is iterated
                     if GEN in level:
@@ -421,7 +499,7 @@ class Package:
                 elif touch.kind in level:
                     sink((key, mode), touch.text)
             for call, use, target, external in edges:
-                if guarded and call is not None and fn.guarded(call.place.line, self.is_mlx_lock):
+                if guarded and call is not None and self.mlx_guarded(key, call.place.line):
                     continue
                 if target is None:
                     if external == RETURNS and GEN in level:
@@ -548,5 +626,6 @@ def _external_kind(qual: str, use: str) -> str | None:
     return classify.by_name(qual)
 
 
-__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED", "BINDING",
+__all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED", "INFERRED",
+           "BINDING",
            "LOOP", "OWNER_THREAD"]

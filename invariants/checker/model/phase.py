@@ -8,9 +8,9 @@ content digest, so each is computed once per content; an unchanged package's fin
 kept in the cache folder by the digests of its files, so a re-run of an unchanged tree builds
 nothing, reads no summary and never imports libcst.
 
-Only entry modules (an `async def`, `to_thread` or `run_in_executor` in the text, and an
-import from the package or a mention of MLX) are summarized up front; other modules are read
-when a call leads to them.
+Only entry modules (an `async def`, `to_thread`, `run_in_executor`, `Thread(` or `.submit(` in
+the text, and an import from the package or a mention of MLX) are summarized up front; other
+modules are read when a call leads to them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from mlx_invariants.checker.files import SourceFile
 
 Row = list[Any]  # [rule, line, col, message, suppressed_by_line(, requires)], as in a file's report
-_ENTRY_WORDS = ("async ", "to_thread", "run_in_executor")
+_ENTRY_WORDS = ("async ", "to_thread", "run_in_executor", "Thread(", ".submit(")  # a thread handoff: INV125
 _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, Package
-from mlx_invariants.checker.model.summary import DEFAULT_POOL, ITERATED, OWNER, Call, Place
+from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, Key, Package
+from mlx_invariants.checker.model.summary import (
+    DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, THREAD, Call, Function, Offload, Place,
+)
 
 # The rules' own messages: the classes of INV107 and INV108 use them.
 ON_LOOP_MESSAGE = "{what} runs MLX on the event loop thread: hand it to the owner thread and await the result"
@@ -129,20 +131,32 @@ UNGUARDED_MESSAGE = (
     "{what} from `{handler}`, on the event loop, without holding {locks}, declared to guard "
     "MLX: take the lock around it, or hand the work to the owner thread"
 )
+INFERRED_MESSAGE = (
+    "{what} without holding {lock}, which {holders} hold around their MLX (a lock the package shares for MLX, "
+    "inferred: no mlx-locks declared): two threads can be inside Metal at once; take the lock around it too, or "
+    "hand the work to the owner thread"
+)
 
 
-def mlx_outside_declared_lock(package: Package, module: str) -> Iterator[ModelFinding]:
-    """INV125, lockset completeness: where the project declares the locks that guard MLX
-    (mlx-locks, or `# invariants: mlx-lock` where a lock is assigned), every call of a request
-    handler (an `async def` on the event loop) that reaches MLX holds one. A handler's family
-    is its class (or its module's top level); only a family that takes a declared lock
-    somewhere is asked, so another class's handlers are not judged by a lock that is not
-    theirs. Reported where a handler leaves the lock out: its own MLX call, its call of a sync
-    def that reaches MLX with no declared lock taken on the way, and a handoff to a thread
-    (other than the declared owner's) of work that does. A function every caller enters with
-    the lock held is judged at its callers. Silent where no lock is declared."""
+def mlx_outside_mlx_lock(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV125, lockset completeness: every MLX-reaching path holds the lock that guards MLX. The
+    locks are those the project declares (mlx-locks, or `# invariants: mlx-lock` where a lock is
+    assigned), else those the package shows it shares for MLX (model/locks.py); with neither, silent."""
+    if package.mlx_locks:
+        yield from _outside_declared(package, module)
+    elif package.inferred_locks:
+        yield from _outside_inferred(package, module)
+
+
+def _outside_declared(package: Package, module: str) -> Iterator[ModelFinding]:
+    """A request handler (an `async def` on the event loop) of a family that takes a declared
+    lock somewhere: its class (or its module's top level), so another class's handlers are not
+    judged by a lock that is not theirs. Reported where a handler leaves the lock out: its own
+    MLX call, its call of a sync def that reaches MLX with no declared lock taken on the way, and
+    a handoff to a thread (other than the declared owner's) of work that does. A function every
+    caller enters with the lock held is judged at its callers."""
     summary = package.summary(module)
-    if summary is None or not package.mlx_locks:
+    if summary is None:
         return
     locks = " or ".join(f"`{name}`" for name in package.mlx_locks)
     for name, fn in summary.functions.items():
@@ -152,37 +166,95 @@ def mlx_outside_declared_lock(package: Package, module: str) -> Iterator[ModelFi
         handler = package.display(key)
         if fn.is_async:
             for touch in fn.mlx:
-                if touch.kind in UNGUARDED and touch.place is not None and not fn.guarded(touch.line, package.is_mlx_lock):
+                if touch.kind in UNGUARDED and touch.place is not None and not package.mlx_guarded(key, touch.line):
                     yield ModelFinding("INV125", touch.place, UNGUARDED_MESSAGE.format(
                         what=f"`{touch.text}` runs MLX", handler=handler, locks=locks))
-            for call in fn.calls:
-                if fn.guarded(call.place.line, package.is_mlx_lock):
-                    continue
-                target, _ = package.callee(module, call.target)
-                callee = package.function(target) if target is not None else None
-                if callee is None or callee.is_async or callee.opaque or package.declared_owner(target):  # type: ignore[arg-type]
-                    continue
-                modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
-                node = next(((target, m) for m in modes if package.chain(UNGUARDED, (target, m))), None)  # type: ignore[arg-type]
-                if node is not None:
-                    chain = package.chain(UNGUARDED, node) or []
-                    yield ModelFinding("INV125", call.place, UNGUARDED_MESSAGE.format(
-                        what=f"`{call.text}()` reaches MLX ({' -> '.join(chain)})", handler=handler, locks=locks))
-        for work in fn.offloads:
-            if work.pool == OWNER or work.target is None or fn.guarded(work.place.line, package.is_mlx_lock):
+            for call, chain in _unguarded_calls(package, key, fn):
+                yield ModelFinding("INV125", call.place, UNGUARDED_MESSAGE.format(
+                    what=f"`{call.text}()` reaches MLX ({' -> '.join(chain)})", handler=handler, locks=locks))
+        for work, chain in _unguarded_handoffs(package, key, fn):
+            yield ModelFinding("INV125", work.place, UNGUARDED_MESSAGE.format(
+                what=f"`{work.text}`, handed to {work.how}, reaches MLX ({' -> '.join(chain)})", handler=handler,
+                locks=locks))
+
+
+def _outside_inferred(package: Package, module: str) -> Iterator[ModelFinding]:
+    """Where the package shares an inferred MLX lock: a request handler on the event loop whose MLX
+    runs in Metal without it (its own call, or a sync def it calls), and a handoff, from any
+    function, of work that does to a thread other than an owner (a `Thread`, an executor, the
+    default pool). Left out: a family that serializes its MLX on an owner of its own (a declared
+    owner function or executor, an engine loop owning MLX on the event loop, an executor built with
+    one worker: `Package.owned_family`), start-up (MLX run or handed to a pool by a lifespan before its
+    `yield` or a start-up hook, loading weights; not a `Thread` started there, which serves), and a
+    function every caller enters with the lock held (judged at its callers)."""
+    summary = package.summary(module)
+    if summary is None:
+        return
+    for name, fn in summary.functions.items():
+        key = (module, name)
+        if key in package.held or package.declared_owner(key) or package.owned_family(key):
+            continue
+        handler = package.display(key)
+        if fn.is_async and package.on_loop(key) and key not in package.loaders and not package.owns_on_loop(key):
+            for touch in fn.mlx:
+                if (touch.kind in METAL and touch.place is not None and not fn.before_serving(touch.line)
+                        and not package.mlx_guarded(key, touch.line)):
+                    yield _inferred(package, touch.place, f"`{touch.text}` runs MLX in `{handler}`, on the event loop,")
+            for call, chain in _unguarded_calls(package, key, fn):
+                if not fn.before_serving(call.place.line):
+                    yield _inferred(package, call.place, f"`{call.text}()` reaches MLX ({' -> '.join(chain)}) from "
+                                                         f"`{handler}`, on the event loop,")
+        for work, chain in _unguarded_handoffs(package, key, fn):
+            found, _ = package.callee(module, work.target)  # type: ignore[arg-type]
+            # Work handed over at start-up runs before serving; a thread started there serves for the server's life.
+            startup = work.pool != THREAD and fn.before_serving(work.place.line)
+            if work.pool == ONE_THREAD or startup or package.owned_family(found):  # type: ignore[arg-type]
                 continue
-            found, _ = package.callee(module, work.target)
-            if found is None or package.declared_owner(found):
-                continue
-            chain = package.chain(UNGUARDED, (found, RUN))
-            if chain:
-                yield ModelFinding("INV125", work.place, UNGUARDED_MESSAGE.format(
-                    what=f"`{work.text}`, handed to {work.how}, reaches MLX ({' -> '.join(chain)})", handler=handler,
-                    locks=locks))
+            yield _inferred(package, work.place, f"`{work.text}`, handed to {work.how} by `{handler}`, reaches MLX "
+                                                 f"({' -> '.join(chain)})")
+
+
+def _inferred(package: Package, place: Place, what: str) -> ModelFinding:
+    """A finding against the package's inferred MLX locks, naming them and the functions that hold them."""
+    locks = sorted(package.inferred_locks.values())
+    holders = sorted({key for _, keys in locks for key in keys})
+    names = ", ".join(f"`{package.display(k)}`" for k in holders[:3]) + (", ..." if len(holders) > 3 else "")
+    return ModelFinding("INV125", place, INFERRED_MESSAGE.format(
+        what=what, lock=" or ".join(f"`{text}`" for text, _ in locks),
+        holders=f"{names} ({len({k[0] for k in holders})} modules)"))
+
+
+def _unguarded_calls(package: Package, key: Key, fn: Function) -> Iterator[tuple[Call, list[str]]]:
+    """The calls of `fn` outside every MLX lock of a sync def that reaches MLX outside them too."""
+    for call in fn.calls:
+        if package.mlx_guarded(key, call.place.line):
+            continue
+        target, _ = package.callee(key[0], call.target)
+        callee = package.function(target) if target is not None else None
+        if callee is None or callee.is_async or callee.opaque or package.declared_owner(target):  # type: ignore[arg-type]
+            continue
+        modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
+        node = next(((target, m) for m in modes if package.chain(UNGUARDED, (target, m))), None)  # type: ignore[arg-type]
+        if node is not None:
+            yield call, package.chain(UNGUARDED, node) or []
+
+
+def _unguarded_handoffs(package: Package, key: Key, fn: Function) -> Iterator[tuple[Offload, list[str]]]:
+    """The handoffs of `fn` outside every MLX lock, to a thread other than the declared owner's, of work
+    that reaches MLX outside them."""
+    for work in fn.offloads:
+        if work.pool == OWNER or work.target is None or package.mlx_guarded(key, work.place.line):
+            continue
+        found, _ = package.callee(key[0], work.target)
+        if found is None or package.declared_owner(found):
+            continue
+        chain = package.chain(UNGUARDED, (found, RUN))
+        if chain:
+            yield work, chain
 
 
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV107": mlx_handed_to_default_pool,
     "INV108": blocking_mlx_on_loop,
-    "INV125": mlx_outside_declared_lock,
+    "INV125": mlx_outside_mlx_lock,
 }

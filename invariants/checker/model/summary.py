@@ -26,6 +26,13 @@ TOUCH = "touch"      # encodes MLX work without waiting for it (mx.array, a prom
 LOAD = "load"        # loads weights: start-up work
 RETURNS = "returns"  # returns an MLX generator (`return stream_generate(...)`): MLX runs where it is iterated
 BIND = "bind"        # gives the calling thread its own generation stream (beside the call's other kind, if any)
+# A model-named attribute of this file's class called (`self.model(x)`, `self.model.generate(...)`) where the
+# attribute holds an MLX object or a value the file does not name: MLX by its name alone, as the per-file rules
+# judge it. Only INV125's inferred lock counts it; INV107/INV108 leave such calls to the per-file rules.
+MODEL = "model"
+# MLX that runs in Metal (a forward pass, an eval, a generation, a model-named call): what an inferred MLX lock
+# guards (model/locks.py). Building an array outside the lock is no collision inside Metal.
+METAL = frozenset({BLOCK, GEN, MODEL})
 
 # How a call's result is used (Call.use).
 PLAIN = "call"
@@ -37,6 +44,7 @@ DEFAULT_POOL = "default"  # asyncio.to_thread, run_in_executor(None, ...): a dif
 EXECUTOR = "executor"     # an executor's submit or run_in_executor: whichever thread it has
 THREAD = "thread"         # threading.Thread(target=...)
 OWNER = "owner"           # an executor declared to own MLX (owner-executors): its one thread
+ONE_THREAD = "one-thread"  # an executor this file builds with one worker (offload.is_owner_executor): its one thread
 
 
 @dataclass(frozen=True)

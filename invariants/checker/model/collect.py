@@ -275,7 +275,7 @@ class _Resolver:
             kind = classify.by_name(target)
             if kind is not None:
                 return kind, text
-        if mlx_api.is_load_name(text, target):
+        if mlx_api.is_load_name(text, target) and not self._own_def(target):
             return LOAD, text
         if not self.imports_mlx:
             return None
@@ -306,6 +306,12 @@ class _Resolver:
         if isinstance(func, ast.Name | ast.Attribute) and classify.is_forward_pass(text, self.shared):
             return BLOCK, f"{text}(...)"
         return None
+
+    def _own_def(self, target: str | None) -> bool:
+        """`target` is a def of the package the model follows: what it does is read from its body, not
+        guessed from its name. A project's `_load_model` that only records a model's name loads nothing
+        (issue 23, set c: two findings on smart-home's Whisper front end, graded false blind)."""
+        return target is not None and target.startswith((":", ".")) and self._followed(target)
 
     def _followed(self, target: str) -> bool:
         """`target` (a reference of this file or package) names what the package model follows: not

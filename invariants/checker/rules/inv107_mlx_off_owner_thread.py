@@ -210,6 +210,24 @@ class MlxOffOwnerThread(Rule):
         '''}),
     ]
     VALID = [
+        # A def named like a loader is judged by its body: this one only records a model's name, and the
+        # library loads it where it is used (smart-home's Whisper front end, issue 23's set c, graded false).
+        Valid('''
+            import asyncio
+
+            import mlx_lm
+
+            _model = None
+
+            def _load_model():
+                global _model
+                if _model is None:
+                    _model = "mlx-community/whisper-tiny"
+                return _model
+
+            async def preload():
+                await asyncio.to_thread(_load_model)
+        '''),
         Valid('''
             import asyncio
             import mlx.core as mx

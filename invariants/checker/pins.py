@@ -9,7 +9,8 @@ mlx-vlm, up to the top of its repository (a folder holding `.git`). Read there:
 `pyproject.toml` ([project] dependencies and optional-dependencies, poetry's dependency and
 group tables), `setup.cfg` ([options] install_requires, [options.extras_require]), `setup.py`
 (the same keywords of a call, where they are literal lists, f-strings of module constants
-included) and `requirements*.txt` (following `-r`). A specifier is read in the grammar of
+included) and `requirements*.txt` (following `-r`); and a lock file (`uv.lock`, `poetry.lock`, `pdm.lock`) for a
+package the metadata names without a version. A specifier is read in the grammar of
 `requires-python` (`versions.py`): `mlx>=0.31.2` admits 0.31.2, `mlx==0.30.0` 0.30.0.
 
 Which version a project admits, when it names a package several times: each requirement
@@ -262,7 +263,37 @@ def read_folder(folder: str) -> Pins | None:
             sets += found
             sources.append(name)
     floors = admitted(sets)
+    for name in _LOCKS:
+        locked = _locked(os.path.join(folder, name)) if name in names else {}
+        filled = {p: v for p, v in locked.items() if floors.get(p) is None}
+        if filled:
+            floors.update(filled)
+            sources.append(name)
     return Pins(floors, ", ".join(sources)) if floors else None
+
+
+# Lock files that record the exact version a project runs with: `[[package]]` tables of name and version.
+_LOCKS = ("uv.lock", "poetry.lock", "pdm.lock")
+
+
+def _locked(path: str) -> dict[str, Release]:
+    """The MLX packages `path` locks, at their versions. A lock decides only what the metadata leaves
+    open (a package named without a version): it is what the project's own environment runs, where the
+    metadata's floor is what any install of it admits."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, Release] = {}
+    for entry in data.get("package", ()) if isinstance(data, dict) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
+            continue
+        package = re.sub(r"[-_.]+", "-", str(entry.get("name", ""))).lower()
+        version = release(entry["version"]) if package in PACKAGES else None
+        if version is not None:
+            found[package] = min(found.get(package, version), version)
+    return found
 
 
 def overridden(pins: Pins, overrides: dict[str, str]) -> Pins:

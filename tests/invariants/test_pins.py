@@ -173,3 +173,37 @@ def test_a_version_setting_that_is_no_version_is_a_usage_error(project: Project)
     project.write("app/pool.py", OFF_POOL)
     run = project.run("check")
     assert run.code == 2 and "'mlx-version' must be a version such as \"0.31.2\", got 'latest'" in run.err
+
+
+UV_LOCK = """
+version = 1
+
+[[package]]
+name = "mlx"
+version = "{mlx}"
+
+[[package]]
+name = "mlx-lm"
+version = "0.31.3"
+
+[[package]]
+name = "numpy"
+version = "2.1.0"
+"""
+
+
+def test_a_lock_file_decides_only_what_the_metadata_leaves_open(project: Project) -> None:
+    """smart-home (issue 23's set c) names mlx without a version and locks 0.30.4 in uv.lock: the findings
+    said it pinned none."""
+    project.write("app/pool.py", OFF_POOL)
+    project.write("requirements.txt", "mlx\nmlx-lm\n")
+    project.write("uv.lock", UV_LOCK.format(mlx="0.30.4"))
+    found = pins.read_folder(str(project.root))
+    assert found is not None and found.floors == {"mlx": (0, 30, 4, 1), "mlx-lm": (0, 31, 3, 1)}
+    assert found.source == "requirements.txt, uv.lock"
+    old = project.run("check")
+    assert old.rules() == ["INV107"] and "pins no version" not in old.out  # known, and too old: reported
+    project.write("uv.lock", UV_LOCK.format(mlx="0.31.2"))
+    assert project.run("check").code == 0
+    project.write("requirements.txt", "mlx>=0.30.0\nmlx-lm\n")  # the metadata's floor is what any install admits
+    assert project.run("check").rules() == ["INV107"]

@@ -4,7 +4,7 @@ The corpus says how the checker does on known bugs; this says what it reports on
 the servers' code of today, for a reviewer to judge finding by finding. Each
 server's Python package is exported with `git archive` at the commit recorded in
 SERVERS into a temporary folder, with the project metadata of every folder from the
-repository's top down to it (pyproject.toml, setup.cfg, setup.py, requirements*.txt:
+repository's top down to it (pyproject.toml, setup.cfg, setup.py, requirements*.txt, lock files:
 the MLX versions the server admits, which version-dependent findings are judged by)
 and a `.git` folder marking that top, with a `[tool.invariants]` of its own (its own
 file, `--config`) that excludes what its maintainers would (vendored third-party code,
@@ -172,7 +172,7 @@ def _flatten(nodes: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-METADATA = re.compile(r"pyproject\.toml|setup\.cfg|setup\.py|requirements[^/]*\.txt")
+METADATA = re.compile(r"pyproject\.toml|setup\.cfg|setup\.py|requirements[^/]*\.txt|uv\.lock|poetry\.lock|pdm\.lock")
 
 
 def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:

@@ -60,6 +60,14 @@ def analyze_text(
     if firing is None:
         firing = active(rules, text)
     try:
+        if firing and all(rule.possible for rule, _ in firing):
+            # CPython's tree first, five times cheaper than libcst's: a rule it shows cannot fire is dropped,
+            # and a file left with none is done (its syntax was just checked as check_syntax does).
+            tree = source.ast_tree(text, target)
+            if tree is not None:
+                firing = [(rule, options) for rule, options in firing if rule.possible(tree)]  # type: ignore[misc]
+                if not firing:
+                    return report
         if not firing:
             # No rule can fire here; still say if the file does not compile.
             source.check_syntax(text, target)

@@ -12,26 +12,36 @@ from collections.abc import Iterable
 import libcst as cst
 
 
+# The helpers below test a node's exact class, not isinstance: libcst's node classes derive from an ABC,
+# whose isinstance runs Python code on every miss, and no concrete node class has subclasses. They are
+# asked for most calls and names of every file, some 140 000 times on vllm-mlx.
+_ATTRIBUTE, _NAME, _CALL = cst.Attribute, cst.Name, cst.Call
+
+
 def dotted(expr: cst.BaseExpression) -> str | None:
     """`self._lock.acquire` for a chain of names and attributes, else None."""
+    if type(expr) is _NAME:
+        return expr.value  # type: ignore[attr-defined]
     parts: list[str] = []
-    while isinstance(expr, cst.Attribute):
-        parts.append(expr.attr.value)
-        expr = expr.value
-    if not isinstance(expr, cst.Name):
+    while type(expr) is _ATTRIBUTE:
+        parts.append(expr.attr.value)  # type: ignore[attr-defined]
+        expr = expr.value  # type: ignore[attr-defined]
+    if type(expr) is not _NAME:
         return None
-    parts.append(expr.value)
+    parts.append(expr.value)  # type: ignore[attr-defined]
     return ".".join(reversed(parts))
 
 
 def terminal(expr: cst.BaseExpression) -> str | None:
     """The last name of `a.b.c` (`c`), or of a call's callee, else None."""
-    if isinstance(expr, cst.Call):
-        expr = expr.func
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    if isinstance(expr, cst.Name):
-        return expr.value
+    kind = type(expr)
+    if kind is _CALL:
+        expr = expr.func  # type: ignore[attr-defined]
+        kind = type(expr)
+    if kind is _ATTRIBUTE:
+        return expr.attr.value  # type: ignore[attr-defined]
+    if kind is _NAME:
+        return expr.value  # type: ignore[attr-defined]
     return None
 
 

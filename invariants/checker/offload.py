@@ -112,7 +112,20 @@ def generator_defs(func: cst.BaseExpression, ctx: FileContext) -> list[FunctionF
     body); else none. Calling one runs none of its body: its code runs where what the call returned is
     iterated (`for`, `next`, `list`), on whichever thread does that."""
     defs = ctx.facts.by_key.get(ctx.key(func) or "", ())
-    return list(defs) if defs and all(sync_generator(d.node) for d in defs) else []
+    if not defs:
+        return []
+    # Asked for most calls of a file, mostly of the same few defs: each def's answer is kept.
+    known: dict[int, bool] = ctx.facts.memo.setdefault("sync-generators", {})
+    for d in defs:
+        answer = known.get(id(d.node))
+        if answer is None:
+            answer = known[id(d.node)] = sync_generator(d.node)
+        if not answer:
+            return []
+    return list(defs)
+
+
+_OWN_SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
 
 
 def sync_generator(node: cst.CSTNode) -> bool:
@@ -125,9 +138,10 @@ def sync_generator(node: cst.CSTNode) -> bool:
     stack: list[cst.CSTNode] = [node.body]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Yield):
+        kind = type(current)  # exact classes: isinstance against libcst's ABC runs Python code on each miss
+        if kind is cst.Yield:
             return True
-        if not isinstance(current, cst.FunctionDef | cst.Lambda | cst.ClassDef):
+        if kind not in _OWN_SCOPES:
             stack.extend(children(current))
     return False
 

@@ -146,14 +146,25 @@ _OLDEST_FEATURE_VERSION = (3, 7)
 _AST_RECURSION_LIMIT = 10_000
 
 
-def _ast_parse(text: str, feature: tuple[int, int] | None = None) -> None:
+def _ast_parse(text: str, feature: tuple[int, int] | None = None) -> ast.Module:
     old = sys.getrecursionlimit()
     if old > _AST_RECURSION_LIMIT:
         sys.setrecursionlimit(_AST_RECURSION_LIMIT)
     try:
-        ast.parse(text, feature_version=feature)
+        return ast.parse(text, feature_version=feature)
     finally:
         sys.setrecursionlimit(old)
+
+
+def ast_tree(text: str, target: Version | None = None) -> ast.Module | None:
+    """CPython's tree of `text` where `check_syntax` would accept it at its first step (CPython's parser,
+    in the target's grammar), else None: an objection, and who has the last word on it, are check_syntax's
+    and libcst's to give."""
+    newer = target is None or target > _RUNNING
+    try:
+        return _ast_parse(text, None if newer else max(target, _OLDEST_FEATURE_VERSION))  # type: ignore[type-var]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def check_syntax(text: str, target: Version | None = None, *, vetting: bool = False, libcst_failed: bool = False) -> None:

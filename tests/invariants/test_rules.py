@@ -105,3 +105,34 @@ def test_a_pattern_trigger_parses_a_file_only_where_the_pattern_matches() -> Non
     assert active(rules, model) == []
     assert active(rules, model + "_codebooks: dict = {}\n") == rules
     assert active(rules, model + "def g():\n    global _ROPE\n") == rules
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r.possible], ids=[r.id for r in RULES if r.possible])
+def test_a_rules_ast_test_lets_every_invalid_example_through(rule: type[Rule]) -> None:
+    """`possible` says False only where the rule cannot fire: each INVALID example's tree passes it."""
+    import ast
+
+    for example in rule.invalid():
+        assert rule.possible(ast.parse(example.source)), example.source
+
+
+def test_a_file_only_rules_ast_tests_rule_out_is_not_parsed_by_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `while` loop that calls something on the way round cannot spin (INV126), and `mlx` only in a
+    string imports nothing (INV127): such a file is left to CPython's parser. A syntax error is still
+    reported, by libcst's route; a loop that only reads is parsed and judged."""
+    from mlx_invariants.checker import analysis, source
+    from mlx_invariants.checker.rules.inv126_busy_wait import BusyWait
+    from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlxResultMemoised
+
+    parsed: list[str] = []
+    real_parse = source.parse
+    monkeypatch.setattr(source, "parse", lambda text, target=None: parsed.append(text) or real_parse(text, target))
+    rules = [(BusyWait, {}), (LazyMlxResultMemoised, {})]
+    quiet = 'MODEL = "mlx-community/x"\n_cache = {}\n\ndef pump(q):\n    while q.alive:\n        q.step()\n'
+    assert analysis.analyze_text(quiet, rules, {})["findings"] == []
+    assert parsed == []
+    broken = quiet + "def (:\n"
+    assert analysis.analyze_text(broken, rules, {})["findings"][0][0] == "INV000"
+    spin = "def wait(job):\n    while not job.done:\n        pass\n\ndef finish(job):\n    job.done = True\n"
+    assert [f[0] for f in analysis.analyze_text(spin, rules, {})["findings"]] == ["INV126"]
+    assert parsed == [broken, spin]

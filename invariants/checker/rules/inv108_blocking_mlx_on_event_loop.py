@@ -888,6 +888,8 @@ class BlockingMlxOnEventLoop(Rule):
         self.consumed: set[int] = set()  # calls whose result is iterated in place (`list(tokens())`)
         # helper calls whose only MLX is a bare `mx.synchronize()`: the loop thread's own stream, from MLX 0.31.2
         self.own_stream_helpers: set[int] = set()
+        # what each sync helper reaches (_through_helper), by (id of its def, counting a bare mx.synchronize())
+        self.reached: dict[tuple[int, bool], str | None] = {}
         # start-up coroutines (startup.py) by id: their kind, and the calls and loops met in them so far (None once
         # a lifespan has yielded); those of a lifespan count once its `yield` shows it is one
         self.startup_kinds: dict[int, str] = {}
@@ -1022,10 +1024,14 @@ class BlockingMlxOnEventLoop(Rule):
 
         helpers = [h for h in facts.by_key.get(site.key or "", ())
                    if isinstance(h.node, cst.FunctionDef) and h.node.asynchronous is None]
-        # a coroutine a helper makes is judged alone (into_async=False)
+        # a coroutine a helper makes is judged alone (into_async=False); what a helper reaches is the same at
+        # every call of it, so it is worked out once per helper (vllm-mlx's engine calls its helpers ~1 900 times)
         for reaching in (beyond_own_stream, direct):
             for helper in helpers:
-                found = facts.first_reaching(helper, reaching, into_async=False)
+                memo = (id(helper.node), reaching is direct)
+                if memo not in self.reached:
+                    self.reached[memo] = facts.first_reaching(helper, reaching, into_async=False)
+                found = self.reached[memo]
                 if found:
                     if reaching is direct:
                         self.own_stream_helpers.add(id(site.node))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 
@@ -33,6 +34,20 @@ _SHAPE = re.compile(
     r"|^[ \t]+global ",
     re.MULTILINE,
 )
+
+
+def _imports_mlx(tree: ast.Module) -> bool:
+    """An import from the `mlx` package anywhere in the file (CPython's tree). Without one no callee resolves to
+    an `mlx.core` op, so no value is lazy and nothing is reported; `mlx` in the text alone (a model id such as
+    `mlx-community/...` in a string) let such files through the triggers."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(alias.name == "mlx" or alias.name.startswith("mlx.") for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module is not None \
+                and (node.module == "mlx" or node.module.startswith("mlx.")):
+            return True
+    return False
 
 
 @dataclass
@@ -89,6 +104,7 @@ class LazyMlxResultMemoised(Rule):
         "voxtral_mlx/spectrogram.py@ed571b6:117, graded false blind)."
     )
     triggers = (("mlx",), (_SHAPE,))
+    possible = staticmethod(_imports_mlx)
 
     INVALID = [
         Invalid("""

@@ -243,12 +243,15 @@ class CleanupSkippedOnCancel(Rule):
         if node.asynchronous is None or shutdown_only(node):
             return
         order = _ordered(node.body)
+        attempts = [n for n in order if type(n) is cst.Try]
+        if not attempts:
+            return
         position = {id(n): i for i, n in enumerate(order)}
-        generator = any(isinstance(n, cst.Yield) for n in order)
+        generator = any(type(n) is cst.Yield for n in order)
         setups = [s for n in order if (s := _setup(n, position)) is not None]
         if not setups:
             return
-        for attempt in (n for n in order if isinstance(n, cst.Try)):
+        for attempt in attempts:
             if attempt.finalbody is not None or any(catches_cancellation(h, self.ctx) for h in attempt.handlers):
                 continue
             body = _ordered(attempt.body)
@@ -282,9 +285,12 @@ def _ordered(node: cst.CSTNode) -> list[cst.CSTNode]:
     while stack:
         current = stack.pop()
         found.append(current)
-        if not isinstance(current, OWN_BODY_STOP):
+        if type(current) not in _OWN_BODY_STOPS:  # exact classes: isinstance against libcst's ABC is slow
             stack.extend(children(current)[::-1])
     return found
+
+
+_OWN_BODY_STOPS = frozenset(OWN_BODY_STOP)
 
 
 def _suspends(node: cst.CSTNode, generator: bool) -> bool:
@@ -307,12 +313,13 @@ def _recording(receiver: str) -> bool:
 
 def _setup(node: cst.CSTNode, position: dict[int, int]) -> _Step | None:
     """A call of a set-up verb, or an item stored under a key (`self._active[rid] = request`)."""
-    if isinstance(node, cst.Call):
+    kind = type(node)
+    if kind is cst.Call:
         receiver = _receiver(node.func)
         families = _families(terminal(node.func) or "", 0)
         if receiver is not None and families and not _recording(receiver):
             return _Step(position[id(node)], receiver, frozenset(families), node)
-    if isinstance(node, cst.Assign):
+    if kind is cst.Assign:
         for target in node.targets:
             if isinstance(target.target, cst.Subscript) and (owner := dotted(target.target.value)):
                 return _Step(position[id(node)], owner, frozenset({1}), node)

@@ -179,8 +179,8 @@ def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:
     """`git archive` of the .py/.pyi files of the server's package folders, with the `__init__.py` of each
     folder above them and the project metadata of each folder from the top down to them (only source and
     metadata files: a snapshot mirror may lack the blobs of its largest data files)."""
-    def git(args: list[str]) -> bytes:
-        done = subprocess.run(["git", f"--git-dir={mirror.git_dir}", *args], capture_output=True)
+    def git(args: list[str], given: bytes | None = None) -> bytes:
+        done = subprocess.run(["git", f"--git-dir={mirror.git_dir}", *args], input=given, capture_output=True)
         if done.returncode != 0:
             error = done.stderr.decode(errors="replace").strip().splitlines()
             raise mirrors.MirrorError(
@@ -197,6 +197,9 @@ def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:
         listed = git(["ls-tree", "-z", "--name-only", f"{server.commit}^{{tree}}", *([f"{folder}/"] if folder else [])])
         paths += [p for p in (n.decode(errors="surrogateescape") for n in listed.split(b"\0") if n)
                   if METADATA.fullmatch(PurePosixPath(p).name)]
+    # A snapshot mirror may lack a lock file's blob (they can be large): leave out the metadata it lacks.
+    checked = git(["cat-file", "--batch-check"], "".join(f"{server.commit}:{p}\n" for p in paths).encode())
+    paths = [p for p, line in zip(paths, checked.decode(errors="replace").splitlines()) if not line.endswith("missing")]
     for folder in server.packages:
         suffixes = sorted({s for p in present if p.startswith(f"{folder}/") for s in mirrors.SOURCE_SUFFIXES
                            if p.endswith(s)})

@@ -225,8 +225,14 @@ class MlxOffOwnerThread(Rule):
                     _model = "mlx-community/whisper-tiny"
                 return _model
 
+            def transcribe(path):
+                return _load_model(), path
+
             async def preload():
                 await asyncio.to_thread(_load_model)
+
+            async def handle(path):
+                return await asyncio.to_thread(transcribe, path)
         '''),
         Valid('''
             import asyncio

@@ -25,7 +25,8 @@ it per repository; `--before-studied REPO=COMMIT` changes one), run from that
 commit's own tree (`git archive`, checker_at.py), beside today's figures.
 
 `--head` also checks ten MLX servers' packages at the commits recorded in
-corpus_bench/head.py and lists every finding; `--head-servers` does only that (no
+corpus_bench/head.py and lists every finding, and with --write adds the speed figures of
+bench_check's floor comparison (corpus_bench/speed.py); `--head-servers` does only the servers (no
 cases, baselines or before-studied runs) and, with --write, rewrites only the doc's
 HEAD findings section.
 
@@ -49,7 +50,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from corpus_bench import cases as case_file
-from corpus_bench import checker_at, doc, head, loro, mirrors, report, run, scoring, tools
+from corpus_bench import checker_at, doc, head, loro, mirrors, report, run, scoring, speed, tools
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / f"{name}.json"
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                     for index, split in enumerate(splits)]
             repo_scores = None if args.no_loro else loro.by_repository(runs, mirror_root, plan, args.checker_repo)
             head_runs = head.run_head(mirror_root, head.SERVERS, checker) if args.head else None
+            timing = speed.floor_section(mirror_root, checker) if args.head and args.write else None
             rules = checker.rules() if checker else None
     except SETUP_ERRORS as exc:
         print(f"corpus: error: {exc}", file=sys.stderr)
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             head.write_jsonl(args.head_jsonl, head_runs, checker)
         if args.write:
             args.write.write_text(document(runs, head_runs, repo_scores, versions, args.write, checker, rules,
-                                           argv), encoding="utf-8")
+                                           argv, timing), encoding="utf-8")
     except OSError as exc:
         print(f"corpus: error: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -259,7 +261,7 @@ def head_servers(args: argparse.Namespace, argv: list[str], mirror_root: Path) -
 def document(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[head.HeadRun] | None,
              repos: list[loro.RepoScores] | None, versions: dict[str, str], path: Path,
              checker: checker_at.CheckerTree | None = None, rules: list[str] | None = None,
-             argv: list[str] | None = None) -> str:
+             argv: list[str] | None = None, timing: list[str] | None = None) -> str:
     if rules is None:
         from mlx_invariants.checker.rules import RULES
 
@@ -269,7 +271,7 @@ def document(runs: list[tuple[case_file.Split, run.Results]], head_runs: list[he
             "command": " ".join([".venv/bin/python benchmarks/corpus.py", *map(shlex.quote, argv or [])]),
             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
                        f"Python {platform.python_version()}"}
-    return doc.document(runs, head_runs, meta, versions, doc.read_verdicts(path), repos)
+    return doc.document(runs, head_runs, meta, versions, doc.read_verdicts(path), repos, timing)
 
 
 if __name__ == "__main__":

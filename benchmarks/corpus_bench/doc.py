@@ -231,7 +231,8 @@ def figures(results: Results, versions: dict[str, str], level: str) -> list[str]
 
 
 def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta: dict[str, str],
-             versions: dict[str, str], verdicts: dict[VerdictKey, str], by_repo: list[RepoScores] | None = None) -> str:
+             versions: dict[str, str], verdicts: dict[VerdictKey, str], by_repo: list[RepoScores] | None = None,
+             timing: list[str] | None = None) -> str:
     """The whole doc; the first split is the training split the targets are judged on, the others follow apart."""
     pins = ", ".join(f"{name} {version}" for name, version in PINS.items())
     (main, results), others = runs[0], runs[1:]
@@ -311,6 +312,7 @@ def document(runs: list[tuple[Split, Results]], head: list[HeadRun] | None, meta
     crashes = [c for _, r in runs for c in r.crashes]  # the HEAD servers' are listed in their own section
     if crashes:
         lines += ["## Checker failures", "", *(f"- {c}" for c in crashes), ""]
+    lines += timing or []
     if head is not None:
         lines += head_section(head, verdicts, meta)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="write each HEAD finding as a JSON line: id, repo, commit, path, line, rule, message, "
                              "and the span of the def (else class, else statement) around it")
     parser.add_argument("--write", type=Path, metavar="DOC", help="write the Markdown doc (e.g. docs/corpus.md)")
+    parser.add_argument("--no-speed", action="store_true",
+                        help="with --head --write: leave out the speed section (bench_check's floor comparison)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every finding and score as JSON")
     parser.add_argument("--checker-at", metavar="COMMIT",
                         help="score with the checker of this commit of the project's history (git archive of it, "
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         splits = case_file.load_splits(args.cases or DEFAULT_CASES, args.case)
         repos = {c.repo for split in splits for c in split.cases}
         # every missing mirror named at once, before anything runs
-        run.open_mirrors(mirror_root, repos | ({s.repo for s in head.SERVERS} if args.head else set()))
+        run.open_mirrors(mirror_root, repos | ({s.repo for s in head.SERVERS} if args.head else set())
+                         | ({speed.REPO} if args.head and args.write and not args.no_speed else set()))
         plan = loro_plan(args.before_studied)
         venv = None if args.no_baselines else tools.ensure_venv(args.tools_venv)
         names = ("invariants",) if args.no_baselines else tools.TOOLS
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                     for index, split in enumerate(splits)]
             repo_scores = None if args.no_loro else loro.by_repository(runs, mirror_root, plan, args.checker_repo)
             head_runs = head.run_head(mirror_root, head.SERVERS, checker) if args.head else None
-            timing = speed.floor_section(mirror_root, checker) if args.head and args.write else None
+            timing = speed.floor_section(mirror_root, checker) if args.head and args.write and not args.no_speed else None
             rules = checker.rules() if checker else None
     except SETUP_ERRORS as exc:
         print(f"corpus: error: {exc}", file=sys.stderr)

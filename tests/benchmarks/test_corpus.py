@@ -235,7 +235,7 @@ def test_head_servers_checks_each_package_at_its_recorded_commit(mirror: tuple[P
     # `--head` in a whole run: the same section after the splits' tables, its verdicts kept.
     train, _ = write_splits(tmp_path, buggy, fix)
     assert corpus.main(["--cases", str(train), "--mirrors", str(root), "--no-baselines", "--no-loro", "--head",
-                        "--write", str(md)]) == 0
+                        "--no-speed", "--write", str(md)]) == 0
     text = md.read_text()
     assert text.startswith("# Real-bug corpus benchmark") and text.count("## HEAD findings") == 1
     assert "| true positive: on the loop |" in text.split("## HEAD findings")[1]

@@ -133,3 +133,22 @@ def test_a_module_whose_relative_import_climbs_above_its_package_is_not_reported
     assert [line.split(": ", 1)[0] for line in project.run("check", "srv").lines()] == ["srv/engine/live.py:6:18"]
     project.config("report-unreferenced = true\n")  # a library's users may import what the package never does
     assert len(project.run("check", "srv").lines()) == 2
+
+
+def test_the_outlines_kept_between_runs_answer_as_a_fresh_parse(project: Project) -> None:
+    """Each file's defs are kept by content digest (model/outline.py): after an edit only the edited
+    file is parsed, an edit that moves or revives a finding shows it, and a corrupt cache is rebuilt."""
+    warm = "\n    async def warm(self, tokens):\n        await self.scheduler.promote(tokens)\n"
+    _package(project)
+    assert project.run("check", "srv").rules() == []
+    assert list((project.root / ".invariants_cache").glob("outlines-*.json"))
+    _package(project, SERVER + warm)
+    assert [line.split(": ", 1)[0] for line in project.run("check", "srv").lines()] == ["srv/tier.py:6:16"]
+    project.write("srv/tier.py", "# moved down a line\n" + TIER.lstrip("\n"))
+    assert [line.split(": ", 1)[0] for line in project.run("check", "srv").lines()] == ["srv/tier.py:7:16"]
+    for kept in (project.root / ".invariants_cache").glob("*-*"):
+        kept.write_bytes(b"\xfb{not a cache")
+    _package(project)
+    assert project.run("check", "srv").rules() == []
+    _package(project, SERVER + warm)
+    assert project.run("check", "srv").rules() == ["INV108"]

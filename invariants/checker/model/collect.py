@@ -15,7 +15,7 @@ import ast
 import re
 from typing import Any, Iterator
 
-from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker import mlx_api, source
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
@@ -40,7 +40,7 @@ _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, 
              ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler) + ((ast.Match,) if hasattr(ast, "Match") else ())
 def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
     """The summary of one file's text; raises SyntaxError (or ValueError) when it does not parse."""
-    tree = ast.parse(text)
+    tree = source.python_tree(text)
     return _Resolver(text, shared).summary(tree)
 
 

@@ -23,11 +23,13 @@ import climbs above the top of its package to a module that does not exist (`fro
 in a top-level module of the package, a legacy copy left behind when the code moved down a level:
 vmlx's `vmlx_engine/simple.py`, six findings graded arguable blind as dead code). Every finding in
 it is left out.
+
+A file's defs, classes and relative imports are read from its outline (outline.py), kept in the
+cache by the digest of its text, so a re-run after one edit parses only the edited file.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -36,19 +38,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlx_invariants.checker import source
+from mlx_invariants.checker.cache import content_hash
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.files import discover
 from mlx_invariants.checker.model.layout import Layout
+from mlx_invariants.checker.model.outline import ClassSpan, Outline, outline
 from mlx_invariants.checker.model.stored import Stored
 
 if TYPE_CHECKING:
     from mlx_invariants.checker.config import Settings
 
-# Decorators that leave a def called by its name, as any other.
-_PLAIN = frozenset({"staticmethod", "classmethod"})
 # Bases that call nothing of a subclass by name.
 _INERT_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})
-_BODIES = ("body", "orelse", "finalbody")
 _DEFINES = re.compile(r"(?:def|class)\s+$")
 
 
@@ -62,7 +63,7 @@ class _Def:
     first: int
     last: int
     parent: _Def | None
-    cls: ast.ClassDef | None
+    cls: ClassSpan | None
     decorated: bool
 
 
@@ -74,8 +75,10 @@ class Unreferenced:
         self.texts = texts
         self.layout = Layout()
         self.stored = Stored(settings.cache_dir / f"unreferenced-{settings.key}.json" if use_cache else None)
+        self._outlines_file = settings.cache_dir / f"outlines-{settings.key}.json" if use_cache else None
+        self._kept_outlines: Stored | None = None  # read only when some package must be judged again
         self._packages: dict[str, list[str]] = {}  # package folder -> its files
-        self._trees: dict[str, ast.Module | None] = {}
+        self._outlines: dict[str, Outline | None] = {}
         self._defs: dict[str, list[_Def] | None] = {}  # path -> its defs, outermost first
         self._live: dict[tuple[str, int], bool] = {}
         self._visiting: set[tuple[str, int]] = set()
@@ -98,6 +101,8 @@ class Unreferenced:
                 self.stored.put(fingerprint, found)
             dead.update((path, set(lines)) for path, lines in found.items() if lines)
         self.stored.save()
+        if self._kept_outlines is not None:
+            self._kept_outlines.save()
         return dead
 
     def _dead_in(self, path: str, lines: set[int], folder: str) -> set[int]:
@@ -153,17 +158,25 @@ class Unreferenced:
 
     def _parsed(self, path: str) -> list[_Def] | None:
         if path not in self._defs:
-            tree = self._tree(path)
-            self._defs[path] = _collect(path, tree) if tree is not None else None
+            found = self._outline(path)
+            self._defs[path] = _bound(path, found) if found is not None else None
         return self._defs[path]
 
-    def _tree(self, path: str) -> ast.Module | None:
-        if path not in self._trees:
-            try:
-                self._trees[path] = ast.parse(self._text(path))
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                self._trees[path] = None
-        return self._trees[path]
+    def _outline(self, path: str) -> Outline | None:
+        """The file's outline: kept in the cache by the digest of its text, else parsed (and kept)."""
+        if path not in self._outlines:
+            text = self._text(path)
+            if self._kept_outlines is None:
+                self._kept_outlines = Stored(self._outlines_file)
+            digest = content_hash(text.encode("utf-8", "surrogatepass"))
+            kept = self._kept_outlines.get(digest)
+            if kept is not None:
+                found = Outline.from_json(kept["outline"]) if kept["outline"] is not None else None
+            else:
+                found = outline(text)
+                self._kept_outlines.put(digest, {"outline": found.to_json() if found is not None else None})
+            self._outlines[path] = found
+        return self._outlines[path]
 
     # --- modules ---------------------------------------------------------------------------
     def _unimportable(self, path: str) -> bool:
@@ -171,17 +184,17 @@ class Unreferenced:
         no such module: importing the module raises ImportError ("attempted relative import beyond
         top-level package"), so none of its code can run. A guarded import (inside `try`) is left
         alone, and so is one whose target exists on disk (a namespace package above may make it work)."""
-        tree = self._tree(path)
-        if tree is None:
+        found = self._outline(path)
+        if found is None:
             return False
         _, dotted, is_init = self.layout.module_of(path)
         depth = len(dotted.split(".")) - (0 if is_init else 1)
-        for stmt in tree.body:
-            if isinstance(stmt, ast.ImportFrom) and stmt.level > depth:
+        for level, module in found.relative_imports:
+            if level > depth:
                 above = os.path.dirname(os.path.abspath(path))
-                for _ in range(stmt.level - 1):
+                for _ in range(level - 1):
                     above = os.path.dirname(above)
-                target = os.path.join(above, *(stmt.module or "").split("."))
+                target = os.path.join(above, *module.split("."))
                 if not (os.path.exists(target + ".py") or os.path.isdir(target)):
                     return True
         return False
@@ -206,23 +219,24 @@ class Unreferenced:
             return True
         if d.cls is None:
             return d.parent is None and not d.name.startswith("_")  # a public function of the module
-        span = (d.path, d.cls.lineno, d.cls.end_lineno or d.cls.lineno)
+        span = (d.path, d.cls.first, d.cls.last)
         return not self._named(d.cls.name, span, folder) or self._hooked(d.cls, d.path, folder, 0)
 
-    def _hooked(self, cls: ast.ClassDef, path: str, folder: str, depth: int) -> bool:
+    def _hooked(self, cls: ClassSpan, path: str, folder: str, depth: int) -> bool:
         """Some base of `cls`, or of its bases in the package, is not the package's own."""
         if depth > 8:
             return True
-        for base in cls.bases:
-            name = _terminal(base)
+        for name in cls.bases:
             if name in _INERT_BASES:
                 continue
-            homes = [p for p in self._packages[folder] if re.search(rf"^[ \t]*class[ \t]+{re.escape(name or '')}\b",
-                                                                       self._text(p), re.M)] if name else []
+            homes = []
+            if name:
+                statement = re.compile(rf"^[ \t]*class[ \t]+{re.escape(name)}\b", re.M)
+                homes = [p for p in self._packages[folder] if name in self._text(p) and statement.search(self._text(p))]
             if not homes:
                 return True
             for home in homes:
-                for other in _classes(self._tree(home), name):  # type: ignore[arg-type]
+                for other in _classes(self._outline(home), name):
                     if self._hooked(other, home, folder, depth + 1):
                         return True
         return False
@@ -238,10 +252,12 @@ class Unreferenced:
             if name not in text:
                 continue
             defs = None
+            line, counted = 1, 0  # the line of offset `counted`: matches come in order, so count on from there
             for match in pattern.finditer(text):
                 if _DEFINES.search(text, max(0, match.start() - 12), match.start()):
                     continue
-                line = text.count("\n", 0, match.start()) + 1
+                line += text.count("\n", counted, match.start())
+                counted = match.start()
                 if other == path and first <= line <= last:
                     continue
                 if defs is None:
@@ -254,31 +270,13 @@ class Unreferenced:
         return False
 
 
-def _collect(path: str, tree: ast.Module) -> list[_Def]:
-    """The defs of a module, outermost first; only statements are walked (a def is one)."""
-    found: list[_Def] = []
-
-    def walk(body: list[ast.stmt], parent: _Def | None, cls: ast.ClassDef | None) -> None:
-        for stmt in body:
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
-                decorated = any(_terminal(d) not in _PLAIN for d in stmt.decorator_list)
-                d = _Def(path, stmt.name, first, stmt.end_lineno or stmt.lineno, parent, cls, decorated)
-                found.append(d)
-                walk(stmt.body, d, None)
-                continue
-            inner = stmt if isinstance(stmt, ast.ClassDef) else cls
-            for field in _BODIES:
-                part = getattr(stmt, field, None)
-                if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
-                    walk(part, parent, inner)
-            for handler in getattr(stmt, "handlers", ()):
-                walk(handler.body, parent, inner)
-            for case in getattr(stmt, "cases", ()):
-                walk(case.body, parent, inner)
-
-    walk(tree.body, None, None)
-    return found
+def _bound(path: str, found: Outline) -> list[_Def]:
+    """The outline's defs, outermost first, as defs of `path`."""
+    defs: list[_Def] = []
+    for d in found.defs:
+        defs.append(_Def(path, d.name, d.first, d.last, defs[d.parent] if d.parent >= 0 else None,
+                         found.classes[d.cls] if d.cls >= 0 else None, d.decorated))
+    return defs
 
 
 def _innermost(defs: list[_Def], line: int) -> _Def | None:
@@ -289,18 +287,5 @@ def _innermost(defs: list[_Def], line: int) -> _Def | None:
     return best
 
 
-def _classes(tree: ast.Module | None, name: str) -> list[ast.ClassDef]:
-    if tree is None:
-        return []
-    return [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
-
-
-def _terminal(expr: ast.AST) -> str | None:
-    """`Base`, `mod.Base`, `Generic[T]`, `decorator(...)`: the last name."""
-    while isinstance(expr, ast.Subscript | ast.Call):
-        expr = expr.value if isinstance(expr, ast.Subscript) else expr.func
-    if isinstance(expr, ast.Attribute):
-        return expr.attr
-    if isinstance(expr, ast.Name):
-        return expr.id
-    return None
+def _classes(found: Outline | None, name: str) -> list[ClassSpan]:
+    return [c for c in found.classes if c.name == name] if found is not None else []

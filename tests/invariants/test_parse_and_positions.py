@@ -96,6 +96,18 @@ def test_positions_of_a_few_nodes_are_the_same_as_of_all(monkeypatch: pytest.Mon
     assert {n: found[n] for n in some} == {n: expected[n] for n in some}
 
 
+@pytest.mark.parametrize(("text", "step"), [
+    (TRICKY, 1), (TRICKY.replace("\n", "\r\n"), 1), *((p.read_text(encoding="utf-8"), 97) for p in OWN_FILES),
+], ids=["tricky", "crlf", *(p.name for p in OWN_FILES)])
+def test_positions_of_one_node_are_the_same_wherever_the_pass_stops(text: str, step: int) -> None:
+    """The pass stops once its nodes have their ranges: a node asked for alone, anywhere in the file
+    (the pass itself, not the public route `positions` falls back to when a range is missing)."""
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    for node in [module, *descendants(module)][::step]:
+        assert positions._record(module, {node}).get(node) == expected[node]
+
+
 def test_positions_fall_back_to_position_provider_when_libcsts_hooks_change(monkeypatch: pytest.MonkeyPatch) -> None:
     module = cst.parse_module(TRICKY)
     nodes = descendants(module)

@@ -169,12 +169,17 @@ def test_a_file_too_deep_for_the_recursion_limit_is_one_inv000_line_and_the_run_
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past the limit, libcst's cleanup turns the RecursionError into a KeyError whose message is the
-    repr of a node as deep as the chain: that repr must not be taken, and the file is named."""
+    repr of a node as deep as the chain: that repr must not be taken, and the file is named. Here the
+    positions pass (positions.py) must go through the chain to reach a finding below it; one whose
+    findings all lie above the chain stops before it and reports them."""
     monkeypatch.setattr(isolation, "RECURSION_LIMIT", 1_200)
-    project.write("elif.py", elif_chain(2_000))
+    below = "\n\nasync def late(lock, step):\n    async with lock:\n        await asyncio.to_thread(step)\n"
+    project.write("elif.py", elif_chain(2_000) + below)
     project.write("zz_engine.py", BAD_LOCK)
     found = _inv000(project, "--no-cache")
     assert found == {"elif.py": "cannot check this file: nested too deeply to check", "zz_engine.py": "INV105"}
+    project.write("elif.py", elif_chain(2_000))
+    assert _inv000(project, "--no-cache") == {"elif.py": "INV105", "zz_engine.py": "INV105"}
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])

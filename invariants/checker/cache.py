@@ -8,15 +8,20 @@ cache file is silently rebuilt; a cache that cannot be written is skipped.
 The package model's summaries (model/phase.py) are kept in a file of their own,
 read only when a package must be modelled again: they are most of the cache (on
 vllm-mlx 770 of 800 kB), and a re-run of an unchanged tree needs none of them.
+That file is in `marshal`'s format, not JSON: a re-run after one edit writes it
+again, 1.3 ms against 6.5 ms for vllm-mlx's (reading it, 5.8 ms against 6.8 ms).
+The format is the running Python's, which the key names.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,14 +71,14 @@ def prepare_folder(folder: Path) -> None:
         gitignore.write_text("# written by invariants check\n*\n", encoding="utf-8")
 
 
-def write_atomic(folder: Path, name: str, data: Any) -> None:
-    """`data` as JSON in `folder/name`, never half written. Encoded whole, then written once:
-    `json.dump` to a file encodes in pure Python, piece by piece (40 ms against 9 ms for the
-    785 kB of vllm-mlx's results)."""
-    text = json.dumps(data, separators=(",", ":"))
+def write_atomic(folder: Path, name: str, data: Any, encode: Callable[[Any], bytes] | None = None) -> None:
+    """`data` in `folder/name` (as JSON, or as `encode` gives it), never half written. Encoded
+    whole, then written once: `json.dump` to a file encodes in pure Python, piece by piece (40 ms
+    against 9 ms for the 785 kB of vllm-mlx's results)."""
+    blob = encode(data) if encode is not None else json.dumps(data, separators=(",", ":")).encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(blob)
     os.replace(tmp, folder / name)
 
 
@@ -88,7 +93,7 @@ class Cache:
     def __init__(self, folder: Path, key: str) -> None:
         self.folder = folder
         self.file = folder / f"results-{key}.json"
-        self.summaries_file = folder / f"summaries-{key}.json"
+        self.summaries_file = folder / f"summaries-{key}.marshal"
         self.stats: dict[str, list[Any]] = {}
         self.results: dict[str, Any] = {}
         self.summaries: dict[str, Any] | None = None  # by content digest; None until first asked
@@ -129,9 +134,9 @@ class Cache:
     def _summaries(self) -> dict[str, Any]:
         if self.summaries is None:
             try:
-                data = json.loads(self.summaries_file.read_text(encoding="utf-8"))
+                data = marshal.loads(self.summaries_file.read_bytes())
                 self.summaries = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
+            except (OSError, ValueError, EOFError, TypeError):
                 self.summaries = {}
         return self.summaries
 
@@ -142,7 +147,7 @@ class Cache:
             return
         try:
             prepare_folder(self.folder)
-            for old in [*self.folder.glob("results-*.json"), *self.folder.glob("summaries-*.json")]:
+            for old in [*self.folder.glob("results-*.json"), *self.folder.glob("summaries-*")]:
                 if old not in (self.file, self.summaries_file):
                     old.unlink(missing_ok=True)
             live_digests = {e[3] for p, e in self.stats.items() if p in live_paths or os.path.exists(p)}
@@ -154,6 +159,6 @@ class Cache:
                 live = {d: s for d, s in self.summaries.items() if d in live_digests}
                 if self.summaries_dirty or len(live) < len(self.summaries):
                     self.summaries = live
-                    write_atomic(self.folder, self.summaries_file.name, live)
+                    write_atomic(self.folder, self.summaries_file.name, live, marshal.dumps)
         except OSError:
             pass

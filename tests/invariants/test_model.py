@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import marshal
 import re
 import textwrap
 from pathlib import Path
@@ -287,7 +287,7 @@ def test_the_model_keeps_inv107s_message() -> None:
     assert OFF_OWNER_MESSAGE == MlxOffOwnerThread.message
 
 
-def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
+def test_a_summary_survives_the_cache_as_plain_values(project: Project) -> None:
     code = """
         import asyncio
         from .engine import Engine
@@ -301,7 +301,7 @@ def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
                     await asyncio.to_thread(lambda: self.engine.generate(prompt))
     """
     summary = _summary(code)
-    assert FileSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+    assert FileSummary.from_json(marshal.loads(marshal.dumps(summary.to_json()))) == summary
     project.write("app/__init__.py", "")
     project.write("app/server.py", code)
     project.write("app/engine.py", """
@@ -319,7 +319,7 @@ def test_a_summary_survives_the_cache_as_plain_json(project: Project) -> None:
     settings = config.load(None, project.root, RULES)
     again = check_paths(["."], settings)
     assert again.analyzed == 0 and [(f.path.rsplit("/", 1)[-1], f.line, f.rule) for f in again.findings] == first
-    stored = json.loads(next((project.root / ".invariants_cache").glob("summaries-*.json")).read_text())
+    stored = marshal.loads(next((project.root / ".invariants_cache").glob("summaries-*")).read_bytes())
     assert summary.to_json() in stored.values()
 
 
@@ -343,8 +343,8 @@ def test_an_unchanged_rerun_reads_no_summary_and_an_edit_reads_them_back(project
     """)
     first = _check(project)
     assert first == [("server.py", 5, "INV107")]
-    summaries = next((project.root / ".invariants_cache").glob("summaries-*.json"))
-    assert len(json.loads(summaries.read_text())) == 2
+    summaries = next((project.root / ".invariants_cache").glob("summaries-*"))
+    assert len(marshal.loads(summaries.read_bytes())) == 2
 
     def unread(self: Cache) -> dict:
         raise AssertionError("an unchanged re-run read the summaries")
@@ -358,7 +358,7 @@ def test_an_unchanged_rerun_reads_no_summary_and_an_edit_reads_them_back(project
     (project.root / "app/server.py").write_text((project.root / "app/server.py").read_text() + "# edited\n")
     assert _check(project) == first
     assert len(made) == 1 and made[0].endswith("# edited\n")  # engine.py's summary came from the cache
-    assert len(json.loads(summaries.read_text())) == 2  # the old server.py's summary is dropped
+    assert len(marshal.loads(summaries.read_bytes())) == 2  # the old server.py's summary is dropped
 
 
 def test_the_arm_without_the_worker_survives_the_cache_and_a_per_request_arm_does_not_count(project: Project) -> None:
@@ -387,7 +387,7 @@ def test_the_arm_without_the_worker_survives_the_cache_and_a_per_request_arm_doe
     summary = _summary(code)
     assert summary.functions["by_mode"].fallbacks == ((12, 12),)
     assert summary.functions["by_request"].fallbacks == ()  # `fast` is the caller's: no mode
-    assert FileSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+    assert FileSummary.from_json(marshal.loads(marshal.dumps(summary.to_json()))) == summary
     project.write("app/__init__.py", "")
     project.write("app/server.py", code)
     project.write("app/engine.py", """

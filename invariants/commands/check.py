@@ -29,7 +29,16 @@ def _ids(text: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import atexit
+    import gc
     from pathlib import Path
+
+    # At exit the interpreter's last collection walks every object still alive (libcst's classes, the
+    # cache's reports): 0.04 s of CPU of a 0.55 s re-run after one edit of vllm-mlx. Frozen, they are
+    # skipped; the process ends right after, so nothing is kept longer (one handler, however often
+    # an in-process caller runs the command).
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
     from mlx_invariants.checker import config, output
     from mlx_invariants.checker.runner import check_paths

@@ -483,3 +483,16 @@ def test_the_declared_roles_example_gives_the_output_the_docs_show(project: Proj
     run = project.run("check", "app")
     assert run.code == 1
     assert run.lines() + run.err.splitlines() == console
+
+
+def test_a_module_that_becomes_a_package_with_the_same_text_is_modelled_again(project: Project) -> None:
+    """The package's stored result is keyed by each module's digest and by whether it is a package: the same
+    text as `pkg/eng.py` and as `pkg/eng/__init__.py` resolves `from .helpers import ...` to different modules."""
+    project.write("pkg/__init__.py", "")
+    project.write("pkg/helpers.py", "import mlx.core as mx\n\n\ndef work(x):\n    return mx.eval(x)\n")
+    engine = "from .helpers import work\n\n\nasync def handle(x):\n    return work(x)\n"
+    project.write("pkg/eng.py", engine)
+    assert project.run("check").rules() == ["INV108"]  # pkg.helpers.work evaluates on the loop
+    (project.root / "pkg/eng.py").unlink()
+    project.write("pkg/eng/__init__.py", engine)  # now `.helpers` is pkg.eng.helpers, which does not exist
+    assert project.run("check").code == 0

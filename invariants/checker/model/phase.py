@@ -85,7 +85,10 @@ def package_findings(
     stored = Stored(settings.cache_dir / f"model-{settings.key}.json" if cache is not None else None)
     found: dict[str, list[Row]] = {}
     for root, modules in roots.items():
-        fingerprint = _fingerprint(rules, {m: known[p][1] for m, p in modules.items()})
+        # a module's digest, and whether it is a package: the same text as `a/b.py` and as `a/b/__init__.py`
+        # resolves its relative imports to different modules
+        shape = {m: known[p][1] + ("/" if packages[p] else "") for m, p in modules.items()}
+        fingerprint = _fingerprint(rules, shape)
         rows = stored.get(fingerprint)
         if rows is None:
             rows = _check_package(modules, packages, reports, known, texts, settings, cache, rules)

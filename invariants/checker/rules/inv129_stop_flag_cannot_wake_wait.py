@@ -46,7 +46,10 @@ class StopFlagCannotWakeWait(Rule):
     thread that never returns, or leaves it running. speech-to-speech's socket
     sender looped `while not self.stop_event.is_set(): chunk = self.queue_in.get()`,
     and the pipeline's stop only set the event (connections/socket_sender.py@1548c06:31,
-    fixed by a `get(timeout=...)` that re-checks the flag).
+    fixed by a `get(timeout=...)` that re-checks the flag). Its `BaseHandler.run`
+    did the same (baseHandler.py@4ba1fb1:31, `input = self.queue_in.get()`) while
+    utils/thread_manager.py's `stop` only set each handler's event and joined; a6249d0
+    gave that `get` a timeout.
 
     Judged: a `while` loop in a plain def whose test reads a stop flag (an
     Event's `is_set()`, or a name or attribute named like one: `_stop`,

@@ -56,9 +56,12 @@ class StopFlagCannotWakeWait(Rule):
     `running`, `shutdown`, `closed`), with a call in its body that blocks with no
     timeout: a zero-argument `get()` (a queue's: a dict's `get` takes a key), a
     `wait()` on an Event or Condition the file makes with threading, or a
-    zero-argument `accept()`. Not reported where a def of the file that sets the
-    flag, or is named like a stop (`stop`, `close`, `shutdown`), also wakes that
-    receiver: puts to the queue, sets or notifies the event, closes the socket."""
+    zero-argument `accept()` on a socket the file gives no timeout (`settimeout`),
+    where the innermost `while` around the call is the flag's (an inner `while
+    q.qsize() > limit: q.get()` waits on its own terms: TranscriptionSuite's STT
+    engine). Not reported where a def of the file that sets the flag, or is named
+    like a stop (`stop`, `close`, `shutdown`), also wakes that receiver: puts to
+    the queue, sets or notifies the event, closes the socket."""
 
     id = "INV129"
     catches = "a thread loop that checks a stop flag but blocks with no timeout on a queue, event or socket nothing wakes at stop"
@@ -110,6 +113,29 @@ class StopFlagCannotWakeWait(Rule):
         '''),
     ]
     VALID = [
+        # A socket given a timeout returns from accept() to the flag; an inner loop that drains while items
+        # are known to be there cannot block (TranscriptionSuite's command server and STT engine).
+        Valid('''
+            import queue
+            import socket
+
+            class Server:
+                def serve(self):
+                    self.sock = socket.socket()
+                    self.sock.settimeout(1.0)
+                    while self.running:
+                        try:
+                            conn, _ = self.sock.accept()
+                        except socket.timeout:
+                            continue
+                        self.handle(conn)
+
+                def record(self):
+                    while self.is_running:
+                        while self.audio_queue.qsize() > self.limit:
+                            self.audio_queue.get()
+                        self.step()
+        '''),
         # The stop path puts a sentinel on the queue.
         Valid('''
             import queue
@@ -178,8 +204,9 @@ class StopFlagCannotWakeWait(Rule):
         self.waitables: set[str] = set()  # keys of names the file binds to a threading Event or Condition
         # per def: its name, the keys it sets as a flag, and (wait kind, receiver key) it wakes
         self.defs: dict[int, tuple[str, set[str], set[tuple[str, str]]]] = {}
-        # the `while` loops with a stop flag the walk is in: (loop, flag key, test text, the plain def it is in)
-        self.loops: list[tuple[cst.While, str, str, cst.FunctionDef]] = []
+        # the `while` loops the walk is in: (loop, its stop flag's key or None, test text, the plain def it is in)
+        self.loops: list[tuple[cst.While, str | None, str, cst.FunctionDef | None]] = []
+        self.timed: set[str] = set()  # keys of sockets given a timeout (`sock.settimeout(1.0)`): accept() returns
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.ctx.resolve(node.value.func) in _THREAD_WAITABLES:
@@ -203,21 +230,29 @@ class StopFlagCannotWakeWait(Rule):
 
     def visit_While(self, node: cst.While) -> None:
         function = self.ctx.scope.function()
-        flag = self._flag(node.test)
-        if function is not None and isinstance(function.node, cst.FunctionDef) and \
-                function.node.asynchronous is None and flag is not None:
-            self.loops.append((node, flag, cst.Module([]).code_for_node(node.test), function.node))
+        plain = function is not None and isinstance(function.node, cst.FunctionDef) and \
+            function.node.asynchronous is None
+        flag = self._flag(node.test) if plain else None
+        self.loops.append((node, flag, cst.Module([]).code_for_node(node.test) if flag else "",
+                           function.node if plain else None))  # type: ignore[union-attr]
 
     def leave_While(self, node: cst.While) -> None:
         if self.loops and self.loops[-1][0] is node:
             self.loops.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
+        if type(node.func) is cst.Attribute and node.func.attr.value == "settimeout" and node.args \
+                and not (isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "None"):
+            if (key := self.ctx.key(node.func.value)) is not None:
+                self.timed.add(key)
         if not self.loops:
             return
+        # the innermost `while` must be the flag's: an inner loop that waits on its own terms (`while
+        # q.qsize() > limit: q.get()`) is not the flag loop's wait
         loop, flag, test, owner = self.loops[-1]
         function = self.ctx.scope.function()
-        if function is None or function.node is not owner or (wait := self._blocking(node, flag)) is None:
+        if flag is None or function is None or function.node is not owner or \
+                (wait := self._blocking(node, flag)) is None:
             return
         receiver = self.ctx.key(node.func.value)  # type: ignore[attr-defined]
         self.blocks.append(_Block(node, self.ctx.statement, receiver, wait, flag, test, owner))
@@ -252,6 +287,8 @@ class StopFlagCannotWakeWait(Rule):
     def end(self) -> None:
         for block in self.blocks:
             if block.wait == "wait" and block.receiver not in self.waitables:
+                continue
+            if block.wait == "accept" and block.receiver in self.timed:
                 continue
             if any(owner != id(block.owner) and (block.wait, block.receiver) in wakes
                    and (block.flag in sets or name.lower().lstrip("_").split("_")[0] in _STOPPERS)

@@ -6,10 +6,8 @@ the model: `mlx_api` pulls in libcst, which a re-run of an unchanged tree never 
 
 from __future__ import annotations
 
-import fnmatch
-import re
-
 from mlx_invariants.checker import mlx_api, offload
+from mlx_invariants.checker.globs import matcher
 from mlx_invariants.checker.model.summary import BLOCK, GEN, LOAD, TOUCH
 
 TO_THREAD = offload.TO_THREAD
@@ -41,46 +39,23 @@ def is_generator(qual: str) -> bool:
     return qual in GENERATORS
 
 
-class Globs:
-    """`globs.matches_name` for one list of patterns, compiled once: it runs on every call of a file."""
-
-    def __init__(self, patterns: list[str]) -> None:
-        self._regex = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in patterns)) if patterns else None
-
-    def __call__(self, text: str | None) -> bool:
-        if not text or self._regex is None:
-            return False
-        low = text.lower()
-        return bool(self._regex.match(low) or self._regex.match(low.rsplit(".", 1)[-1]))
-
-
-_COMPILED: dict[tuple[str, ...], Globs] = {}
-
-
-def globs(patterns: list[str]) -> Globs:
-    found = _COMPILED.get(tuple(patterns))
-    if found is None:
-        found = _COMPILED[tuple(patterns)] = Globs(patterns)
-    return found
-
-
 def by_receiver(text: str, method: str, receiver: str, shared: dict, built_as_generator: bool) -> str | None:
     """The name-based wrappers engines use (in files that import MLX only): a model-named
     receiver's generate/chat (GEN) and save_weights (BLOCK), a batch generator's MLX methods and
     `mlx-calls` (GEN: the engine's steps generate)."""
-    if method in mlx_api.MODEL_GENERATION and globs(shared["model-names"])(receiver):
+    if method in mlx_api.MODEL_GENERATION and matcher(shared["model-names"])(receiver):
         return GEN
-    if method in mlx_api.MODEL_WEIGHT_SAVES and globs(shared["model-names"])(receiver):
+    if method in mlx_api.MODEL_WEIGHT_SAVES and matcher(shared["model-names"])(receiver):
         return BLOCK
     if method in mlx_api.GENERATOR_MLX_METHODS and (
-        built_as_generator or globs(shared["batch-generator-names"])(receiver)
+        built_as_generator or matcher(shared["batch-generator-names"])(receiver)
     ):
         return GEN
-    if globs(shared["mlx-calls"])(text):
+    if matcher(shared["mlx-calls"])(text):
         return GEN
     return None
 
 
 def is_forward_pass(text: str, shared: dict) -> bool:
     """Calling a model-named object (`self.model(x)`); a capitalised name builds an object instead."""
-    return not text.rsplit(".", 1)[-1][:1].isupper() and globs(shared["model-names"])(text)
+    return not text.rsplit(".", 1)[-1][:1].isupper() and matcher(shared["model-names"])(text)

@@ -16,6 +16,7 @@ import re
 from typing import Any, Iterator
 
 from mlx_invariants.checker import mlx_api, source
+from mlx_invariants.checker.globs import matcher, matches_name
 from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
@@ -58,8 +59,8 @@ class _Resolver:
         self._values: dict[tuple[int, str], str | None] = {}
         self.declared_locks = tuple(dict.fromkeys(
             m.group(1) for line in self.lines if "mlx-lock" in line and (m := _LOCK_MARK.match(line))))
-        self.lock_names = classify.globs([*shared["lock-names"], *shared["mlx-locks"], *self.declared_locks])
-        self.binders = classify.globs(shared["stream-binders"])
+        self.lock_names = matcher([*shared["lock-names"], *shared["mlx-locks"], *self.declared_locks])
+        self.binders = matcher(shared["stream-binders"])
 
     # --- structure ---------------------------------------------------------------------------
     def summary(self, tree: ast.Module) -> FileSummary:
@@ -352,16 +353,16 @@ class _Resolver:
         if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
             executor = _positional(call, 0)
             pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else (
-                OWNER if _matches(dotted(executor), self.shared["owner-executors"]) else
+                OWNER if matches_name(dotted(executor), self.shared["owner-executors"]) else
                 ONE_THREAD if self._one_thread(executor, fn) else EXECUTOR)
             target_expr = _positional(call, 1)
         elif isinstance(func, ast.Attribute) and func.attr == "submit":
             receiver = self._deref(self.ref(func.value, fn)) or ""
-            if not (receiver.endswith("()") and receiver[:-2] in classify.POOLS) and not _matches(
+            if not (receiver.endswith("()") and receiver[:-2] in classify.POOLS) and not matches_name(
                 dotted(func.value), classify.EXECUTOR_NAMES + self.shared["owner-executors"]
             ):
                 return None
-            owner = _matches(dotted(func.value), self.shared["owner-executors"])
+            owner = matches_name(dotted(func.value), self.shared["owner-executors"])
             pool = OWNER if owner else ONE_THREAD if self._one_thread(func.value, fn) else EXECUTOR
             target_expr = _positional(call, 0)
         else:
@@ -610,8 +611,3 @@ def _annotation(node: ast.AST) -> ast.AST | None:
 
 def _is_none(value: Any) -> bool:
     return isinstance(value, ast.Constant) and value.value is None
-
-
-def _matches(text: str | None, patterns: list[str]) -> bool:
-    return classify.globs(patterns)(text)
-

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from mlx_invariants.checker.globs import matcher
+from mlx_invariants.checker.model.locks import identity, infer
 from mlx_invariants.checker.model.summary import (
     BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call,
     FileSummary, Function,
@@ -298,16 +300,13 @@ class Package:
         inline = sorted({lock for summary in self._summaries.values() if summary is not None for lock in summary.mlx_locks})
         self.mlx_locks = [*self._configured_locks, *(n for n in inline if n not in self._configured_locks)]
         if self.mlx_locks:
-            from mlx_invariants.checker.model.classify import globs
 
-            self.is_mlx_lock = globs(self.mlx_locks)
+            self.is_mlx_lock = matcher(self.mlx_locks)
             self._families = {self.family(key) for key, fn in self.functions.items()
                               if any(self.is_mlx_lock(text) for _, _, text in fn.guards)}
             self._held()
             self.reach[UNGUARDED] = self._reach(UNGUARDED, skip=self.loaders | self.held, guarded=True)
         else:
-            from mlx_invariants.checker.model.locks import infer
-
             self.reach[METAL] = self._reach(METAL, skip=self.loaders)
             self.inferred_locks = infer(self)
             if self.inferred_locks:
@@ -324,9 +323,8 @@ class Package:
             return True
         if not self._owner_names:
             return False
-        from mlx_invariants.checker.model.classify import globs
 
-        match = globs(self._owner_names)
+        match = matcher(self._owner_names)
         return match(key[1]) or match(f"{key[0]}.{key[1]}")
 
     def family(self, key: Key) -> Key:
@@ -350,8 +348,6 @@ class Package:
             return fn.guarded(line, self.is_mlx_lock)
         if not self.inferred_locks:
             return False
-        from mlx_invariants.checker.model.locks import identity
-
         return any(first <= line <= last and identity(self, key, text) in self.inferred_locks
                    for first, last, text in fn.guards)
 

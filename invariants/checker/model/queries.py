@@ -172,7 +172,7 @@ def _outside_declared(package: Package, module: str) -> Iterator[ModelFinding]:
             for call, chain in _unguarded_calls(package, key, fn):
                 yield ModelFinding("INV125", call.place, UNGUARDED_MESSAGE.format(
                     what=f"`{call.text}()` reaches MLX ({' -> '.join(chain)})", handler=handler, locks=locks))
-        for work, chain in _unguarded_handoffs(package, key, fn):
+        for work, _, chain in _unguarded_handoffs(package, key, fn):
             yield ModelFinding("INV125", work.place, UNGUARDED_MESSAGE.format(
                 what=f"`{work.text}`, handed to {work.how}, reaches MLX ({' -> '.join(chain)})", handler=handler,
                 locks=locks))
@@ -204,11 +204,10 @@ def _outside_inferred(package: Package, module: str) -> Iterator[ModelFinding]:
                 if not fn.before_serving(call.place.line):
                     yield _inferred(package, call.place, f"`{call.text}()` reaches MLX ({' -> '.join(chain)}) from "
                                                          f"`{handler}`, on the event loop,")
-        for work, chain in _unguarded_handoffs(package, key, fn):
-            found, _ = package.callee(module, work.target)  # type: ignore[arg-type]
+        for work, found, chain in _unguarded_handoffs(package, key, fn):
             # Work handed over at start-up runs before serving; a thread started there serves for the server's life.
             startup = work.pool != THREAD and fn.before_serving(work.place.line)
-            if work.pool == ONE_THREAD or startup or package.owned_family(found):  # type: ignore[arg-type]
+            if work.pool == ONE_THREAD or startup or package.owned_family(found):
                 continue
             yield _inferred(package, work.place, f"`{work.text}`, handed to {work.how} by `{handler}`, reaches MLX "
                                                  f"({' -> '.join(chain)})")
@@ -239,9 +238,9 @@ def _unguarded_calls(package: Package, key: Key, fn: Function) -> Iterator[tuple
             yield call, package.chain(UNGUARDED, node) or []
 
 
-def _unguarded_handoffs(package: Package, key: Key, fn: Function) -> Iterator[tuple[Offload, list[str]]]:
+def _unguarded_handoffs(package: Package, key: Key, fn: Function) -> Iterator[tuple[Offload, Key, list[str]]]:
     """The handoffs of `fn` outside every MLX lock, to a thread other than the declared owner's, of work
-    that reaches MLX outside them."""
+    that reaches MLX outside them: each with the function handed over and the chain to MLX."""
     for work in fn.offloads:
         if work.pool == OWNER or work.target is None or package.mlx_guarded(key, work.place.line):
             continue
@@ -250,7 +249,7 @@ def _unguarded_handoffs(package: Package, key: Key, fn: Function) -> Iterator[tu
             continue
         chain = package.chain(UNGUARDED, (found, RUN))
         if chain:
-            yield work, chain
+            yield work, found, chain
 
 
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {

@@ -43,13 +43,13 @@ def handed_reaches(target: cst.BaseExpression, ctx: FileContext,
         facts = ctx.function_facts(target)
         return ctx.facts.first_reaching(facts, direct) if facts else None
     if isinstance(target, cst.Name | cst.Attribute):
-        defs = ctx.facts.by_key.get(ctx.key(target) or "", ())
-        # Handing over `mx.eval` or `self.model` itself is as good as calling it there; a def of this file
-        # is judged by its body, not its name (a `_load_model` that only records a model's name loads nothing).
-        if not defs:
-            probe = CallSite(cst.Call(func=target), ctx.resolve(target), dotted(target), None)
-            return kind(probe, ctx)
-        for function in defs:
+        # Handing over `mx.eval` or `self.model` itself is as good as calling it there. The probe carries the
+        # target's key, so a def of this file named like a loader is judged by its body (mlx_api.blocking).
+        key = ctx.key(target)
+        found = kind(CallSite(cst.Call(func=target), ctx.resolve(target), dotted(target), key), ctx)
+        if found:
+            return found
+        for function in ctx.facts.by_key.get(key or "", ()):
             found = ctx.facts.first_reaching(function, direct)
             if found:
                 return found

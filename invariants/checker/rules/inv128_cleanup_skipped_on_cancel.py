@@ -25,6 +25,7 @@ _FAMILIES = (
       "destroy", "cleanup", "clean", "teardown", "abort", "unmount"}),
     ({"inc", "increment", "incr"}, {"dec", "decrement", "decr"}),
 )
+_ITEMS = 1  # the add/remove family: an item stored under a key is set up, and `del` of it undoes it
 # Receivers that only record what happened: leaving them behind on a cancel loses a sample, nothing else.
 _TELEMETRY = {"log", "logger", "logging", "metric", "metrics", "span", "tracer", "timer", "stats", "counter",
               "gauge", "histogram", "prometheus", "telemetry", "monitor"}
@@ -311,18 +312,29 @@ def _recording(receiver: str) -> bool:
     return bool(_words(receiver) & _TELEMETRY)
 
 
+def _call_step(call: cst.Call, side: int, position: dict[int, int]) -> _Step | None:
+    """`call` as a set-up (side 0) or an undo (side 1): a verb of that side, on a receiver that is no recorder."""
+    receiver = _receiver(call.func)
+    families = _families(terminal(call.func) or "", side)
+    if receiver is None or not families or _recording(receiver):
+        return None
+    return _Step(position[id(call)], receiver, frozenset(families), call)
+
+
+def _item_step(target: cst.BaseExpression, node: cst.CSTNode, position: dict[int, int]) -> _Step | None:
+    """`x[k]` stored (`x[k] = ...`) or deleted (`del x[k]`) by `node`: a step of the add/remove family."""
+    if isinstance(target, cst.Subscript) and (owner := dotted(target.value)):
+        return _Step(position[id(node)], owner, frozenset({_ITEMS}), node)
+    return None
+
+
 def _setup(node: cst.CSTNode, position: dict[int, int]) -> _Step | None:
     """A call of a set-up verb, or an item stored under a key (`self._active[rid] = request`)."""
     kind = type(node)
     if kind is cst.Call:
-        receiver = _receiver(node.func)
-        families = _families(terminal(node.func) or "", 0)
-        if receiver is not None and families and not _recording(receiver):
-            return _Step(position[id(node)], receiver, frozenset(families), node)
+        return _call_step(node, 0, position)
     if kind is cst.Assign:
-        for target in node.targets:
-            if isinstance(target.target, cst.Subscript) and (owner := dotted(target.target.value)):
-                return _Step(position[id(node)], owner, frozenset({1}), node)
+        return next((s for t in node.targets if (s := _item_step(t.target, node, position))), None)
     return None
 
 
@@ -332,16 +344,11 @@ def _undos(handler: cst.ExceptHandler, position: dict[int, int]) -> list[_Step]:
     steps = []
     for node in _ordered(handler.body):
         if isinstance(node, cst.Call):
-            receiver = _receiver(node.func)
-            families = _families(terminal(node.func) or "", 1)
-            if receiver is None or not families or _recording(receiver) or _mentions(node, caught):
-                continue
-            steps.append(_Step(position[id(node)], receiver, frozenset(families), node))
+            if (step := _call_step(node, 1, position)) is not None and not _mentions(node, caught):
+                steps.append(step)
         elif isinstance(node, cst.Del):
             targets = [e.value for e in node.target.elements] if isinstance(node.target, cst.Tuple) else [node.target]
-            for target in targets:
-                if isinstance(target, cst.Subscript) and (owner := dotted(target.value)):
-                    steps.append(_Step(position[id(node)], owner, frozenset({1}), node))
+            steps += [s for t in targets if (s := _item_step(t, node, position))]
     return steps
 
 

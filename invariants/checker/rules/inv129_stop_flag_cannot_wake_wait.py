@@ -277,9 +277,8 @@ class StopFlagCannotWakeWait(Rule):
         positional = [a for a in call.args if a.keyword is None]
         if method == "get" and not positional and not names & {"timeout", "block"}:
             return "get"
-        if method == "wait" and not call.args:
-            receiver = self.ctx.key(func.value)
-            return "wait" if receiver != flag and receiver in self.waitables else None
+        if method == "wait" and not call.args:  # an Event's or Condition's: end() asks, once the file is read
+            return "wait" if self.ctx.key(func.value) != flag else None
         if method == "accept" and not call.args:
             return "accept"
         return None

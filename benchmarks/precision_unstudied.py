@@ -127,6 +127,13 @@ SERVERS_C = (
 MEASURED_C = "c1692753778288054df5edf66a7f840da5231da4"
 FIRST_C = "23 findings, 9 true, 7 arguable, 7 false (39 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C}
+# The held-out sets: who they are, the commit they were first measured at and their figure then.
+HELD_OUT = {
+    "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
+          FIRST_B),
+    "c": ("servers nobody had run the checker on when they were added, first measured at checker commit `{commit}`",
+          MEASURED_C, FIRST_C),
+}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
@@ -177,6 +184,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _held_out(name: str) -> str:
+    """What the doc of set `name` says of it: studied, or held out with its first figure."""
+    if name not in HELD_OUT:
+        return f"Set {name}: servers studied since (rules were changed after grading them), so not held out."
+    who, measured, figure = HELD_OUT[name]
+    return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}, the held-out figure. Rules changed since on "
+            "its false findings, so the figure below is not.")
+
+
 def render(found: list[dict], verdicts: dict, commit: str, name: str = "a") -> str:
     """DOCS[name] (docs/precision.md for set a): the figures by rule and by server of set `name`, then every finding with its verdict."""
     servers = SETS[name]
@@ -196,13 +212,7 @@ def render(found: list[dict], verdicts: dict, commit: str, name: str = "a") -> s
         "are blind (the reviewer is handed the finding and the code, not the rule's intent), arguable counts as",
         "false.",
         "",
-        (f"Set b: servers first measured at checker commit `{MEASURED_B[:7]}`, before anyone tuned a rule on them: "
-         f"{FIRST_B}, the held-out figure. Rules changed since on its false findings, so the figure below is not."
-         if name == "b" else
-         f"Set c: servers nobody had run the checker on when they were added, first measured at checker commit "
-         f"`{MEASURED_C[:7]}`: {FIRST_C}, the held-out figure. Rules changed since on its false findings, so the "
-         "figure below is not."
-         if name == "c" else "Set a: servers studied since (rules were changed after grading them), so not held out."),
+        _held_out(name),
         "",
         f"**{len(found)} findings on {len(servers)} servers; {judged} graded: {graded['true']} true, "
         f"{graded['arguable']} arguable, {graded['false']} false"

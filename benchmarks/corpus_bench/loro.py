@@ -79,6 +79,13 @@ _HELDOUT6 = Studied(
     "HEAD when its cases (benchmarks/corpus_bench/cases/heldout6.json) were mined, recorded before anyone here "
     "read this repository; no rule changed in that work")
 
+# HEAD when heldout7.json's cases were mined (issue 23 item 4), recorded before that work read this repository
+# or the rules' code; no rule changed in that work.
+_HELDOUT7 = Studied(
+    "53aa2ca4b563ceb6acf37b61d12897bd23cd602a",
+    "HEAD when its cases (benchmarks/corpus_bench/cases/heldout7.json) were mined, recorded before anyone here "
+    "read this repository; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -100,6 +107,7 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "huggingface/speech-to-speech": _HELDOUT5,
     "jamiepine/voicebox": _HELDOUT5,
     "homelab-00/TranscriptionSuite": _HELDOUT6,
+    "transformerlab/transformerlab-api": _HELDOUT7,
 }
 
 

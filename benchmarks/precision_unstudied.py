@@ -3,17 +3,18 @@
 docs/corpus.md's HEAD section grades every finding on the ten servers the rules were
 refined against, so its precision is a training figure. This script runs the checker
 (default configuration, at a commit of this project) on the HEADs of other MLX servers,
-recorded below in three sets, and joins each finding with its verdict, if a reviewer gave
+recorded below in five sets, and joins each finding with its verdict, if a reviewer gave
 one: true / arguable / false, arguable counting as false. Set "a" (SERVERS) has been
 studied since (rules were changed after grading it), so its figure is no longer held
 out; set "b" (SERVERS_B) is fourteen more, first measured at checker commit
 MEASURED_B, before anyone tuned a rule on them; set "c" (SERVERS_C) is eleven more that
 nobody had run the checker on when they were added, so its first run is a held-out figure
-(whoever measures it records that commit and figure beside set b's). Verdicts come from
-reviewers who were handed the finding and the code (the packets `--packets` writes), never
-the rule's intent; they live in benchmarks/results/unstudied_verdicts.json, keyed by repository,
-path, line and rule, so a finding the rules no longer make drops out and a new one
-shows as not graded until it is.
+(whoever measures it records that commit and figure beside set b's); sets "d" and "e"
+(SERVERS_D, SERVERS_E) are seven more each, added unmeasured in the same way, e kept aside
+for the end of a day. Verdicts come from reviewers who were handed the finding and the
+code (the packets `--packets` writes), never the rule's intent; they live in
+benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
+finding the rules no longer make drops out and a new one shows as not graded until it is.
 
     .venv/bin/python benchmarks/precision_unstudied.py --write docs/precision.md
     .venv/bin/python benchmarks/precision_unstudied.py --set b --write docs/precision-b.md
@@ -126,7 +127,47 @@ SERVERS_C = (
 # before any rule changed for it: FIRST_C is its held-out figure, as FIRST_B is set b's.
 MEASURED_C = "c1692753778288054df5edf66a7f840da5231da4"
 FIRST_C = "23 findings, 9 true, 7 arguable, 7 false (39 % true)"
-SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C}
+# Sets d and e: picked 2026-11-28, after sets a, b and c had been studied, by code search and repository-name
+# search for Python projects that serve MLX models in-process (HTTP servers, a gRPC/HTTP distributed engine, a
+# TypeScript engine's Python runtime, speech/TTS/music servers, a dictation app) with asyncio or threads, and
+# fetched that day (the newest snapshot of each default branch). Nobody had run the checker on any of them, nor
+# read a rule's code while picking them, when they were added. None is in sets a, b or c, docs/corpus.md's HEAD
+# servers or the corpus cases, nor a fork or copy of one (no root commit shared with any mirror here, no copy of
+# mlx-lm's server.py or vllm-mlx). Fourteen passed; they were split before anyone looked at their code by a rule
+# fixed in advance: sorted by owner/name, those whose sha1(owner/name) hex digest starts with an even hex digit
+# (0 2 4 6 8 a c e) went to d, the others to e; d had four, so the three last-sorted of e (sysit, wnma3mz,
+# yrafique) moved to d, seven each. tLLM's protobuf modules are generated; nickx101's backend/ is its server
+# (two modules, ~700 lines), its top-level scripts go unchecked. Set d is measured as soon as it is added.
+SERVERS_D = (
+    head.Server("QuasarRyan/mlx-audio-bridge", "f6a31bc3e68e8e36e0dfedf91fe1ee9fd96af9b1",
+                ("src/qwen3_tts_mlx_server",), _EXCLUDE),
+    head.Server("cs2764/mlx-audio-api", "8e0cd289a00059209f806e42c67c324bd38a54e9", ("src",), _EXCLUDE),
+    head.Server("defai-digital/mlx-serving", "62d6464fde08bbdedf5eb5f1df70bec90db1cb97", ("python",), _EXCLUDE),
+    head.Server("jasonvassallo/mlx-audio-generate", "036db7253d94061a40dd02219482b9bb68eacd17", ("mlx_audiogen",),
+                _EXCLUDE),
+    head.Server("sysit/mlx-service", "c08b0a37e78ba8454aa19f30a8d01ece8e8c3abd", ("mlx_service",), _EXCLUDE),
+    head.Server("wnma3mz/tLLM", "1cb2cef330f35cbdbd72d29d1c5a7641e6f9afcf", ("tllm",),
+                (*_EXCLUDE, "**/*_pb2.py", "**/*_pb2_grpc.py")),
+    head.Server("yrafique/mlx-openai-local", "982cbdf7ef8d519656da94a28341440b7bba5777", ("server",), _EXCLUDE),
+)
+# Set e is kept aside: nobody runs the checker on it until the end of the day, when it is measured twice, at the
+# checker commit from before that day's rule changes and at the one after them, so that the day's changes are
+# judged on servers no one tuned them on.
+SERVERS_E = (
+    head.Server("0-CYBERDYNE-SYSTEMS-0/mlx-audio-tts", "2dad2c609ce4a06ae996989dac3867d037029693", ("backend",),
+                _EXCLUDE),
+    head.Server("amjadjibon/mlx-llm-api", "b97d77c1ea5dee419ba7c10ba42cc63a16aff962", ("backend/app",), _EXCLUDE),
+    head.Server("basnijholt/agent-cli", "04bb65ba8964c95cff3bdbb1e0e5f19553a05e34", ("agent_cli/server",),
+                _EXCLUDE),
+    head.Server("brianlan/mlx-audio-wrapper-service", "7f525fd2e82c2d19587061194d20cbe715b7d10d", ("asr_service",),
+                _EXCLUDE),
+    head.Server("deniszagitov/mlx-whisper-dictation", "19a86d56351c33b7899a8d43874decc86d587cad", ("src",),
+                _EXCLUDE),
+    head.Server("nickx101/mlx-llm-controller", "25ef89455676f06ee430cdaf1dc987303e4b49ed", ("backend",), _EXCLUDE),
+    head.Server("nworb-cire/mlx-openai-proxy", "feb6ffada2d3c35e21a6a8b944e318d9ec3ee12c", ("src/mlx_openai_proxy",),
+                _EXCLUDE),
+)
+SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -134,7 +175,8 @@ HELD_OUT = {
     "c": ("servers nobody had run the checker on when they were added, first measured at checker commit `{commit}`",
           MEASURED_C, FIRST_C),
 }
-DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md"}
+DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
+        "d": "docs/precision-d.md", "e": "docs/precision-e.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

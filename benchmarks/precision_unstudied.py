@@ -167,6 +167,10 @@ SERVERS_E = (
     head.Server("nworb-cire/mlx-openai-proxy", "feb6ffada2d3c35e21a6a8b944e318d9ec3ee12c", ("src/mlx_openai_proxy",),
                 _EXCLUDE),
 )
+# Set d was first measured at MEASURED_D (the checker as the day began), every finding graded blind by two
+# reviewers before any rule changed for it: FIRST_D is its held-out figure.
+MEASURED_D = "53aa2ca4b563ceb6acf37b61d12897bd23cd602a"
+FIRST_D = "16 findings, 11 true, 3 arguable, 2 false (69 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
@@ -174,6 +178,8 @@ HELD_OUT = {
           FIRST_B),
     "c": ("servers nobody had run the checker on when they were added, first measured at checker commit `{commit}`",
           MEASURED_C, FIRST_C),
+    "d": ("servers nobody had run the checker on when they were added, first measured at checker commit `{commit}`",
+          MEASURED_D, FIRST_D),
 }
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md"}

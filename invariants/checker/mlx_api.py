@@ -18,15 +18,19 @@ if TYPE_CHECKING:
     from mlx_invariants.checker.walker import FileContext
 
 _PACKAGES = ("mlx_lm", "mlx_vlm")
+# Where the packages define generation: `generate.py` today, `utils.py` before it moved out (mlx-lm
+# while it lived in ml-explore/mlx-examples' llms/, mlx-vlm before its generate module), and the package
+# itself, which re-exports it. Servers written against those versions still import `mlx_lm.utils`.
+_GENERATION_MODULES = ("", ".generate", ".utils")
 # Calls that run a whole generation before returning.
 GENERATE = frozenset(
-    f"{pkg}{mod}.{fn}" for pkg in _PACKAGES for mod in ("", ".generate") for fn in ("generate", "batch_generate")
+    f"{pkg}{mod}.{fn}" for pkg in _PACKAGES for mod in _GENERATION_MODULES for fn in ("generate", "batch_generate")
 )
 # Calls that return a generator; MLX runs when it is iterated.
 GENERATORS = frozenset(
     f"{pkg}{mod}.{fn}"
     for pkg in _PACKAGES
-    for mod in ("", ".generate")
+    for mod in _GENERATION_MODULES
     for fn in ("stream_generate", "generate_step", "speculative_generate_step")
 )
 BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES for mod in ("", ".generate"))

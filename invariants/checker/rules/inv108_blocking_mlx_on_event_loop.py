@@ -284,6 +284,15 @@ class BlockingMlxOnEventLoop(Rule):
                     await send(response.text)
         '''),
         Invalid('''
+            from mlx_lm.utils import generate_step
+
+            async def chat(model, prompt, eos, send):
+                for token, _ in generate_step(prompt, model, 0.0):  # expect: INV108
+                    if token == eos:
+                        break
+                    await send(token.item())
+        '''),
+        Invalid('''
             from mlx_lm.generate import BatchGenerator
 
             class Servicer:
@@ -682,6 +691,21 @@ class BlockingMlxOnEventLoop(Rule):
             async def chat(owner, model, tokenizer, prompt, send):
                 async for response in owner.stream(lambda: stream_generate(model, tokenizer, prompt)):
                     await send(response.text)
+        '''),
+        Valid('''
+            import asyncio
+            from mlx_lm.utils import generate_step
+
+            def tokens(model, prompt, eos):
+                out = []
+                for token, _ in generate_step(prompt, model, 0.0):
+                    if token == eos:
+                        break
+                    out.append(token.item())
+                return out
+
+            async def chat(owner, model, prompt, eos, send):
+                await send(await owner.run(tokens, model, prompt, eos))
         '''),
         Valid('''
             from mlx_lm.generate import BatchGenerator

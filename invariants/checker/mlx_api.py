@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
+from mlx_invariants.checker.iteration import LAZY
 from mlx_invariants.checker.mlx_core_names import CORE_NAMES
 from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.names import dotted, terminal
@@ -186,9 +187,12 @@ def is_model(expr: cst.BaseExpression, ctx: FileContext) -> bool:
 
 def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext, scope: int | None = None) -> bool:
     """A call to, or a name assigned from, `stream_generate` / `generate_step`, a model's stream method,
-    or a generator def of this file whose body reaches MLX (own_generator; `scope` as there)."""
+    or a generator def of this file whose body reaches MLX (own_generator; `scope` as there); also a
+    lazy builtin over one (`zip(generate_step(...), range(n))`, `enumerate(stream_generate(...))`)."""
     if isinstance(expr, cst.Call):
         func = expr.func
+        if isinstance(func, cst.Name) and func.value in LAZY:
+            return any(is_mlx_generator(arg.value, ctx, scope) for arg in expr.args if not arg.star)
         if isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx):
             return True
         if ctx.resolve(func) in GENERATORS:

@@ -12,12 +12,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_invariants.checker.iteration import CONSUMERS as _CONSUMERS
+from mlx_invariants.checker.iteration import LAZY as _LAZY
 from mlx_invariants.checker.model.summary import ITERATED, PLAIN, RETURNED
 
-# Builtins that iterate their argument at once.
-_CONSUMERS = frozenset({"list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all", "dict", "next"})
-# Builtins whose result, when iterated, iterates their arguments.
-_LAZY = frozenset({"enumerate", "zip", "map", "filter", "reversed", "iter"})
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 UNKNOWN = "?"  # a binding whose value cannot be named: the name is unknown
 _STATEMENTS = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.stmt))

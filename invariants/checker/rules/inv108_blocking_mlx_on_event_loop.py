@@ -5,6 +5,7 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.branches import Arms
 from mlx_invariants.checker.facts import CallSite
+from mlx_invariants.checker.iteration import CONSUMERS
 from mlx_invariants.checker.lazy_results import LazyResults
 from mlx_invariants.checker.loop_owner import LoopOwner
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
@@ -286,8 +287,8 @@ class BlockingMlxOnEventLoop(Rule):
         Invalid('''
             from mlx_lm.utils import generate_step
 
-            async def chat(model, prompt, eos, send):
-                for token, _ in generate_step(prompt, model, 0.0):  # expect: INV108
+            async def chat(model, prompt, eos, send, max_tokens):
+                for (token, _), n in zip(generate_step(prompt, model, 0.0), range(max_tokens)):  # expect: INV108
                     if token == eos:
                         break
                     await send(token.item())
@@ -696,16 +697,16 @@ class BlockingMlxOnEventLoop(Rule):
             import asyncio
             from mlx_lm.utils import generate_step
 
-            def tokens(model, prompt, eos):
+            def tokens(model, prompt, eos, max_tokens):
                 out = []
-                for token, _ in generate_step(prompt, model, 0.0):
+                for (token, _), n in zip(generate_step(prompt, model, 0.0), range(max_tokens)):
                     if token == eos:
                         break
                     out.append(token.item())
                 return out
 
-            async def chat(owner, model, prompt, eos, send):
-                await send(await owner.run(tokens, model, prompt, eos))
+            async def chat(owner, model, prompt, eos, send, max_tokens):
+                await send(await owner.run(tokens, model, prompt, eos, max_tokens))
         '''),
         Valid('''
             from mlx_lm.generate import BatchGenerator
@@ -1063,16 +1064,13 @@ class BlockingMlxOnEventLoop(Rule):
         return None
 
 
-# Builtins that iterate their argument to the end before returning (and `"".join`).
-_CONSUMERS = frozenset({"list", "tuple", "set", "frozenset", "dict", "sorted", "sum", "min", "max", "any", "all",
-                        "next"})
 
 
 def _consumes(call: cst.Call) -> bool:
     """`list(gen())`, `"".join(gen())`: a call that iterates what its argument returns, in place."""
     func = call.func
     if isinstance(func, cst.Name):
-        return func.value in _CONSUMERS
+        return func.value in CONSUMERS
     return isinstance(func, cst.Attribute) and func.attr.value == "join" and isinstance(func.value, cst.SimpleString)
 
 

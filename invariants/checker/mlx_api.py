@@ -9,7 +9,7 @@ import libcst as cst
 
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.iteration import LAZY
-from mlx_invariants.checker.mlx_core_names import CORE_NAMES
+from mlx_invariants.checker.mlx_core_names import CORE_NAMES, SUBMODULE_NAMES
 from mlx_invariants.checker.mlx_facts import FACTS
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import generator_defs
@@ -99,7 +99,10 @@ def core_work(qual: str) -> bool:
     counters or settings (HARMLESS_CORE) is none, and neither is a name it does not have."""
     if not qual.startswith("mlx.core."):
         return False
-    return qual[len("mlx.core."):].split(".", 1)[0] in CORE_NAMES and not any(h in qual for h in HARMLESS_CORE)
+    name, _, rest = qual[len("mlx.core."):].partition(".")
+    if name not in CORE_NAMES or (name in SUBMODULE_NAMES and rest.split(".", 1)[0] not in SUBMODULE_NAMES[name]):
+        return False
+    return not any(h in qual for h in HARMLESS_CORE)
 
 
 def _imported_from_mlx(qual: str) -> bool:

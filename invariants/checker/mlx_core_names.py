@@ -1,9 +1,11 @@
-"""The public names of `mlx.core` (functions, classes, submodules such as `random` and `metal`).
+"""The public names of `mlx.core` (functions, classes, submodules such as `random` and `metal`),
+and of those submodules.
 
 An `mx.<name>` that MLX does not have is no MLX work: it is a guarded optional call
 (`if hasattr(mx, "time"): start = mx.time()`) that never runs, or a project's own
 attribute. Issue 23's blind review of fourteen MLX servers graded two findings false on
-embed-rerank's `mx.time()`, a name mlx.core has never had. The list is read from MLX
+embed-rerank's `mx.time()`, a name mlx.core has never had, and one set d finding false on
+mlx-serving's `mx.metal.sync()`, which mlx.core.metal has never had. The list is read from MLX
 0.32.4 (`dir(mlx.core)`); tests/invariants/test_mlx_api.py fails when the MLX
 installed beside the tests has a name it lacks, so a newer release is added, never missed.
 The checker itself never imports MLX (the base install is libcst only).
@@ -51,3 +53,32 @@ CORE_NAMES = frozenset({
     "uint32", "uint64", "uint8", "unflatten", "unique", "unsignedinteger", "unstack", "value_and_grad", "var",
     "vecdot", "view", "vjp", "vmap", "where", "zeros", "zeros_like"
 })
+# The submodules' own names, read from the same release; `mx.metal.sync` is no call MLX has.
+SUBMODULE_NAMES = {
+    "metal": frozenset({
+        "clear_cache", "device_info", "get_active_memory", "get_cache_memory", "get_peak_memory", "is_available",
+        "reset_peak_memory", "set_cache_limit", "set_memory_limit", "set_wired_limit", "start_capture",
+        "stop_capture",
+    }),
+    "random": frozenset({
+        "bernoulli", "categorical", "gumbel", "key", "laplace", "multivariate_normal", "normal", "permutation",
+        "randint", "seed", "split", "truncated_normal", "uniform",
+    }),
+    "fast": frozenset({
+        "cross_entropy", "cuda_kernel", "gated_delta_update", "layer_norm", "metal_kernel",
+        "precompiled_cuda_kernel", "rms_norm", "rope", "scaled_dot_product_attention",
+    }),
+    "linalg": frozenset({
+        "cholesky", "cholesky_inv", "cross", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lu", "lu_factor",
+        "norm", "pinv", "qr", "slogdet", "solve", "solve_triangular", "svd", "tri_inv",
+    }),
+    "distributed": frozenset({
+        "Group", "all_gather", "all_max", "all_min", "all_sum", "init", "is_available", "recv", "recv_like", "send",
+        "sum_scatter",
+    }),
+    "cuda": frozenset({"is_available"}),
+    "fft": frozenset({
+        "fft", "fft2", "fftfreq", "fftn", "fftshift", "ifft", "ifft2", "ifftn", "ifftshift", "irfft", "irfft2",
+        "irfftn", "istft", "rfft", "rfft2", "rfftfreq", "rfftn", "stft",
+    }),
+}

@@ -26,13 +26,18 @@ def test_every_name_of_the_installed_mlx_core_is_known() -> None:
     core = pytest.importorskip("mlx.core")
     from mlx_invariants.checker.mlx_core_names import CORE_NAMES
 
+    from mlx_invariants.checker.mlx_core_names import SUBMODULE_NAMES
+
     missing = sorted(n for n in dir(core) if not n.startswith("_") and n not in CORE_NAMES)
+    missing += sorted(f"{module}.{n}" for module, names in SUBMODULE_NAMES.items()
+                      for n in dir(getattr(core, module)) if not n.startswith("_") and n not in names)
     assert not missing, f"add to invariants/checker/mlx_core_names.py: {missing}"
 
 
 @pytest.mark.parametrize(("qual", "work"), [
     ("mlx.core.eval", True), ("mlx.core.random.normal", True), ("mlx.core.linalg.norm", True),
     ("mlx.core.time", False), ("mlx.core.get_active_memory", False), ("mlx.core.clear_cache", False),
+    ("mlx.core.metal.sync", False), ("mlx.core.random.normal_", False),
 ])
 def test_core_work_is_a_name_mlx_core_has_that_does_array_work(qual: str, work: bool) -> None:
     assert mlx_api.core_work(qual) is work

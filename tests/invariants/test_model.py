@@ -283,6 +283,39 @@ def test_a_package_helper_that_forwards_to_the_default_pool_is_a_handoff(project
     assert _check(project) == [("server.py", 5, "INV107")]
 
 
+def test_a_handoff_to_the_default_pool_at_start_up_is_not_inv107(project: Project) -> None:
+    """A lifespan that preloads a model on a pool thread before its `yield` serves nobody yet: no request's
+    MLX can be inside Metal beside it. The same handoff after the `yield` and in a route is reported."""
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", """
+        import mlx.core as mx
+
+        def preload(model):
+            mx.eval(model.parameters())
+    """)
+    project.write("app/server.py", """
+        import asyncio
+        from contextlib import asynccontextmanager
+
+        from fastapi import FastAPI
+
+        from .engine import preload
+
+        @asynccontextmanager
+        async def lifespan(app):
+            await asyncio.to_thread(preload, app.state.model)
+            yield
+            await asyncio.to_thread(preload, app.state.model)
+
+        app = FastAPI(lifespan=lifespan)
+
+        @app.post("/v1/reload")
+        async def reload(request):
+            await asyncio.to_thread(preload, app.state.model)
+    """)
+    assert _check(project) == [("server.py", 12, "INV107"), ("server.py", 18, "INV107")]
+
+
 def test_the_model_keeps_inv107s_message() -> None:
     assert OFF_OWNER_MESSAGE == MlxOffOwnerThread.message
 

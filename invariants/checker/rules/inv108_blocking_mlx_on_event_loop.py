@@ -284,6 +284,22 @@ class BlockingMlxOnEventLoop(Rule):
                 for response in stream_generate(model, tokenizer, prompt):  # expect: INV108
                     await send(response.text)
         '''),
+        # Two spellings of one call for two library versions, in the arms of a mode `if`: one finding.
+        Invalid('''
+            from mlx_lm import generate
+
+            try:
+                from mlx_lm.sample_utils import make_sampler
+                HAS_SAMPLER = True
+            except ImportError:
+                HAS_SAMPLER = False
+
+            async def complete(model, tokenizer, prompt, temperature):
+                if HAS_SAMPLER:
+                    return generate(model, tokenizer, prompt, sampler=make_sampler(temp=temperature))  # expect: INV108
+                else:
+                    return generate(model, tokenizer, prompt)
+        '''),
         Invalid('''
             from mlx_lm.utils import generate_step
 
@@ -695,6 +711,24 @@ class BlockingMlxOnEventLoop(Rule):
         '''),
         Valid('''
             import asyncio
+            from mlx_lm import generate
+
+            try:
+                from mlx_lm.sample_utils import make_sampler
+                HAS_SAMPLER = True
+            except ImportError:
+                HAS_SAMPLER = False
+
+            def run(model, tokenizer, prompt, temperature):
+                if HAS_SAMPLER:
+                    return generate(model, tokenizer, prompt, sampler=make_sampler(temp=temperature))
+                return generate(model, tokenizer, prompt)
+
+            async def complete(owner, model, tokenizer, prompt, temperature):
+                return await owner.run(run, model, tokenizer, prompt, temperature)
+        '''),
+        Valid('''
+            import asyncio
             from mlx_lm.utils import generate_step
 
             def tokens(model, prompt, eos, max_tokens):
@@ -987,6 +1021,21 @@ class BlockingMlxOnEventLoop(Rule):
             arms = self.arms[id(function)] = Arms(function)
         return arms.beside(node, handoffs)
 
+    def _other_arm(self, site: CallSite, what: str, reported: list[tuple[CallSite, str]]) -> bool:
+        """The same MLX was reported in the other arm of a mode `if` around `site` (branches.py): two
+        spellings of one call for two library versions (`if HAS_SAMPLER: generate(..., sampler=s) else:
+        generate(...)`), of which one run takes one. One finding says it; the fix is the same."""
+        function = self.functions.get(id(site.node))
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        twins = [other.node for other, text in reported if text == what and self.functions.get(id(other.node)) is function]
+        if not twins:
+            return False
+        arms = self.arms.get(id(function))
+        if arms is None:
+            arms = self.arms[id(function)] = Arms(function)
+        return any(arms.exclusive(site.node, twin) for twin in twins)
+
     def end(self) -> None:
         found: list[tuple[CallSite, cst.CSTNode | None, str, str | None]] = []  # site, statement, what, step
         for site, statement in self.calls:
@@ -1009,10 +1058,14 @@ class BlockingMlxOnEventLoop(Rule):
         # An object the loop steps itself (`self.step()` -> `self.batch_generator.next()`) belongs to
         # the loop: that step is the finding, and closing or trimming it there adds no new hazard.
         owned = {step.rsplit(".", 1)[0] for _, _, _, step in found if step and _steps(step)}
+        reported: list[tuple[CallSite, str]] = []
         for site, statement, what, _ in found:
             func = site.node.func
             if isinstance(func, cst.Attribute) and not _steps(site.text or "") and dotted(func.value) in owned:
                 continue
+            if self._other_arm(site, what, reported):
+                continue
+            reported.append((site, what))
             if self.owner.owns(self.functions[id(site.node)]):
                 continue  # the step of an engine loop that owns MLX on the loop's thread (loop_owner.py)
             # From MLX 0.31.2 `mx.synchronize()` waits for the loop thread's own stream, not the worker's.

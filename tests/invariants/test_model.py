@@ -222,6 +222,37 @@ def test_a_function_that_loads_weights_is_start_up_work(project: Project) -> Non
     assert _check(project) == [("server.py", 7, "INV108")]
 
 
+def test_a_constructor_is_set_up_work(project: Project) -> None:
+    """MLX an `__init__` runs (and what it calls) builds the object's own arrays once: INV108 leaves the
+    construction out, as it leaves loads out; the object's methods that run MLX are still judged."""
+    project.write("app/__init__.py", "")
+    project.write("app/cache.py", """
+        import mlx.core as mx
+
+        class Rotation:
+            def __init__(self, dim):
+                self.matrix = self._orthogonal(dim)
+
+            def _orthogonal(self, dim):
+                q = mx.linalg.qr(mx.random.normal((dim, dim)), stream=mx.cpu)[0]
+                mx.eval(q)
+                return q
+
+            def rotate(self, keys):
+                out = keys @ self.matrix
+                mx.eval(out)
+                return out
+    """)
+    project.write("app/server.py", """
+        from .cache import Rotation
+
+        async def handle(keys):
+            rotation = Rotation(64)
+            return rotation.rotate(keys)
+    """)
+    assert _check(project) == [("server.py", 5, "INV108")]
+
+
 def test_a_lifespan_before_its_yield_is_start_up_and_its_shutdown_half_is_judged(project: Project) -> None:
     """checker/startup.py in the package model: the helper's MLX reached from the lifespan's start-up half is
     not reported (nothing is served yet), from its shutdown half and from a route it is; the span survives

@@ -80,6 +80,10 @@ GENERATOR_MLX_METHODS = frozenset({
     "insert", "insert_segments", "extract_cache", "remove", "next", "next_generated", "close", "step", "prefill",
 })
 BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
+# Other MLX libraries' calls that run a whole task on the calling thread before returning: mlx-whisper's
+# `transcribe` loads (or reuses) its model and decodes the whole audio (ml-explore/mlx-examples
+# whisper/mlx_whisper/__init__.py re-exports transcribe.transcribe).
+LIBRARY_TASKS = frozenset({"mlx_whisper.transcribe", "mlx_whisper.transcribe.transcribe"})
 # mlx.core calls that give the calling thread a stream of its own (a project's helper doing so is
 # named like stream-binders).
 STREAM_BINDING = frozenset({"mlx.core.new_stream", "mlx.core.set_default_stream"})
@@ -270,7 +274,7 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
     `loads=False` leaves out loading weights: at start-up nothing else is served yet.
     """
     qual = site.qual
-    if qual in GENERATE or qual in BLOCKING_CORE or qual in BATCH_GENERATORS:
+    if qual in GENERATE or qual in BLOCKING_CORE or qual in BATCH_GENERATORS or qual in LIBRARY_TASKS:
         return site.text or qual
     if loads and is_load(site) and not ctx.facts.by_key.get(site.key or ""):
         return site.text or qual  # a def of this file named like a loader is judged by its body instead

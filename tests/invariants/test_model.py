@@ -222,6 +222,30 @@ def test_a_function_that_loads_weights_is_start_up_work(project: Project) -> Non
     assert _check(project) == [("server.py", 7, "INV108")]
 
 
+def test_mlx_whispers_transcribe_is_blocking_mlx_across_modules(project: Project) -> None:
+    """mlx_api.LIBRARY_TASKS in the package model: a helper that transcribes, called on the loop, is INV108;
+    handed to the default pool, INV107."""
+    project.write("app/__init__.py", "")
+    project.write("app/stt.py", """
+        import mlx_whisper
+
+        def transcribe(path):
+            return mlx_whisper.transcribe(path)["text"]
+    """)
+    project.write("app/server.py", """
+        import asyncio
+
+        from .stt import transcribe
+
+        async def inline(path):
+            return transcribe(path)
+
+        async def pooled(path):
+            return await asyncio.to_thread(transcribe, path)
+    """)
+    assert _check(project) == [("server.py", 6, "INV108"), ("server.py", 9, "INV107")]
+
+
 def test_a_constructor_is_set_up_work(project: Project) -> None:
     """MLX an `__init__` runs (and what it calls) builds the object's own arrays once: INV108 leaves the
     construction out, as it leaves loads out; the object's methods that run MLX are still judged."""

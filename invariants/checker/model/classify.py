@@ -26,7 +26,7 @@ def by_name(qual: str) -> str | None:
     generator (`stream_generate`) is none of these: it runs MLX only where it is iterated."""
     if qual in mlx_api.GENERATE or qual in mlx_api.BATCH_GENERATORS:
         return GEN
-    if qual in mlx_api.BLOCKING_CORE:
+    if qual in mlx_api.BLOCKING_CORE or qual in mlx_api.LIBRARY_TASKS:
         return BLOCK
     if qual in mlx_api.LOADS:
         return LOAD

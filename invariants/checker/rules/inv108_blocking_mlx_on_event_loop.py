@@ -285,6 +285,12 @@ class BlockingMlxOnEventLoop(Rule):
                 for response in stream_generate(model, tokenizer, prompt):  # expect: INV108
                     await send(response.text)
         '''),
+        Invalid('''
+            import mlx_whisper
+
+            async def transcriptions(upload, model_path):
+                return mlx_whisper.transcribe(upload, path_or_hf_repo=model_path)["text"]  # expect: INV108
+        '''),
         # Two spellings of one call for two library versions, in the arms of a mode `if`: one finding.
         Invalid('''
             from mlx_lm import generate
@@ -709,6 +715,13 @@ class BlockingMlxOnEventLoop(Rule):
             async def chat(owner, model, tokenizer, prompt, send):
                 async for response in owner.stream(lambda: stream_generate(model, tokenizer, prompt)):
                     await send(response.text)
+        '''),
+        Valid('''
+            import mlx_whisper
+
+            async def transcriptions(owner, upload, model_path):
+                result = await owner.run(mlx_whisper.transcribe, upload, path_or_hf_repo=model_path)
+                return result["text"]
         '''),
         Valid('''
             import asyncio

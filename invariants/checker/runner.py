@@ -87,14 +87,13 @@ def check_paths(
         todo.append((file, info or os.stat(file.path), digest, text))
     with _cyclic_gc_paused():
         analyzed = _analyze([t[3] for t in todo], settings, jobs, [targets.of(t[0].path) for t in todo])
-    for (file, info, digest, _), report in zip(todo, analyzed):
-        reports[file.path] = report
-        known[file.path] = (info, digest)
-        if cache is not None:
-            cache.put(file.path, info, digest, report)
-    # The package-wide step: what crosses modules (model/phase.py); it keeps its summaries in the reports.
-    texts = {file.path: text for file, _, _, text in todo}
-    with _older_objects_frozen():
+        for (file, info, digest, _), report in zip(todo, analyzed):
+            reports[file.path] = report
+            known[file.path] = (info, digest)
+            if cache is not None:
+                cache.put(file.path, info, digest, report)
+        # The package-wide step: what crosses modules (model/phase.py); it keeps its summaries in the reports.
+        texts = {file.path: text for file, _, _, text in todo}
         across = phase.package_findings(files, reports, known, texts, settings, cache)
         if cache is not None:
             cache.save({f.path for f in files if f.problem is None})
@@ -120,34 +119,26 @@ def check_paths(
 def _cyclic_gc_paused() -> Iterator[None]:
     """Analysis allocates millions of objects and keeps each file's tree alive while it works,
     so Python's cyclic collector keeps traversing trees it cannot free (they hold no cycles):
-    3 s of a 10 s run on a 1.9 MB module, 7% on vllm-mlx. The analysis itself leaves about a
-    dozen cyclic objects per file (1 474 over vllm-mlx's 120 files), collected once it is back on."""
+    3 s of a 10 s run on a 1.9 MB module, 7% on vllm-mlx. The package-wide steps run paused too:
+    they leave no cycle (a summary's resolver and its scanner, and an outline's recursive walk,
+    used to hold each file's ast tree in one; tests/invariants/test_collector.py checks they
+    no longer do), and with the collector on, its collections walked the modules imported for the
+    analysis (libcst's), the summaries and the graph. The analysis itself leaves about a dozen
+    cyclic objects per file (1 474 over vllm-mlx's 120 files), collected by the next full collection."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if not gc.get_freeze_count():  # nobody else's frozen objects to thaw
+                # What the run made and still holds (libcst's modules, the reports) lives until its end: filed
+                # as old (freeze, then unfreeze: both splice lists), the first young collection does not walk
+                # it (15 to 19 ms of a re-run after one edit of vllm-mlx). The analysis's few cycles wait for
+                # the next full collection.
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
-
-
-@contextmanager
-def _older_objects_frozen() -> Iterator[None]:
-    """The package-wide steps run with the collector on, since summarizing leaves each file's ast
-    tree in a cycle (on vllm-mlx, 366 000 objects and 70 MB more at the peak with the collector
-    paused), but with every object made before them frozen: its full collections kept walking the
-    checker's modules, the cached reports and the trees still in use, 0.48 s of the model's 0.9 s
-    on vllm-mlx and 0.1 s of the unreferenced defs' 0.2 s; frozen, 0.16 s and 0.02 s. The young
-    generations are collected first, so that what the analysis left in cycles is not frozen."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.collect(1)
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None]) -> list[Report]:

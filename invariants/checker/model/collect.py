@@ -42,7 +42,14 @@ _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, 
 def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
     """The summary of one file's text; raises SyntaxError (or ValueError) when it does not parse."""
     tree = source.python_tree(text)
-    return _Resolver(text, shared).summary(tree)
+    resolver = _Resolver(text, shared)
+    try:
+        return resolver.summary(tree)
+    finally:
+        # The resolver and its scanner name each other: a cycle that held the resolver's defs, and through
+        # them the whole ast tree, until the cyclic collector ran. Broken, all of it is freed on return, and
+        # the package-wide steps need no collector (runner._cyclic_gc_paused).
+        resolver.scanner = None  # type: ignore[assignment]
 
 
 class _Resolver:

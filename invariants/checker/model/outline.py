@@ -73,33 +73,34 @@ def outline(text: str) -> Outline | None:
         return None
     defs: list[DefSpan] = []
     classes: list[ClassSpan] = []
-
-    def walk(body: list[ast.stmt], parent: int, cls: int) -> None:
-        """Statements only, every list of them: a def or a class is one."""
-        for stmt in body:
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
-                decorated = any(terminal(d) not in _PLAIN for d in stmt.decorator_list)
-                defs.append(DefSpan(stmt.name, first, stmt.end_lineno or stmt.lineno, parent, cls, decorated))
-                walk(stmt.body, len(defs) - 1, -1)
-                continue
-            inner = cls
-            if isinstance(stmt, ast.ClassDef):
-                inner = len(classes)
-                classes.append(ClassSpan(stmt.name, stmt.lineno, stmt.end_lineno or stmt.lineno,
-                                         tuple(terminal(b) for b in stmt.bases)))
-            for field in _BODIES:
-                part = getattr(stmt, field, None)
-                if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
-                    walk(part, parent, inner)
-            for handler in getattr(stmt, "handlers", ()):
-                walk(handler.body, parent, inner)
-            for case in getattr(stmt, "cases", ()):
-                walk(case.body, parent, inner)
-
-    walk(tree.body, -1, -1)
+    _walk(tree.body, -1, -1, defs, classes)
     imports = tuple((s.level, s.module or "") for s in tree.body if isinstance(s, ast.ImportFrom) and s.level)
     return Outline(tuple(defs), tuple(classes), imports)
+
+
+def _walk(body: list[ast.stmt], parent: int, cls: int, defs: list[DefSpan], classes: list[ClassSpan]) -> None:
+    """Statements only, every list of them: a def or a class is one. A function of the module, not a closure
+    of `outline`: a closure that calls itself is a cycle, which kept the spans until the cyclic collector ran."""
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+            decorated = any(terminal(d) not in _PLAIN for d in stmt.decorator_list)
+            defs.append(DefSpan(stmt.name, first, stmt.end_lineno or stmt.lineno, parent, cls, decorated))
+            _walk(stmt.body, len(defs) - 1, -1, defs, classes)
+            continue
+        inner = cls
+        if isinstance(stmt, ast.ClassDef):
+            inner = len(classes)
+            classes.append(ClassSpan(stmt.name, stmt.lineno, stmt.end_lineno or stmt.lineno,
+                                     tuple(terminal(b) for b in stmt.bases)))
+        for field in _BODIES:
+            part = getattr(stmt, field, None)
+            if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
+                _walk(part, parent, inner, defs, classes)
+        for handler in getattr(stmt, "handlers", ()):
+            _walk(handler.body, parent, inner, defs, classes)
+        for case in getattr(stmt, "cases", ()):
+            _walk(case.body, parent, inner, defs, classes)
 
 
 def terminal(expr: ast.AST) -> str | None:

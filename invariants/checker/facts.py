@@ -55,6 +55,7 @@ class Facts:
         self.assigned: dict[str, list[Assignment]] = {}
         self.constants: dict[str, float] = {}
         self.imports_mlx = False
+        self.imports_other_engine = False  # torch, vllm, llama.cpp, ...: mlx_api.OTHER_ENGINES
         self.module_calls: FunctionFacts | None = None  # the module body's own calls
         # Answers computed once from these facts, at the end, by whichever rule asks first.
         self.memo: dict[str, Any] = {}

@@ -168,9 +168,21 @@ def package_array_work(qual: str | None) -> bool:
     return last in ARRAY_HELPERS or (last == "Model" and ".models." in f"{head}.")
 
 
+# Inference engines other than MLX. In a file that imports one of them and no MLX, a model-named
+# object is that engine's model: its `generate` blocks, but runs no MLX (LocalAI's transformers
+# backend, a torch-only gRPC servicer beside its MLX ones, got "runs MLX" findings). `transformers`
+# is not one: MLX servers import its tokenizers.
+OTHER_ENGINES = frozenset({
+    "torch", "tensorflow", "jax", "vllm", "llama_cpp", "ctranslate2", "faster_whisper", "onnxruntime",
+    "openvino", "tensorrt_llm", "exllamav2",
+})
+
+
 def note_import(qual: str, ctx: FileContext) -> None:
     if _imported_from_mlx(qual):
         ctx.facts.imports_mlx = True
+    elif qual.split(".", 1)[0] in OTHER_ENGINES:
+        ctx.facts.imports_other_engine = True
 
 
 def is_batch_generator(expr: cst.BaseExpression, ctx: FileContext) -> bool:
@@ -188,8 +200,14 @@ def _looks_like_batch_generator(expr: cst.BaseExpression, ctx: FileContext) -> b
 
 def is_model(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     """A receiver named like the model (model-names): `self._model`, `text_model`; or one a model
-    loader's result was assigned to (`stt_model = load_model(name)`, loaded_model)."""
-    return matches_name(dotted(expr), ctx.shared["model-names"]) or loaded_model(expr, ctx) is not None
+    loader's result was assigned to (`stt_model = load_model(name)`, loaded_model). Guessed by name only
+    where the model may be MLX's: not in a file that imports another engine (OTHER_ENGINES) and no MLX."""
+    loaded = loaded_model(expr, ctx)
+    if loaded == "mlx":
+        return True
+    if ctx.facts.imports_other_engine and not ctx.facts.imports_mlx:
+        return False
+    return matches_name(dotted(expr), ctx.shared["model-names"]) or loaded is not None
 
 
 def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext, scope: int | None = None) -> bool:

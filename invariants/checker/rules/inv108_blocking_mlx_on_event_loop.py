@@ -716,6 +716,19 @@ class BlockingMlxOnEventLoop(Rule):
                 async for response in owner.stream(lambda: stream_generate(model, tokenizer, prompt)):
                     await send(response.text)
         '''),
+        # A file that imports another engine and no MLX: its model-named object is that engine's.
+        Valid('''
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            class Servicer:
+                def __init__(self, path):
+                    self.model = AutoModelForCausalLM.from_pretrained(path)
+
+                async def Predict(self, request, context):
+                    with torch.no_grad():
+                        return self.model.generate(**request.inputs)
+        '''),
         Valid('''
             import mlx_whisper
 

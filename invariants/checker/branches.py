@@ -40,6 +40,18 @@ class Arms:
             meet = self.parent.get(id(meet))
         return isinstance(meet, cst.If) and self._mode(meet)
 
+    def retried(self, site: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """`site` stands in an `except` arm of a `try` whose body holds `other`: the retry of a call the
+        body made (`try: generate(..., temp=t)` / `except TypeError: generate(...)`, one library version's
+        spelling, then another's)."""
+        around = self._around(other)
+        child, node = site, self.parent.get(id(site))
+        while node is not None:
+            if isinstance(node, cst.Try) and isinstance(child, cst.ExceptHandler) and id(node.body) in around:
+                return True
+            child, node = node, self.parent.get(id(node))
+        return False
+
     def beside(self, site: cst.CSTNode, others: list[cst.CSTNode]) -> bool:
         """Some mode `if` around `site` has one of `others` in its other arm."""
         arm, node = site, self.parent.get(id(site))

@@ -308,6 +308,15 @@ class BlockingMlxOnEventLoop(Rule):
                     return generate(model, tokenizer, prompt)
         '''),
         Invalid('''
+            from mlx_lm import generate
+
+            async def complete(model, tokenizer, prompt, temperature):
+                try:
+                    return generate(model, tokenizer, prompt, temp=temperature)  # expect: INV108
+                except TypeError:
+                    return generate(model, tokenizer, prompt)
+        '''),
+        Invalid('''
             from mlx_lm.utils import generate_step
 
             async def chat(model, prompt, eos, send, max_tokens):
@@ -756,6 +765,19 @@ class BlockingMlxOnEventLoop(Rule):
         '''),
         Valid('''
             import asyncio
+            from mlx_lm import generate
+
+            def run(model, tokenizer, prompt, temperature):
+                try:
+                    return generate(model, tokenizer, prompt, temp=temperature)
+                except TypeError:
+                    return generate(model, tokenizer, prompt)
+
+            async def complete(owner, model, tokenizer, prompt, temperature):
+                return await owner.run(run, model, tokenizer, prompt, temperature)
+        '''),
+        Valid('''
+            import asyncio
             from mlx_lm.utils import generate_step
 
             def tokens(model, prompt, eos, max_tokens):
@@ -1049,9 +1071,10 @@ class BlockingMlxOnEventLoop(Rule):
         return arms.beside(node, handoffs)
 
     def _other_arm(self, site: CallSite, what: str, reported: list[tuple[CallSite, str]]) -> bool:
-        """The same MLX was reported in the other arm of a mode `if` around `site` (branches.py): two
-        spellings of one call for two library versions (`if HAS_SAMPLER: generate(..., sampler=s) else:
-        generate(...)`), of which one run takes one. One finding says it; the fix is the same."""
+        """The same MLX was reported in the other arm of a mode `if` around `site`, or in the body of a
+        `try` whose `except` arm `site` stands in (branches.py): two spellings of one call for two library
+        versions (`if HAS_SAMPLER: generate(..., sampler=s) else: generate(...)`; `try: generate(...,
+        temp=t)` then, on TypeError, `generate(...)`). One finding says it; the fix is the same."""
         function = self.functions.get(id(site.node))
         if not isinstance(function, cst.FunctionDef):
             return False
@@ -1061,7 +1084,7 @@ class BlockingMlxOnEventLoop(Rule):
         arms = self.arms.get(id(function))
         if arms is None:
             arms = self.arms[id(function)] = Arms(function)
-        return any(arms.exclusive(site.node, twin) for twin in twins)
+        return any(arms.exclusive(site.node, twin) or arms.retried(site.node, twin) for twin in twins)
 
     def end(self) -> None:
         found: list[tuple[CallSite, cst.CSTNode | None, str, str | None]] = []  # site, statement, what, step

@@ -1070,21 +1070,27 @@ class BlockingMlxOnEventLoop(Rule):
             arms = self.arms[id(function)] = Arms(function)
         return arms.beside(node, handoffs)
 
-    def _other_arm(self, site: CallSite, what: str, reported: list[tuple[CallSite, str]]) -> bool:
-        """The same MLX was reported in the other arm of a mode `if` around `site`, or in the body of a
-        `try` whose `except` arm `site` stands in (branches.py): two spellings of one call for two library
-        versions (`if HAS_SAMPLER: generate(..., sampler=s) else: generate(...)`; `try: generate(...,
-        temp=t)` then, on TypeError, `generate(...)`). One finding says it; the fix is the same."""
+    def _twin(self, site: CallSite, what: str, kept: list[tuple[CallSite, cst.CSTNode | None, str]]
+              ) -> tuple[int, str] | None:
+        """The earlier finding `site` repeats, and how: the same MLX in the other arm of a mode `if` around
+        `site`, or in the body of a `try` whose `except` arm `site` stands in (branches.py). Two spellings of
+        one call for two library versions (`if HAS_SAMPLER: generate(..., sampler=s) else: generate(...)`;
+        `try: generate(..., temp=t)` then, on TypeError, `generate(...)`) are one hazard with one fix: one
+        finding, which names the other spelling."""
         function = self.functions.get(id(site.node))
         if not isinstance(function, cst.FunctionDef):
-            return False
-        twins = [other.node for other, text in reported if text == what and self.functions.get(id(other.node)) is function]
-        if not twins:
-            return False
-        arms = self.arms.get(id(function))
-        if arms is None:
-            arms = self.arms[id(function)] = Arms(function)
-        return any(arms.exclusive(site.node, twin) or arms.retried(site.node, twin) for twin in twins)
+            return None
+        for index, (other, _, text) in enumerate(kept):
+            if text != what or self.functions.get(id(other.node)) is not function:
+                continue
+            arms = self.arms.get(id(function))
+            if arms is None:
+                arms = self.arms[id(function)] = Arms(function)
+            if arms.exclusive(site.node, other.node):
+                return index, "in the other arm of this `if`"
+            if arms.retried(site.node, other.node):
+                return index, "in the `except` arm that retries it"
+        return None
 
     def end(self) -> None:
         found: list[tuple[CallSite, cst.CSTNode | None, str, str | None]] = []  # site, statement, what, step
@@ -1108,16 +1114,22 @@ class BlockingMlxOnEventLoop(Rule):
         # An object the loop steps itself (`self.step()` -> `self.batch_generator.next()`) belongs to
         # the loop: that step is the finding, and closing or trimming it there adds no new hazard.
         owned = {step.rsplit(".", 1)[0] for _, _, _, step in found if step and _steps(step)}
-        reported: list[tuple[CallSite, str]] = []
+        kept: list[tuple[CallSite, cst.CSTNode | None, str]] = []
+        also: dict[int, list[str]] = {}  # index in `kept` -> where its twins left out stand
         for site, statement, what, _ in found:
             func = site.node.func
             if isinstance(func, cst.Attribute) and not _steps(site.text or "") and dotted(func.value) in owned:
                 continue
-            if self._other_arm(site, what, reported):
+            twin = self._twin(site, what, kept)
+            if twin is not None:
+                also.setdefault(twin[0], []).append(twin[1])
                 continue
-            reported.append((site, what))
+            kept.append((site, statement, what))
+        for index, (site, statement, what) in enumerate(kept):
             if self.owner.owns(self.functions[id(site.node)]):
                 continue  # the step of an engine loop that owns MLX on the loop's thread (loop_owner.py)
+            if index in also:
+                what += f" (here, and again {' and '.join(dict.fromkeys(also[index]))})"
             # From MLX 0.31.2 `mx.synchronize()` waits for the loop thread's own stream, not the worker's.
             own_stream = _bare_sync(site) or id(site.node) in self.own_stream_helpers
             self.ctx.report_at(self.id, site.node, statement, self.message.format(what=what),

@@ -82,8 +82,13 @@ class CleanupSkippedOnCancel(Rule):
 
     Not judged: a coroutine only the server's shutdown cancels (a plain HTTP route
     handler, which ASGI servers do not cancel on disconnect, and start-up; see
-    checker/cancellers.py), and receivers that only record (loggers, metrics,
-    spans, timers)."""
+    checker/cancellers.py), receivers that only record (loggers, metrics,
+    spans, timers), and an undo the file also makes in a `finally:` (same verb
+    family, same receiver): the author put the cancellation path there, most often
+    in a context manager the awaits enter. mlx-openai-proxy pops a request's
+    priority in `except Exception:` and again in the `finally:` of the service
+    slot every long await of that `try` runs in (src/mlx_openai_proxy/service.py@
+    feb6ffa:358, :395, :407, three findings graded false blind)."""
 
     id = "INV128"
     catches = "a coroutine that undoes its set-up in `except Exception:` and re-raises: a cancellation skips the undo"
@@ -101,7 +106,9 @@ class CleanupSkippedOnCancel(Rule):
         "fixed in d9d0e5b; asking for the raise keeps four findings of 25 servers' HEADs out, graded 3 arguable and 1 false blind). "
         "Pairs an undo with its set-up by verb and receiver only, in one def: a set-up done by a callee, or undone "
         "through another object or verb (`worker.launch(...)` undone by `self.terminate_model(...)`), is missed. "
-        "A handler whose undo is also done by an outer `try` of a caller, on cancellation, is reported. A route "
+        "A handler whose undo is also done by an outer `try` of a caller, on cancellation, is reported. An undo "
+        "the file also makes in some `finally:` is taken to cover cancellation even where that `finally` does not "
+        "run for this coroutine. A route "
         "handler is taken to be cancelled only at shutdown, which holds for uvicorn, hypercorn and Starlette/"
         "FastAPI but not for a middleware that cancels handlers on disconnect."
     )
@@ -150,6 +157,29 @@ class CleanupSkippedOnCancel(Rule):
     ]
     VALID = [
         # A context manager entered by hand and exited on failure (see _FAMILIES).
+        # The same undo in the `finally:` of the slot the awaits run in: the cancellation path is there.
+        Valid('''
+            import asyncio
+            from contextlib import asynccontextmanager
+
+            class Proxy:
+                @asynccontextmanager
+                async def _slot(self, request_id):
+                    try:
+                        async with self._scheduler.slot(request_id):
+                            yield
+                    finally:
+                        self._priorities.pop(request_id, None)
+
+                async def chat(self, request_id, body, priority):
+                    self._priorities[request_id] = priority
+                    try:
+                        async with self._slot(request_id):
+                            return await self._backend.chat(body)
+                    except Exception:
+                        self._priorities.pop(request_id, None)
+                        raise
+        '''),
         Valid('''
             class McpClient:
                 async def connect(self, params):
@@ -240,6 +270,23 @@ class CleanupSkippedOnCancel(Rule):
         '''),
     ]
 
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.found: list[tuple[cst.ExceptHandler, _Step, _Step]] = []  # handler, its undo, the set-up it undoes
+        self.in_finally: set[tuple[str, int]] = set()  # (receiver, family) of the undos some `finally:` makes
+
+    def visit_Try(self, node: cst.Try) -> None:
+        if node.finalbody is not None:
+            order = _ordered(node.finalbody)
+            position = {id(n): i for i, n in enumerate(order)}
+            self.in_finally.update((u.receiver, f) for u in _undos(node.finalbody, position) for f in u.families)
+
+    def end(self) -> None:
+        for handler, undo, setup in self.found:
+            if not any((undo.receiver, f) in self.in_finally for f in undo.families):
+                self.ctx.report_at(self.id, handler, handler, self.message.format(
+                    undo=_text(undo.node), setup=_text(setup.node)))
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.asynchronous is None or shutdown_only(node):
             return
@@ -267,8 +314,7 @@ class CleanupSkippedOnCancel(Rule):
                     setup = next((s for s in setups if s.order < last and s.receiver == undo.receiver
                                   and s.families & undo.families), None)
                     if setup is not None:
-                        self.ctx.report_at(self.id, handler, handler, self.message.format(
-                            undo=_text(undo.node), setup=_text(setup.node)))
+                        self.found.append((handler, undo, setup))
                         break
 
     def _catches_exception(self, handler: cst.ExceptHandler) -> bool:
@@ -338,11 +384,13 @@ def _setup(node: cst.CSTNode, position: dict[int, int]) -> _Step | None:
     return None
 
 
-def _undos(handler: cst.ExceptHandler, position: dict[int, int]) -> list[_Step]:
-    """The handler's undo steps: calls of an undo verb, and `del x[k]`, that do not report the exception."""
-    caught = handler.name.name.value if handler.name and isinstance(handler.name.name, cst.Name) else None
+def _undos(block: cst.ExceptHandler | cst.Finally, position: dict[int, int]) -> list[_Step]:
+    """The undo steps of a handler or a `finally:`: calls of an undo verb, and `del x[k]`, that do not report
+    the exception a handler caught."""
+    name = block.name if isinstance(block, cst.ExceptHandler) else None
+    caught = name.name.value if name and isinstance(name.name, cst.Name) else None
     steps = []
-    for node in _ordered(handler.body):
+    for node in _ordered(block.body):
         if isinstance(node, cst.Call):
             if (step := _call_step(node, 1, position)) is not None and not _mentions(node, caught):
                 steps.append(step)

@@ -371,6 +371,57 @@ def test_a_handoff_to_the_default_pool_at_start_up_is_not_inv107(project: Projec
     assert _check(project) == [("server.py", 12, "INV107"), ("server.py", 18, "INV107")]
 
 
+def test_work_whose_mlx_all_runs_under_the_packages_mlx_lock_is_not_inv107(project: Project) -> None:
+    """Two modules hold one process-wide lock around their MLX (an inferred MLX lock, model/locks.py): handing
+    a function whose MLX is all under it to the default pool cannot put two threads in Metal at once. The same
+    handoff of a function that runs MLX outside the lock is reported."""
+    project.write("app/__init__.py", "")
+    project.write("app/utils.py", """
+        import threading
+
+        MLX_LOCK = threading.Lock()
+    """)
+    project.write("app/stt.py", """
+        import mlx_whisper
+
+        from .utils import MLX_LOCK
+
+        def transcribe(path):
+            with MLX_LOCK:
+                return mlx_whisper.transcribe(path)["text"]
+
+        def transcribe_unlocked(path):
+            return mlx_whisper.transcribe(path)["text"]
+    """)
+    project.write("app/llm.py", """
+        import mlx.core as mx
+
+        from .utils import MLX_LOCK
+
+        def respond(model, x):
+            with MLX_LOCK:
+                out = model(x)
+                mx.eval(out)
+                return out
+    """)
+    project.write("app/server.py", """
+        import asyncio
+
+        from .llm import respond
+        from .stt import transcribe, transcribe_unlocked
+
+        async def locked(path):
+            return await asyncio.to_thread(transcribe, path)
+
+        async def reply(model, x):
+            return await asyncio.to_thread(respond, model, x)
+
+        async def unlocked(path):
+            return await asyncio.to_thread(transcribe_unlocked, path)
+    """)
+    assert [f for f in _check(project) if f[2] == "INV107"] == [("server.py", 13, "INV107")]
+
+
 def test_the_model_keeps_inv107s_message() -> None:
     assert OFF_OWNER_MESSAGE == MlxOffOwnerThread.message
 

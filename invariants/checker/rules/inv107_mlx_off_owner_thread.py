@@ -87,7 +87,10 @@ class MlxOffOwnerThread(Rule):
         "def (or the module body), or the call itself; a generator kept on an attribute or handed in is judged only "
         "when it is an mlx-lm stream. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
         "so a lazy array or an `mx.new_stream` stream handed to the pool, which raises there, is left to "
-        "the fuzzer (`mlx-no-stream`)."
+        "the fuzzer (`mlx-no-stream`). Through the package model, a handoff at start-up (a lifespan before its "
+        "`yield`, a start-up hook) and one whose MLX all runs under the package's MLX lock (declared, or "
+        "inferred) are not reported: neither can put two threads in Metal at once; the per-file rule does not "
+        "see a lock the package shares, so a def of the file that takes one around its MLX is still reported."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync", "StreamingResponse", "EventSourceResponse"),
                 ("mlx",))

@@ -246,7 +246,11 @@ class BlockingMlxOnEventLoop(Rule):
         "long its steps (a `while` in a request handler that binds passes for one). A generator of this file "
         "is judged where the loop iterates it (a `for`, `next`, or a builtin that drains it such as `list`); one "
         "handed on and drained by a helper (`consume(tokens())`) is not seen. Code inside a def its "
-        "package never names is not judged (docs/checker.md, \"Code nothing in the package names\")."
+        "package never names is not judged (docs/checker.md, \"Code nothing in the package names\"). The "
+        "same MLX spelled twice, in the two arms of a mode `if` or in a `try` and the `except` arm that retries "
+        "it, is one finding at the first spelling, which names the other. A model-named object in a file that "
+        "imports another inference engine (torch, vllm, llama_cpp, ...) and no MLX is taken to be that "
+        "engine's, so its blocking `generate` there is not reported."
     )
     triggers = (("async",), ("mlx", "model", "generat", "scheduler"))
 

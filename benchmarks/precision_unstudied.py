@@ -3,7 +3,7 @@
 docs/corpus.md's HEAD section grades every finding on the ten servers the rules were
 refined against, so its precision is a training figure. This script runs the checker
 (default configuration, at a commit of this project) on the HEADs of other MLX servers,
-recorded below in five sets, and joins each finding with its verdict, if a reviewer gave
+recorded below in six sets, and joins each finding with its verdict, if a reviewer gave
 one: true / arguable / false, arguable counting as false. Set "a" (SERVERS) has been
 studied since (rules were changed after grading it), so its figure is no longer held
 out; set "b" (SERVERS_B) is fourteen more, first measured at checker commit
@@ -11,7 +11,8 @@ MEASURED_B, before anyone tuned a rule on them; set "c" (SERVERS_C) is eleven mo
 nobody had run the checker on when they were added, so its first run is a held-out figure
 (whoever measures it records that commit and figure beside set b's); sets "d" and "e"
 (SERVERS_D, SERVERS_E) are seven more each, added unmeasured in the same way, e kept aside
-for the end of a day. Verdicts come from reviewers who were handed the finding and the
+for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured until it is
+measured once with a day's final rules. Verdicts come from reviewers who were handed the finding and the
 code (the packets `--packets` writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
 finding the rules no longer make drops out and a new one shows as not graded until it is.
@@ -178,7 +179,37 @@ MEASURED_E = "53aa2ca4b563ceb6acf37b61d12897bd23cd602a"
 FIRST_E = "9 findings, 2 true, 4 arguable, 3 false (22 % true)"
 AFTER_E = "bf23115316a2c2ff4d1ea5886e1162f76a01bb81"
 AFTER_E_FIGURE = "11 findings, 4 true, 4 arguable, 3 false (36 % true)"
-SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E}
+# Set f: picked 2026-11-28, after sets a to e had been studied, by code search and repository-name search for Python
+# projects that serve MLX models in-process (OpenAI-style LLM servers, a batching server, speech-to-text and TTS
+# servers, a transcription web app, an agent's local backend) with asyncio or threads, and fetched that day (the newest
+# snapshot of each default branch). Nobody had run the checker on any of them, nor read a rule's code while picking
+# them, when they were added. None is in sets a to e, docs/corpus.md's HEAD servers or the corpus cases, nor a fork or
+# copy of one (no root commit shared with any mirror here, no copy of mlx-lm's server.py or vllm-mlx; lucasventurasc's
+# mlx-studio imports mlx_omni_server as a library). Monorepos and apps are pinned to their MLX serving folders; a
+# server module at a repository's top (mlx_gguf_server's main.py, mlx-studio's server.py, parakeet-mlx_guiapi's
+# menubar_app.py) is outside any folder, so it goes unchecked. mlx_parallm's models/ are mlx-lm model files adapted to
+# batching, left out like zeta-mlx's custom_models/. Set f is kept aside: nobody runs the checker on it until it is
+# measured, once, at the end of the day with that day's final rules.
+SERVERS_F = (
+    head.Server("cdreetz/crebAI", "db71049b4820bc2e01c0068be0f9a4e230a9d444", ("app",), _EXCLUDE),
+    head.Server("ch1ppyone/mlx-tts-studio", "b76e1b8af01206a11d806f991228911a7d065b70", ("app",), _EXCLUDE),
+    head.Server("elgui/parakeet-mlx_guiapi", "d37ac99c2ad3960008719cea5333cda920950760", ("parakeet_mlx_guiapi",),
+                _EXCLUDE),
+    head.Server("gitkaz/mlx_gguf_server", "6723a4de1e16e4c542cafaa01afacfa4d188facf",
+                ("core", "embedding", "tts", "utils", "whisper_stt", "worker"), _EXCLUDE),
+    head.Server("ivkhokhlov/whisper-webui-mlx", "b83bf3d7ec4708362f289681697753872c84b517", ("mlx_ui",), _EXCLUDE),
+    head.Server("lucasventurasc/mlx-studio", "81b9c2b952b23626937b29581b68e7e80e9c6863", ("extensions", "routers"),
+                _EXCLUDE),
+    head.Server("misanthropic-ai/mlx_parallm", "93dcba63de9c4b007a963cd4ac1b8b68a6cacfc4", ("mlx_parallm",),
+                (*_EXCLUDE, "mlx_parallm/models/")),
+    head.Server("omitsuhashi/whisper-server", "5c61b0ab46a55bdea1237718bbae5ad2a46ed27c", ("src",), _EXCLUDE),
+    head.Server("rukhvindersingh1988-cmyk/mlx-agent-project", "71936e12564675337e154198680e93a7e28476ed",
+                ("backend",), _EXCLUDE),
+    head.Server("santhony/mlx-studio", "58617bda7183dded164628eda55e95d88ecee121", ("qwen-text-server",), _EXCLUDE),
+    head.Server("yashhere/parakeet-mlx-fastapi", "06f842a1de951e7a1f34fe7c666883bf717eca41", ("parakeet_service",),
+                _EXCLUDE),
+)
+SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -193,7 +224,7 @@ HELD_OUT = {
 # A kept-aside set's second measure: the commit after the day's rule changes, and its figure then.
 THEN = {"e": (AFTER_E, AFTER_E_FIGURE)}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
-        "d": "docs/precision-d.md", "e": "docs/precision-e.md"}
+        "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

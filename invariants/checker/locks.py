@@ -48,6 +48,17 @@ def is_lock(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     return matches_name(dotted(expr), ctx.shared["lock-names"])
 
 
+# Where a lock class lives: a lock imported from one of these is a class, not a lock some module shares.
+_LOCK_LIBRARIES = frozenset({"threading", "asyncio", "multiprocessing", "anyio", "trio", "concurrent"})
+
+
+def shared_lock(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    """A lock this file imports from a module of its project (`from app.mlx_lock import MLX_LOCK`): one the
+    process shares, which other modules take too, not one of this file's objects."""
+    qual = ctx.resolve(expr)
+    return bool(qual) and qual.lstrip(".").split(".", 1)[0] not in _LOCK_LIBRARIES and is_lock(expr, ctx)
+
+
 def is_timeout_scope(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     return isinstance(expr, cst.Call) and ctx.resolve(expr.func) in TIMEOUT_SCOPES
 

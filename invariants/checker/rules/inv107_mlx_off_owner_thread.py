@@ -1,17 +1,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker.locks import shared_lock
 from mlx_invariants.checker.loop_owner import handed_reaches
 from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, requires
 from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.offload import (
     Handoff, handoff, iterated_in_pool, shifting_pool, streamed_handoff, unwrap_callable,
 )
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.walker import OWN_BODY_STOP
+
+if TYPE_CHECKING:
+    from mlx_invariants.checker.walker import FileContext
 
 
 @dataclass
@@ -89,8 +96,9 @@ class MlxOffOwnerThread(Rule):
         "so a lazy array or an `mx.new_stream` stream handed to the pool, which raises there, is left to "
         "the fuzzer (`mlx-no-stream`). Through the package model, a handoff at start-up (a lifespan before its "
         "`yield`, a start-up hook) and one whose MLX all runs under the package's MLX lock (declared, or "
-        "inferred) are not reported: neither can put two threads in Metal at once; the per-file rule does not "
-        "see a lock the package shares, so a def of the file that takes one around its MLX is still reported."
+        "inferred) are not reported: neither can put two threads in Metal at once. The per-file rule knows a "
+        "shared lock only as one the file imports from a module of its project (a def of the file that takes "
+        "it around all its MLX is not reported); a lock of the file's own that other modules import is not seen."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync", "StreamingResponse", "EventSourceResponse"),
                 ("mlx",))
@@ -215,6 +223,41 @@ class MlxOffOwnerThread(Rule):
     VALID = [
         # A def named like a loader is judged by its body: this one only records a model's name, and the
         # library loads it where it is used (smart-home's Whisper front end, issue 23's set c, graded false).
+        # Work that takes the lock the package's modules share around all its MLX: one thread in Metal at a time.
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+
+            from .llm import respond
+            from .mlx_lock import MLX_LOCK
+
+            def embed(model, x):
+                with MLX_LOCK:
+                    out = model(x)
+                    mx.eval(out)
+                    return out
+
+            async def embeddings(model, x):
+                return await asyncio.to_thread(embed, model, x)
+
+            async def reply(model, x):
+                return await asyncio.to_thread(respond, model, x)
+        ''', files={"app/mlx_lock.py": '''
+            import threading
+
+            MLX_LOCK = threading.Lock()
+        ''', "app/llm.py": '''
+            import mlx.core as mx
+
+            from .mlx_lock import MLX_LOCK
+
+            def respond(model, x):
+                with MLX_LOCK:
+                    out = model(x)
+                    mx.eval(out)
+                    return out
+        '''}),
         Valid('''
             import asyncio
 
@@ -468,10 +511,33 @@ class MlxOffOwnerThread(Rule):
                 what = handed_reaches(candidate.target, self.ctx, mlx_api.reaches)
                 generates = handed_reaches(candidate.target, self.ctx, mlx_api.generation) is not None
                 label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
+                if what is not None and not generates and self._under_shared_lock(candidate.target):
+                    continue
             if what is None:
                 continue
             message = self.message.format(target=label, what=what, where=where)
             self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(generates))
+
+    def _under_shared_lock(self, target: cst.BaseExpression) -> bool:
+        """`target` names defs of this file whose every call that runs MLX (itself, or through the file's
+        defs it calls) stands inside `with` a lock the project's modules share (locks.shared_lock): two pool
+        threads running it cannot be in Metal at once, the hazard before MLX 0.31.2 (a generation is still
+        reported: its stream is the library's, whatever lock is held). Issue 23, set c: smart-home's
+        transcription, handed to the pool under the process-wide `mlx_lock` its LLM and TTS take too
+        (belle/stt.py@4e65c3a:301, graded false blind)."""
+        if not isinstance(target, cst.Name | cst.Attribute):
+            return False
+        functions = self.ctx.facts.by_key.get(self.ctx.key(target) or "", ())
+        direct = lambda site: mlx_api.reaches(site, self.ctx)  # noqa: E731
+        for function in functions:
+            inside = _inside_shared_locks(function.node, self.ctx)
+            for site in function.calls:
+                if id(site.node) in inside:
+                    continue
+                if direct(site) or any(self.ctx.facts.first_reaching(callee, direct)
+                                       for callee in self.ctx.facts.by_key.get(site.key or "", ())):
+                    return False
+        return bool(functions)
 
     def _steps(self, generator: cst.BaseExpression, call: cst.Call) -> tuple[str | None, bool]:
         """What one step of `generator` runs on the pool (`next` handed over with it), and whether it generates:
@@ -493,3 +559,18 @@ def _stepped(work: Handoff, target: cst.BaseExpression, ctx) -> cst.BaseExpressi
     after = [i for i, value in enumerate(args) if value is work.target]
     return args[after[0] + 1] if after and after[0] + 1 < len(args) else None
 
+
+def _inside_shared_locks(function: cst.CSTNode, ctx: FileContext) -> set[int]:
+    """The ids of the calls in `function`'s own body that stand inside `with` a shared lock."""
+    inside: set[int] = set()
+    stack: list[tuple[cst.CSTNode, bool]] = [(child, False) for child in children(function)]
+    while stack:
+        node, locked = stack.pop()
+        if isinstance(node, OWN_BODY_STOP):
+            continue
+        if locked and isinstance(node, cst.Call):
+            inside.add(id(node))
+        body_locked = locked or (isinstance(node, cst.With) and any(shared_lock(i.item, ctx) for i in node.items))
+        stack.extend((child, body_locked if isinstance(node, cst.With) and child is node.body else locked)
+                     for child in children(node))
+    return inside

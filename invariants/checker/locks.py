@@ -53,10 +53,14 @@ _LOCK_LIBRARIES = frozenset({"threading", "asyncio", "multiprocessing", "anyio",
 
 
 def shared_lock(expr: cst.BaseExpression, ctx: FileContext) -> bool:
-    """A lock this file imports from a module of its project (`from app.mlx_lock import MLX_LOCK`): one the
-    process shares, which other modules take too, not one of this file's objects."""
+    """One lock for the whole process, not one per object or per call: a lock this file imports from a module
+    of its project (`from app.mlx_lock import MLX_LOCK`), or a module-level name of this file built from a
+    lock class (`_load_lock = threading.Lock()`)."""
     qual = ctx.resolve(expr)
-    return bool(qual) and qual.lstrip(".").split(".", 1)[0] not in _LOCK_LIBRARIES and is_lock(expr, ctx)
+    if qual:
+        return qual.lstrip(".").split(".", 1)[0] not in _LOCK_LIBRARIES and is_lock(expr, ctx)
+    key = ctx.key(expr) if isinstance(expr, cst.Name) else None
+    return any(a.scope == id(ctx.module) and a.call_qual in LOCKS for a in ctx.facts.assigned.get(key or "", ()))
 
 
 def is_timeout_scope(expr: cst.BaseExpression, ctx: FileContext) -> bool:

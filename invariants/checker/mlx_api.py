@@ -316,6 +316,15 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
     return None
 
 
+def makes_generator(site: CallSite, ctx: FileContext) -> bool:
+    """A call that only makes an MLX generator (`stream_generate(...)`, a model's stream method): no MLX runs
+    until it is iterated."""
+    if site.qual in GENERATORS:
+        return True
+    func = site.node.func
+    return isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx)
+
+
 def runs_mlx(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:
     """What `blocking` finds, or a call that makes a generator MLX runs in when iterated.
 

@@ -422,6 +422,105 @@ def test_work_whose_mlx_all_runs_under_the_packages_mlx_lock_is_not_inv107(proje
     assert [f for f in _check(project) if f[2] == "INV107"] == [("server.py", 13, "INV107")]
 
 
+def test_handoffs_that_cannot_put_two_threads_in_metal_are_not_inv107(project: Project) -> None:
+    """INV107, per file and through the model: an `async def` handed to a thread only makes a coroutine there;
+    a def that returns an MLX generator runs none of it; a handoff awaited under an `async with` lock runs one
+    at a time; a def that takes the module's lock around all its MLX too. A plain handoff is still reported."""
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", """
+        import threading
+
+        import mlx.core as mx
+        from mlx_lm import load, stream_generate
+
+        _LOAD_LOCK = threading.Lock()
+
+        def embed(model, x):
+            out = model(x)
+            mx.eval(out)
+            return out
+
+        def load_once(path):
+            with _LOAD_LOCK:
+                return load(path)
+
+        def make_stream(model, tokenizer, prompt):
+            return stream_generate(model, tokenizer, prompt)
+    """)
+    project.write("app/server.py", """
+        import asyncio
+
+        from .engine import embed, load_once, make_stream
+
+        class Server:
+            def __init__(self):
+                self._lock = asyncio.Lock()
+
+            async def _embed_later(self, x):
+                return x
+
+            async def locked(self, model, x):
+                async with self._lock:
+                    return await asyncio.to_thread(embed, model, x)
+
+            async def coroutine(self, x):
+                return await asyncio.to_thread(self._embed_later, x)
+
+            async def generator(self, model, tokenizer, prompt):
+                return await asyncio.to_thread(make_stream, model, tokenizer, prompt)
+
+            async def load(self, path):
+                return await asyncio.to_thread(load_once, path)
+
+            async def plain(self, model, x):
+                return await asyncio.to_thread(embed, model, x)
+    """)
+    assert [f for f in _check(project) if f[2] == "INV107"] == [("server.py", 26, "INV107")]
+
+
+def test_handoffs_of_defs_of_the_same_file_that_run_no_mlx_there_are_not_inv107(project: Project) -> None:
+    """The per-file INV107 alike: the handed def is the file's own (a method, a nested def)."""
+    project.write("app/__init__.py", "")
+    project.write("app/server.py", """
+        import asyncio
+        import threading
+
+        import mlx.core as mx
+        from mlx_lm import generate, load, stream_generate
+
+        _LOAD_LOCK = threading.Lock()
+
+        def _load_once(path):
+            with _LOAD_LOCK:
+                return load(path)
+
+        class Server:
+            async def _generate(self, model, tokenizer, prompt):
+                return await self.owner.run(generate, model, tokenizer, prompt)
+
+            async def coroutine(self, model, tokenizer, prompt):
+                return await asyncio.to_thread(self._generate, model, tokenizer, prompt)
+
+            async def generator(self, model, tokenizer, prompt):
+                def make():
+                    return stream_generate(model, tokenizer, prompt)
+
+                return await asyncio.to_thread(make)
+
+            async def load(self, path):
+                return await asyncio.to_thread(_load_once, path)
+
+            async def plain(self, model, x):
+                def embed():
+                    out = model(x)
+                    mx.eval(out)
+                    return out
+
+                return await asyncio.to_thread(embed)
+    """)
+    assert [f for f in _check(project) if f[2] == "INV107"] == [("server.py", 35, "INV107")]
+
+
 def test_the_model_keeps_inv107s_message() -> None:
     assert OFF_OWNER_MESSAGE == MlxOffOwnerThread.message
 

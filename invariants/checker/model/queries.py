@@ -92,6 +92,10 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
 _STEPS = frozenset({"next", "next_generated", "step"})
 
 
+def _ANY(text: str) -> bool:
+    return True
+
+
 def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelFinding]:
     """INV107: a callable that reaches MLX (through any module) handed to the default thread pool,
     by `asyncio.to_thread` / `run_in_executor(None, ...)` or by a package helper that forwards its
@@ -99,7 +103,11 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
     start-up (a lifespan before its `yield`, a start-up hook), as `_outside_inferred` leaves it out:
     nothing is served yet, so no request's MLX can be inside Metal beside it (the hazard before
     MLX 0.31.2; `requires` drops the finding from 0.31.2 on). Issue 23, set c: smart-home's lifespan
-    preloading three models one after another (belle/main.py@4e65c3a:48-51), graded arguable blind."""
+    preloading three models one after another (belle/main.py@4e65c3a:48-51), graded arguable blind. Nor a
+    handoff made under a lock (`async with self._gen_lock: await asyncio.to_thread(...)`): one call at a time
+    while it is held; a cancel that frees the lock early is INV105's (set f: whisper-server's `asr_lock`,
+    src/cmd/http.py@5c61b0a:309, 318, and mlx-tts-studio's `_gen_lock`, app/app.py@b76e1b8:676, graded
+    false blind)."""
     summary = package.summary(module)
     if summary is None:
         return
@@ -116,7 +124,8 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                 forward = forwards.get(param or "")
                 work, _ = package.callee(module, ref) if forward is not None else (None, None)
                 chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
-                if chain and not _serialized(package, work):  # type: ignore[arg-type]
+                locked = fn.guarded(call.place.line, _ANY)
+                if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
                     where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
                     yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
                         target=chain[0], what=" -> ".join(chain[1:]), where=where),
@@ -126,11 +135,39 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                 continue
             found, _ = package.callee(module, work.target)
             chain = package.chain(ANY_MLX, (found, RUN)) if found is not None else None
-            if chain and not _serialized(package, found):  # type: ignore[arg-type]
+            if chain and not _one_at_a_time(package, found, work.serialized):  # type: ignore[arg-type]
                 where = f"the default thread pool via {work.how} (a different thread each call)"
                 yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
                     target=work.text, what=" -> ".join(chain[1:]), where=where),
                     requires(package.chain(GENERATION, (found, RUN)) is not None))
+
+
+def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:
+    """Two threads running `work` cannot be in Metal at once (the hazard INV107 names before MLX 0.31.2): it
+    is handed over under a lock (`locked`), takes one lock of the process around all its MLX, or runs all its
+    MLX under the package's MLX lock. A generation is judged all the same: its stream is the library's."""
+    if package.chain(GENERATION, (work, RUN)) is not None:
+        return False
+    return locked or _self_serialized(package, work) or _serialized(package, work)
+
+
+def _self_serialized(package: Package, work: Key) -> bool:
+    """`work` takes one lock of the process (a `with` on a name that is not an object's attribute:
+    `with _load_lock:`, `with MLX_LOCK:`) around every MLX call it makes and every call of it that reaches
+    MLX: two threads running it are never in Metal together. Issue 23, set f: a lazy load under the module's
+    `_load_lock` (qwen-text-server/server.py@58617bd:152, 494, 537, graded arguable blind)."""
+    fn = package.function(work)
+    if fn is None or not fn.guards:
+        return False
+    shared = [(first, last) for first, last, text in fn.guards if not text.startswith(("self.", "cls."))]
+    covered = lambda line: any(first <= line <= last for first, last in shared)  # noqa: E731
+    if any(not covered(touch.line) for touch in fn.mlx):
+        return False
+    for call in fn.calls:
+        target, _ = package.callee(work[0], call.target)
+        if target is not None and package.chain(ANY_MLX, (target, RUN)) and not covered(call.place.line):
+            return False
+    return True
 
 
 def _serialized(package: Package, work: Key) -> bool:

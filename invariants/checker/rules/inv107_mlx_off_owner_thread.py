@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mlx_invariants.checker import mlx_api
-from mlx_invariants.checker.locks import shared_lock
+from mlx_invariants.checker.iteration import CONSUMERS
+from mlx_invariants.checker.locks import is_lock, shared_lock
 from mlx_invariants.checker.loop_owner import handed_reaches
 from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, requires
 from mlx_invariants.checker.names import dotted
@@ -28,6 +29,7 @@ class _Candidate:
     statement: cst.CSTNode | None
     streamed: bool  # a sync generator handed to a streaming response: judged once the file's defs are known
     stepped: cst.BaseExpression | None = None  # the generator the builtin `next` handed over steps
+    locked: bool = False  # awaited inside `async with <lock>`: one call at a time while the lock is held
 
 
 class MlxOffOwnerThread(Rule):
@@ -472,6 +474,19 @@ class MlxOffOwnerThread(Rule):
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
         self.candidates: list[_Candidate] = []
+        self.awaited: set[int] = set()  # calls awaited directly (`await asyncio.to_thread(...)`)
+        self.lock_blocks = 0  # `async with <lock>:` blocks the walk is in
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.awaited.add(id(node.expression))
+
+    def visit_With(self, node: cst.With) -> None:
+        if node.asynchronous is not None and any(is_lock(item.item, self.ctx) for item in node.items):
+            self.lock_blocks += 1
+
+    def leave_With(self, node: cst.With) -> None:
+        if node.asynchronous is not None and any(is_lock(item.item, self.ctx) for item in node.items):
+            self.lock_blocks -= 1
 
     def visit_Call(self, node: cst.Call) -> None:
         work = handoff(node, self.ctx)
@@ -487,12 +502,15 @@ class MlxOffOwnerThread(Rule):
         stepped = _stepped(work, target, self.ctx)
         if stepped is not None:
             self.ctx.pin(stepped)
-        self.candidates.append(_Candidate(work, target, self.ctx.statement, streamed, stepped))
+        locked = self.lock_blocks > 0 and id(node) in self.awaited
+        self.candidates.append(_Candidate(work, target, self.ctx.statement, streamed, stepped, locked))
 
     def end(self) -> None:
         for candidate in self.candidates:
             work = candidate.work
             if candidate.streamed and not iterated_in_pool(work, self.ctx):
+                continue
+            if candidate.stepped is None and self._runs_nothing(candidate.target):
                 continue
             if candidate.streamed:
                 where = (f"Starlette's thread pool, where `{work.how}` runs each step of a sync generator "
@@ -511,20 +529,51 @@ class MlxOffOwnerThread(Rule):
                 what = handed_reaches(candidate.target, self.ctx, mlx_api.reaches)
                 generates = handed_reaches(candidate.target, self.ctx, mlx_api.generation) is not None
                 label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
-                if what is not None and not generates and self._under_shared_lock(candidate.target):
+                # One call at a time (a lock held across the await, or one the work takes around all its
+                # MLX) rules out two threads in Metal at once; a generation's stream is the library's, and
+                # it is judged all the same. A cancel that frees an awaited lock early is INV105's.
+                if what is not None and not generates and (candidate.locked or self._under_shared_lock(candidate.target)):
                     continue
             if what is None:
                 continue
             message = self.message.format(target=label, what=what, where=where)
             self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(generates))
 
+    def _runs_nothing(self, target: cst.BaseExpression) -> bool:
+        """`target` names defs of this file that run no MLX on the thread they are handed to: an `async def`,
+        whose call only makes a coroutine (the MLX runs where that is awaited), or a def that only makes an
+        MLX generator and hands it back (`return stream_generate(...)`), which runs where it is iterated.
+        Issue 23, set f: crebAI hands its `async def _generate` and a `generate_streaming` that returns
+        `stream_generate(...)` to the pool (app/llm/models/mlx_model.py@db71049:124, 193, 423, graded false
+        blind; the MLX runs on the loop, where INV108 reports it)."""
+        if not isinstance(target, cst.Name | cst.Attribute):
+            return False
+        functions = self.ctx.facts.by_key.get(self.ctx.key(target) or "", ())
+        if not functions:
+            return False
+        direct = lambda site: mlx_api.reaches(site, self.ctx)  # noqa: E731
+        for function in functions:
+            node = function.node
+            if isinstance(node, cst.FunctionDef) and node.asynchronous is not None:
+                continue
+            if _iterates(node):
+                return False
+            for site in function.calls:
+                if mlx_api.makes_generator(site, self.ctx):
+                    continue
+                if direct(site) or any(self.ctx.facts.first_reaching(callee, direct)
+                                       for callee in self.ctx.facts.by_key.get(site.key or "", ())):
+                    return False
+        return True
+
     def _under_shared_lock(self, target: cst.BaseExpression) -> bool:
         """`target` names defs of this file whose every call that runs MLX (itself, or through the file's
-        defs it calls) stands inside `with` a lock the project's modules share (locks.shared_lock): two pool
+        defs it calls) stands inside `with` a lock the process has one of (locks.shared_lock): two pool
         threads running it cannot be in Metal at once, the hazard before MLX 0.31.2 (a generation is still
         reported: its stream is the library's, whatever lock is held). Issue 23, set c: smart-home's
         transcription, handed to the pool under the process-wide `mlx_lock` its LLM and TTS take too
-        (belle/stt.py@4e65c3a:301, graded false blind)."""
+        (belle/stt.py@4e65c3a:301, graded false blind); set f: a lazy load under the module's `_load_lock`
+        (qwen-text-server/server.py@58617bd:152, 494, 537, graded arguable blind)."""
         if not isinstance(target, cst.Name | cst.Attribute):
             return False
         functions = self.ctx.facts.by_key.get(self.ctx.key(target) or "", ())
@@ -574,3 +623,18 @@ def _inside_shared_locks(function: cst.CSTNode, ctx: FileContext) -> set[int]:
         stack.extend((child, body_locked if isinstance(node, cst.With) and child is node.body else locked)
                      for child in children(node))
     return inside
+
+
+def _iterates(function: cst.CSTNode) -> bool:
+    """`function`'s own body iterates something (a `for`, a comprehension, `yield`, a builtin that drains)."""
+    stack = children(function)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, OWN_BODY_STOP):
+            continue
+        if isinstance(node, cst.For | cst.CompFor | cst.Yield):
+            return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in CONSUMERS:
+            return True
+        stack.extend(children(node))
+    return False

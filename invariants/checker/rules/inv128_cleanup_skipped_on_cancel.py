@@ -83,12 +83,15 @@ class CleanupSkippedOnCancel(Rule):
     Not judged: a coroutine only the server's shutdown cancels (a plain HTTP route
     handler, which ASGI servers do not cancel on disconnect, and start-up; see
     checker/cancellers.py), receivers that only record (loggers, metrics,
-    spans, timers), and an undo the file also makes in a `finally:` (same verb
-    family, same receiver): the author put the cancellation path there, most often
-    in a context manager the awaits enter. mlx-openai-proxy pops a request's
-    priority in `except Exception:` and again in the `finally:` of the service
-    slot every long await of that `try` runs in (src/mlx_openai_proxy/service.py@
-    feb6ffa:358, :395, :407, three findings graded false blind)."""
+    spans, timers), and an undo the file also makes in the `finally:` of a context
+    manager (a `contextmanager`/`asynccontextmanager` def, an `__exit__`/`__aexit__`;
+    same verb family, same receiver): the author put the cancellation path in the
+    slot the awaits enter. mlx-openai-proxy pops a request's priority in `except
+    Exception:` and again in the `finally:` of the service slot every long await of
+    that `try` runs in (src/mlx_openai_proxy/service.py@feb6ffa:358, :395, :407,
+    three findings graded false blind). A `finally:` of any other def says nothing
+    of this path: xinference's worker releases a model's devices in the `finally:`
+    of its removal, not of its launch (xinference/core/worker.py@4c99611:3975)."""
 
     id = "INV128"
     catches = "a coroutine that undoes its set-up in `except Exception:` and re-raises: a cancellation skips the undo"
@@ -107,8 +110,8 @@ class CleanupSkippedOnCancel(Rule):
         "Pairs an undo with its set-up by verb and receiver only, in one def: a set-up done by a callee, or undone "
         "through another object or verb (`worker.launch(...)` undone by `self.terminate_model(...)`), is missed. "
         "A handler whose undo is also done by an outer `try` of a caller, on cancellation, is reported. An undo "
-        "the file also makes in some `finally:` is taken to cover cancellation even where that `finally` does not "
-        "run for this coroutine. A route "
+        "the file also makes in the `finally:` of a context manager is taken to cover cancellation even where "
+        "the awaits do not enter that context manager. A route "
         "handler is taken to be cancelled only at shutdown, which holds for uvicorn, hypercorn and Starlette/"
         "FastAPI but not for a middleware that cancels handlers on disconnect."
     )
@@ -126,6 +129,25 @@ class CleanupSkippedOnCancel(Rule):
                     except Exception:  # expect: INV128
                         self.release_devices(model_uid)
                         raise
+        '''),
+        # The same undo in the `finally:` of another coroutine, the removal, says nothing of the launch's cancel.
+        Invalid('''
+            import asyncio
+
+            class Worker:
+                async def launch(self, model_uid, spec):
+                    devices = self.allocate_devices(model_uid, spec.gpus)
+                    try:
+                        await self._load(model_uid, spec, devices)
+                    except Exception:  # expect: INV128
+                        self.release_devices(model_uid)
+                        raise
+
+                async def remove(self, model_uid):
+                    try:
+                        await self._unload(model_uid)
+                    finally:
+                        self.release_devices(model_uid)
         '''),
         Invalid('''
             class Pool:
@@ -273,13 +295,25 @@ class CleanupSkippedOnCancel(Rule):
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
         self.found: list[tuple[cst.ExceptHandler, _Step, _Step]] = []  # handler, its undo, the set-up it undoes
-        self.in_finally: set[tuple[str, int]] = set()  # (receiver, family) of the undos some `finally:` makes
+        self.in_finally: set[tuple[str, int]] = set()  # (receiver, family) of the undos context managers' `finally:` make
 
     def visit_Try(self, node: cst.Try) -> None:
-        if node.finalbody is not None:
+        if node.finalbody is not None and self._in_context_manager():
             order = _ordered(node.finalbody)
             position = {id(n): i for i, n in enumerate(order)}
             self.in_finally.update((u.receiver, f) for u in _undos(node.finalbody, position) for f in u.families)
+
+    def _in_context_manager(self) -> bool:
+        """The walk is in a context manager's own body: a `contextmanager`/`asynccontextmanager` def, or an
+        `__exit__`/`__aexit__` method."""
+        frame = self.ctx.scope.function()
+        node = frame.node if frame is not None else None
+        if not isinstance(node, cst.FunctionDef):
+            return False
+        if node.name.value in ("__exit__", "__aexit__"):
+            return True
+        return any((dotted(d.decorator) or "").rsplit(".", 1)[-1] in ("contextmanager", "asynccontextmanager")
+                   for d in node.decorators)
 
     def end(self) -> None:
         for handler, undo, setup in self.found:

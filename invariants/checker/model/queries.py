@@ -92,7 +92,8 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
 _STEPS = frozenset({"next", "next_generated", "step"})
 
 
-def _ANY(text: str) -> bool:
+def _any_lock(text: str) -> bool:
+    """Every guard a summary keeps counts: they are the `with` blocks of lock-names and declared MLX locks."""
     return True
 
 
@@ -124,7 +125,7 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                 forward = forwards.get(param or "")
                 work, _ = package.callee(module, ref) if forward is not None else (None, None)
                 chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
-                locked = fn.guarded(call.place.line, _ANY)
+                locked = fn.guarded(call.place.line, _any_lock)
                 if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
                     where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
                     yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(

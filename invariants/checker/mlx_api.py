@@ -333,12 +333,7 @@ def runs_mlx(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
     found = blocking(site, ctx, loads)
     if found:
         return found
-    if site.qual in GENERATORS:
-        return site.text or site.qual
-    func = site.node.func
-    if isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx):
-        return site.text
-    return None
+    return (site.text or site.qual) if makes_generator(site, ctx) else None
 
 
 def generation(site: CallSite, ctx: FileContext) -> str | None:

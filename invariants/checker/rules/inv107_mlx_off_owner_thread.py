@@ -19,6 +19,9 @@ from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mlx_invariants.checker.facts import CallSite, FunctionFacts
     from mlx_invariants.checker.walker import FileContext
 
 
@@ -551,20 +554,21 @@ class MlxOffOwnerThread(Rule):
         functions = self.ctx.facts.by_key.get(self.ctx.key(target) or "", ())
         if not functions:
             return False
-        direct = lambda site: mlx_api.reaches(site, self.ctx)  # noqa: E731
         for function in functions:
             node = function.node
             if isinstance(node, cst.FunctionDef) and node.asynchronous is not None:
                 continue
-            if _iterates(node):
+            if _iterates(node) or self._runs_mlx_beyond(function, lambda site: mlx_api.makes_generator(site, self.ctx)):
                 return False
-            for site in function.calls:
-                if mlx_api.makes_generator(site, self.ctx):
-                    continue
-                if direct(site) or any(self.ctx.facts.first_reaching(callee, direct)
-                                       for callee in self.ctx.facts.by_key.get(site.key or "", ())):
-                    return False
         return True
+
+    def _runs_mlx_beyond(self, function: FunctionFacts, left_out: Callable[[CallSite], bool]) -> bool:
+        """Some call of `function`'s own body that `left_out` does not excuse runs MLX, itself or through the
+        file's defs it calls."""
+        direct = lambda site: mlx_api.reaches(site, self.ctx)  # noqa: E731
+        return any(not left_out(site) and (direct(site) or any(
+            self.ctx.facts.first_reaching(callee, direct) for callee in self.ctx.facts.by_key.get(site.key or "", ())))
+            for site in function.calls)
 
     def _under_shared_lock(self, target: cst.BaseExpression) -> bool:
         """`target` names defs of this file whose every call that runs MLX (itself, or through the file's
@@ -577,15 +581,10 @@ class MlxOffOwnerThread(Rule):
         if not isinstance(target, cst.Name | cst.Attribute):
             return False
         functions = self.ctx.facts.by_key.get(self.ctx.key(target) or "", ())
-        direct = lambda site: mlx_api.reaches(site, self.ctx)  # noqa: E731
         for function in functions:
             inside = _inside_shared_locks(function.node, self.ctx)
-            for site in function.calls:
-                if id(site.node) in inside:
-                    continue
-                if direct(site) or any(self.ctx.facts.first_reaching(callee, direct)
-                                       for callee in self.ctx.facts.by_key.get(site.key or "", ())):
-                    return False
+            if self._runs_mlx_beyond(function, lambda site: id(site.node) in inside):
+                return False
         return bool(functions)
 
     def _steps(self, generator: cst.BaseExpression, call: cst.Call) -> tuple[str | None, bool]:

@@ -218,9 +218,7 @@ def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext, scope: int | No
         func = expr.func
         if isinstance(func, cst.Name) and func.value in LAZY:
             return any(is_mlx_generator(arg.value, ctx, scope) for arg in expr.args if not arg.star)
-        if isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx):
-            return True
-        if ctx.resolve(func) in GENERATORS:
+        if _makes_generator(func, ctx.resolve(func), ctx):
             return True
     elif ctx.facts.constructed_by(ctx.key(expr)) & GENERATORS:
         return True
@@ -319,9 +317,13 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
 def makes_generator(site: CallSite, ctx: FileContext) -> bool:
     """A call that only makes an MLX generator (`stream_generate(...)`, a model's stream method): no MLX runs
     until it is iterated."""
-    if site.qual in GENERATORS:
+    return _makes_generator(site.node.func, site.qual, ctx)
+
+
+def _makes_generator(func: cst.BaseExpression, qual: str | None, ctx: FileContext) -> bool:
+    """Calling `func` (resolved to `qual`) makes an MLX generator: mlx-lm's or mlx-vlm's, or a model's stream method."""
+    if qual in GENERATORS:
         return True
-    func = site.node.func
     return isinstance(func, cst.Attribute) and func.attr.value in MODEL_STREAMS and is_model(func.value, ctx)
 
 

@@ -478,18 +478,18 @@ class MlxOffOwnerThread(Rule):
         super().__init__(ctx, options)
         self.candidates: list[_Candidate] = []
         self.awaited: set[int] = set()  # calls awaited directly (`await asyncio.to_thread(...)`)
-        self.lock_blocks = 0  # `async with <lock>:` blocks the walk is in
+        self.lock_blocks: list[int] = []  # the `async with <lock>:` blocks the walk is in, by id
 
     def visit_Await(self, node: cst.Await) -> None:
         self.awaited.add(id(node.expression))
 
     def visit_With(self, node: cst.With) -> None:
         if node.asynchronous is not None and any(is_lock(item.item, self.ctx) for item in node.items):
-            self.lock_blocks += 1
+            self.lock_blocks.append(id(node))
 
     def leave_With(self, node: cst.With) -> None:
-        if node.asynchronous is not None and any(is_lock(item.item, self.ctx) for item in node.items):
-            self.lock_blocks -= 1
+        if self.lock_blocks and self.lock_blocks[-1] == id(node):
+            self.lock_blocks.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
         work = handoff(node, self.ctx)
@@ -505,7 +505,7 @@ class MlxOffOwnerThread(Rule):
         stepped = _stepped(work, target, self.ctx)
         if stepped is not None:
             self.ctx.pin(stepped)
-        locked = self.lock_blocks > 0 and id(node) in self.awaited
+        locked = bool(self.lock_blocks) and id(node) in self.awaited
         self.candidates.append(_Candidate(work, target, self.ctx.statement, streamed, stepped, locked))
 
     def end(self) -> None:

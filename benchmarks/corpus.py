@@ -16,8 +16,9 @@ the held-out cases of jundot/omlx (omlx.json), those of Blaizzy/mlx-audio and
 GradientHQ/parallax (heldout2.json), those of motsognirr/olmlx and tumma72/mlx-manager
 (heldout3.json), those of xorbitsai/inference and mudler/LocalAI (heldout4.json), those
 of huggingface/speech-to-speech and jamiepine/voicebox (heldout5.json), those of
-homelab-00/TranscriptionSuite (heldout6.json) and those of transformerlab/transformerlab-api
-(heldout7.json) are nine splits: each is scored and reported
+homelab-00/TranscriptionSuite (heldout6.json), those of transformerlab/transformerlab-api
+(heldout7.json) and those of fblissjr/heylookitsanllm (heldout8.json) are ten splits: each is
+scored and reported
 on its own, and the targets are judged on the training split alone.
 
 Leave-one-repository-out: each repository's cases are scored again by the checker
@@ -56,7 +57,7 @@ from corpus_bench import checker_at, doc, head, loro, mirrors, report, run, scor
 HERE = Path(__file__).resolve().parent
 DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / f"{name}.json"
                  for name in ("train", "mined", "omlx", "heldout2", "heldout3", "heldout4", "heldout5",
-                              "heldout6", "heldout7")]
+                              "heldout6", "heldout7", "heldout8")]
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "invariants-corpus-tools"
 SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError, checker_at.CheckerError)
 

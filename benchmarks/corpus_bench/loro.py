@@ -86,6 +86,13 @@ _HELDOUT7 = Studied(
     "HEAD when its cases (benchmarks/corpus_bench/cases/heldout7.json) were mined, recorded before anyone here "
     "read this repository; no rule changed in that work")
 
+# HEAD when heldout8.json's cases were mined (issue 23 item 4), recorded before that work read this repository
+# or the rules' code; no rule changed in that work.
+_HELDOUT8 = Studied(
+    "6e36dc96a145ec911b2c0f5792b6cf2d19015258",
+    "HEAD when its cases (benchmarks/corpus_bench/cases/heldout8.json) were mined, recorded before anyone here "
+    "read this repository; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -108,6 +115,7 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "jamiepine/voicebox": _HELDOUT5,
     "homelab-00/TranscriptionSuite": _HELDOUT6,
     "transformerlab/transformerlab-api": _HELDOUT7,
+    "fblissjr/heylookitsanllm": _HELDOUT8,
 }
 
 

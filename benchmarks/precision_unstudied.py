@@ -12,7 +12,8 @@ nobody had run the checker on when they were added, so its first run is a held-o
 (whoever measures it records that commit and figure beside set b's); sets "d" and "e"
 (SERVERS_D, SERVERS_E) are seven more each, added unmeasured in the same way, e kept aside
 for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured until it is
-measured once with a day's final rules. Verdicts come from reviewers who were handed the finding and the
+measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
+for the end of a session. Verdicts come from reviewers who were handed the finding and the
 code (the packets `--packets` writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
 finding the rules no longer make drops out and a new one shows as not graded until it is.
@@ -213,7 +214,47 @@ SERVERS_F = (
 # blind before anyone changing rules had read one: FIRST_F is its held-out figure.
 MEASURED_F = "938d8b4436c11f64143db3e44211962f4b13374c"
 FIRST_F = "23 findings, 11 true, 5 arguable, 7 false (48 % true)"
-SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F}
+# Set g: picked 2026-11-28, after sets a to f had been studied, by code search (READMEs and code of MLX servers),
+# issue search and repository-name search for Python projects that serve MLX models in-process (OpenAI- and
+# Ollama-style LLM servers, a continuous-batching server, a multi-modality gateway, a Flask menu-bar server, speech
+# and TTS servers over HTTP and WebSocket, an image-generation web UI's threaded API, a Gradio chat app, a voice
+# studio's desktop backend) with asyncio or threads, and fetched that day (the newest snapshot of each default
+# branch). Nobody had run the checker on any of them, nor read a rule's code while picking them, when they were
+# added. None is in sets a to f, docs/corpus.md's HEAD servers, the corpus cases or another helper's claims, nor a
+# fork or copy of one (no root commit shared with any mirror here, no copy of mlx-lm's server.py or vllm-mlx).
+# Rejected: forks or copies (jecruz/mlx-engine of lmstudio-ai/mlx-engine, FahimF/mlx-rag of mlx-gui,
+# neosun100/mlx-audio of mlx-audio, donus3/function-call-mlx-server's mlx-lm server.py, kyr0's and distr_mflux's
+# vendored mlx-lm and mflux), servers whose one module sits at the repository's top (TranslateGemma-MLX-Server,
+# mlx-flux, flux-generator, siliconlm), no MLX in-process (DocMLx-api, voicemode, dsilahcilar/mlx-server's
+# subprocess backends), MLX one optional client of a large framework (pipecat, cua, minions, FastChat's one
+# worker), and tiny ones. KalebJS's service runs Whisper through whispermlx, an MLX wrapper the brief's list of
+# libraries does not name; the two vr000m servers are siblings by one author (same transport, separate code).
+# Apps are pinned to their serving folders; VoiceStudio's alembic migrations and the examples kept inside
+# stt_server are left out, like darrenoakey's `*_test.py` beside its modules. Set g is kept aside: nobody runs
+# the checker on it until it is measured, once, at the end of the session with that session's final rules.
+SERVERS_G = (
+    head.Server("CharafChnioune/MFLUX-WEBUI", "fab6cc1791cbe95a93f8cad46661a369b200bd96", ("backend",), _EXCLUDE),
+    head.Server("GerdsenAI/Impetus-LLM-Server", "8177aead5747096fd59211f58b58a52c9b0062fe",
+                ("gerdsen_ai_server/src",), _EXCLUDE),
+    head.Server("KalebJS/whispermlx-asr-service", "c8237e15544406147d5fce78c0d47146348fc256", ("app",), _EXCLUDE),
+    head.Server("TDevViper/MLX-Serve", "326aae3745192aac3d5ea0cd773f58448cc0b8e0",
+                ("api", "core", "engine", "scheduler"), _EXCLUDE),
+    head.Server("darrenoakey/mlx-server", "6092d5b6c68815df630fdd573771b676267c1139", ("src",),
+                (*_EXCLUDE, "**/*_test.py")),
+    head.Server("debpalash/VoiceStudio", "98c9e68aae96ce83db580afa4ca0bdce79a454ae", ("backend",),
+                (*_EXCLUDE, "backend/migrations/")),
+    head.Server("ilyxas/mlx-server", "0209a6ea7aba2915d7027f7b680bfd165b8b0595", ("mlx_server",), _EXCLUDE),
+    head.Server("kongacute/gpt-oss-mlx-server", "481f42f5641fa5eefb5ce7497818d03cc39e9303", ("gpt_oss_server",),
+                _EXCLUDE),
+    head.Server("qnguyen3/chat-with-mlx", "1b799c0baebf279bb27303b0f7c1397e92f98014", ("chat_with_mlx",), _EXCLUDE),
+    head.Server("vr000m/pipecat-local-stt-server", "2707c6877d7722b57f20d678648d7232313aa2d3", ("stt_server",),
+                (*_EXCLUDE, "stt_server/examples/")),
+    head.Server("vr000m/pipecat-local-tts-server", "093e65fa2d3c728d8facdfb459267d500f90f1be", ("tts_server",),
+                _EXCLUDE),
+    head.Server("yusufozgul/MLXGateway", "8795c7480e9e5f314e7223d1b35f1cc4a290a351", ("src/mlxgateway",), _EXCLUDE),
+)
+SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
+        "g": SERVERS_G}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -230,7 +271,8 @@ HELD_OUT = {
 # A kept-aside set's second measure: the commit after the day's rule changes, and its figure then.
 THEN = {"e": (AFTER_E, AFTER_E_FIGURE)}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
-        "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md"}
+        "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
+        "g": "docs/precision-g.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from mlx_invariants.checker import mlx_api, source
 from mlx_invariants.checker.globs import matcher, matches_name
-from mlx_invariants.checker.model import classify
+from mlx_invariants.checker.model import classify, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
     BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
@@ -236,6 +236,8 @@ class _Resolver:
         calls: list[Call] = []
         offloads: list[Offload] = []
         touches: list[Touch] = []
+        blocked: list[Touch] = []
+        returned = waits.put_back(c for c, *_ in fn.calls)
         for call, use, site, stmt in fn.calls:
             iter_place = None
             if use == ITERATED or id(call) in iterated_at:
@@ -250,6 +252,10 @@ class _Resolver:
                 continue
             target = self.ref(call.func, fn)
             text = dotted(call.func) or (target or "")
+            wait = waits.kind(self._typed(call.func, target, fn), call) if use != "await" else None
+            if wait is not None and not waits.checked_out(call, returned):
+                blocked.append(Touch(wait, text, call.lineno, self._place(call, stmt)))
+                continue
             if target in classify.STREAM_BINDING or self.binders(text):
                 touches.append(Touch(BIND, text, call.lineno))
             kind = self._mlx(call, target, text, fn, use)
@@ -269,7 +275,7 @@ class _Resolver:
         is_async = isinstance(node, ast.AsyncFunctionDef)
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
-                        fallbacks, is_async and _loops(node), _startup(node) if is_async else None)
+                        fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked))
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -333,6 +339,15 @@ class _Resolver:
             return True
         value = self._class_attr(cls, attr)
         return value is not None and not value.startswith(("mlx.", "mlx_lm.", "mlx_vlm."))
+
+    def _typed(self, func: ast.AST, target: str | None, fn: Def) -> str | None:
+        """The callee's name with its receiver typed: `self._cond.wait` -> `threading.Condition().wait`
+        when the class assigns `self._cond = threading.Condition()`."""
+        if isinstance(func, ast.Attribute):
+            receiver = self._deref(self.ref(func.value, fn))
+            if receiver is not None and not receiver.startswith("$"):
+                return f"{receiver}.{func.attr}"
+        return target
 
     def _is_mlx_generator(self, expr: ast.AST, fn: Def) -> bool:
         ref = self.ref(expr, fn)

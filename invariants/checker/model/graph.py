@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_invariants.checker.globs import matcher
+from mlx_invariants.checker.model import waits
 from mlx_invariants.checker.model.locks import identity, infer
 from mlx_invariants.checker.model.summary import (
     BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call,
@@ -33,6 +34,7 @@ ANY_MLX = frozenset({BLOCK, GEN, TOUCH, LOAD})  # what INV107 counts: any MLX on
 GENERATION = frozenset({GEN})                 # a generation library's own stream: a version fact for INV107
 LOADING = frozenset({LOAD})
 BINDING = frozenset({BIND})                   # gives the calling thread its own generation stream
+WAITING = waits.KINDS                         # what INV130 counts: a wait on something else (model/waits.py)
 # MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
 UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 # With an inferred MLX lock, only MLX that runs in Metal counts (summary.METAL): the lock was not declared
@@ -300,6 +302,7 @@ class Package:
         self.reach[ANY_MLX] = self._reach(ANY_MLX)
         self.reach[GENERATION] = self._reach(GENERATION)
         self.reach[BINDING] = self._reach(BINDING)
+        self.reach[WAITING] = self._reach(WAITING, skip=self.loaders | constructors)
         self._forwarders()
         self._roles()
         inline = sorted({lock for summary in self._summaries.values() if summary is not None for lock in summary.mlx_locks})
@@ -499,7 +502,7 @@ class Package:
             if key in skip or fn.is_async:  # an async def runs where it is awaited, and is judged there
                 continue
             mode = ITER if fn.is_generator else RUN
-            for touch in sorted(fn.mlx, key=lambda t: t.kind not in BLOCKING):  # a blocking call: the clearer chain
+            for touch in sorted((*fn.mlx, *fn.waits), key=lambda t: t.kind not in BLOCKING):  # blocking: the clearer chain
                 if guarded and self.mlx_guarded(key, touch.line):
                     continue
                 if touch.kind == RETURNS:  # an MLX generator, which generates where it is iterated
@@ -636,5 +639,5 @@ def _external_kind(qual: str, use: str) -> str | None:
 
 
 __all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED", "INFERRED",
-           "BINDING",
+           "BINDING", "WAITING",
            "LOOP", "OWNER_THREAD"]

@@ -7,10 +7,13 @@ place. No libcst here: a re-run of a changed tree answers these without importin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mlx_invariants.checker.model.graph import ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, Key, Package
+from mlx_invariants.checker.model.graph import (
+    ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, WAITING, Key, Package,
+)
 from mlx_invariants.checker.model.summary import (
     DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, THREAD, Call, Function, Offload, Place,
 )
@@ -306,8 +309,58 @@ def _unguarded_handoffs(package: Package, key: Key, fn: Function) -> Iterator[tu
             yield work, found, chain
 
 
+WAIT_ON_LOOP_MESSAGE = (
+    "{what} blocks the event loop thread on {kind} (`{wait}`): every request and stream this loop serves stands "
+    "still until it returns; hand it to a thread (`await asyncio.to_thread(...)`) or wait the asyncio way"
+)
+# Coroutines that run while nothing is served yet or any more: an engine's start-up and teardown, by the names
+# engines give them (`start`, `_get_or_start_scheduler`, `shutdown`, `__aexit__`, xinference's `__pre_destroy__`).
+_SET_UP_OR_DOWN = re.compile(r"(^|_)(start|startup|warmup|init|initialize|load|shutdown|stop|close|aclose|cleanup|teardown|"
+                             r"terminate|dispose|destroy|aexit|exit|del)(_|$)")
+# Modules that serve no one: tests, benchmarks, evaluations, scripts, command lines (a part of the module's name).
+_SERVES_NO_ONE = re.compile(r"^(tests?|conftest|bench\w*|evals?|scripts?|examples?|cli|__main__)$|^(test|bench|eval)_")
+
+
+def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV130: an `async def` that waits on another thread (model/waits.py), itself or
+    through the sync defs of the package it calls. Left out: start-up and teardown coroutines (a
+    lifespan, a start-up hook, a def named for starting or shutting down), where nothing is being served; the
+    arm of a mode `if` whose other arm hands the same work to a thread (the mode without that
+    worker, as INV108 leaves it); modules that serve no one (tests, benchmarks, scripts, a CLI)."""
+    summary = package.summary(module)
+    if summary is None or any(_SERVES_NO_ONE.search(part) for part in module.split(".")):
+        return
+    for name, fn in summary.functions.items():
+        leaf = name.rsplit(".", 1)[-1]
+        if (not fn.is_async or not package.on_loop((module, name)) or fn.startup is not None
+                or _SET_UP_OR_DOWN.search(leaf.lower().strip("_")) or leaf.startswith("test") or name.startswith("Test")):
+            continue
+        for wait in fn.waits:
+            if not fn.in_fallback(wait.line):
+                yield ModelFinding("INV130", wait.place, WAIT_ON_LOOP_MESSAGE.format(  # type: ignore[arg-type]
+                    what=f"`{wait.text}()`", kind=wait.kind, wait=wait.text))
+        for call in fn.calls:
+            target, _ = package.callee(module, call.target)
+            callee = package.function(target) if target is not None else None
+            if callee is None or callee.is_async or callee.opaque or fn.in_fallback(call.place.line):
+                continue
+            modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
+            node = next(((target, m) for m in modes if package.chain(WAITING, (target, m))), None)  # type: ignore[arg-type]
+            if node is None:
+                continue
+            chain = package.chain(WAITING, node) or []
+            last, text = package.links(WAITING, node)[-1]
+            kind = next((w.kind for w in package.function(last).waits if w.text == text), "a wait")  # type: ignore[union-attr]
+            path = " -> ".join([name, *chain])
+            iterated = node[1] == ITER and call.iterated_at is not None
+            what = f"iterating `{call.text}()` ({path})" if iterated else f"`{call.text}()` ({path})"
+            yield ModelFinding("INV130", call.iterated_at if iterated else call.place,  # type: ignore[arg-type]
+                               WAIT_ON_LOOP_MESSAGE.format(what=what, kind=kind, wait=text))
+
+
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV107": mlx_handed_to_default_pool,
     "INV108": blocking_mlx_on_loop,
     "INV125": mlx_outside_mlx_lock,
+    "INV130": blocking_wait_on_loop,
 }

@@ -154,6 +154,7 @@ class Function:
     fallbacks: tuple[tuple[int, int], ...] = ()  # arms of a mode `if` whose other arm hands work to a thread
     loops: bool = False  # an async def with a `while` in its own body: an engine loop (loop_owner.py)
     startup: tuple[int, int] | None = None  # the lines a start-up coroutine runs before serving (startup.py)
+    waits: tuple[Touch, ...] = ()  # calls that block this thread on something else (model/waits.py; kind: what)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -185,6 +186,8 @@ class Function:
             out["fallbacks"] = [list(f) for f in self.fallbacks]
         if self.startup:
             out["startup"] = list(self.startup)
+        if self.waits:
+            out["waits"] = [t.to_json() for t in self.waits]
         return out
 
     @classmethod
@@ -198,6 +201,7 @@ class Function:
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
+            tuple(Touch.from_json(t) for t in data.get("waits", ())),
         )
 
 

@@ -32,6 +32,7 @@ from mlx_invariants.checker.rules.inv126_busy_wait import BusyWait
 from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlxResultMemoised
 from mlx_invariants.checker.rules.inv128_cleanup_skipped_on_cancel import CleanupSkippedOnCancel
 from mlx_invariants.checker.rules.inv129_stop_flag_cannot_wake_wait import StopFlagCannotWakeWait
+from mlx_invariants.checker.rules.inv130_blocking_wait_on_event_loop import BlockingWaitOnEventLoop
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -63,6 +64,7 @@ RULES: list[type[Rule]] = [
     LazyMlxResultMemoised,
     CleanupSkippedOnCancel,
     StopFlagCannotWakeWait,
+    BlockingWaitOnEventLoop,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -1,0 +1,109 @@
+"""Sync calls that block their thread for as long as another thread takes to do something: what
+INV130 follows from the event loop.
+
+A thread's `join` is not one of them: on a request path it reaps a worker that has just handed
+over its last result (mlx-manager's `gen_thread.join(timeout=1.0)` once the result queue
+answered, backend/mlx_manager/mlx_server/utils/metal.py@b1682f9:60, 120, 128), and a join that
+waits on real work is teardown, which INV130 leaves out. Nor are subprocesses and network calls:
+on the request paths of 25 MLX servers' trees (issue 23) nearly all were a `sysctl` probe of a
+few milliseconds, an admin route's, or a model download on the load path, which INV108 leaves
+to start-up as it leaves loads. Nor is `time.sleep`: flake8-async reports it in an `async def`,
+and the ones found through helpers were a lazily loaded registry's one-off poll of an orphaned
+process (opta's quantize.py@7a90bcb:405-413, arguable).
+
+A call is judged by the qualified name the summary gives its callee, receivers typed as
+`collect.py` types them (`self._cond` assigned `threading.Condition()` in the class,
+`t = threading.Thread(...)`, a parameter annotated `queue.Queue`), and by its arguments: a
+wait with a constant timeout under `_BRIEF` seconds, a `get(block=False)` or a
+`shutdown(wait=False)` returns at once. An awaited call is an asyncio API, never one of these.
+Nor is a `get` from a queue the same def puts back into: that queue is a pool of slots checked
+out and returned in one call, which waits for other holders of a slot, not for a thread that
+produces (smg's RDMA landing ring, `_landing_free.get(timeout=5)` returned in a `finally:`,
+grpc_servicer/smg_grpc_servicer/mm_rdma.py@73da68c:250, 334, graded false blind).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from mlx_invariants.checker.model.scan import dotted
+
+# What kind of wait a call is: the words a finding says it with.
+THREAD = "a wait on another thread"
+KINDS = frozenset({THREAD})
+
+# A constant timeout below this returns before anyone notices the loop stood still.
+_BRIEF = 0.05
+
+_QUEUES = ("queue.Queue()", "queue.SimpleQueue()", "queue.LifoQueue()", "queue.PriorityQueue()",
+           "multiprocessing.Queue()", "multiprocessing.JoinableQueue()")
+_POOLS = ("concurrent.futures.ThreadPoolExecutor()", "concurrent.futures.ProcessPoolExecutor()",
+          "concurrent.futures.thread.ThreadPoolExecutor()", "concurrent.futures.process.ProcessPoolExecutor()",
+          "multiprocessing.pool.ThreadPool()", "multiprocessing.Pool()")
+
+# (receiver or module, method) -> (kind, where its timeout is: a position, a keyword; None: it has none).
+_CALLS: dict[tuple[str, str], tuple[str, tuple[int | None, str | None]]] = {
+    ("threading.Event()", "wait"): (THREAD, (0, "timeout")),
+    ("threading.Condition()", "wait"): (THREAD, (0, "timeout")),
+    ("threading.Condition()", "wait_for"): (THREAD, (1, "timeout")),
+    ("threading.Barrier()", "wait"): (THREAD, (0, "timeout")),
+    ("concurrent.futures.wait", ""): (THREAD, (1, "timeout")),
+    ("asyncio.run_coroutine_threadsafe()", "result"): (THREAD, (0, "timeout")),
+    **{(queue, "get"): (THREAD, (1, "timeout")) for queue in _QUEUES},
+    **{(queue, "join"): (THREAD, (None, None)) for queue in _QUEUES if "Joinable" in queue or queue == "queue.Queue()"},
+    **{(pool, "shutdown"): (THREAD, (None, None)) for pool in _POOLS},
+    **{(f"{pool}.submit()", "result"): (THREAD, (0, "timeout")) for pool in _POOLS},
+}
+
+
+def kind(qual: str | None, call: ast.Call) -> str | None:
+    """The kind of wait `call` (of the callee named `qual`) is, or None when it returns at once
+    or is no wait this table knows."""
+    if not qual:
+        return None
+    receiver, _, method = qual.rpartition(".")
+    found = _CALLS.get((receiver, method)) or _CALLS.get((qual, ""))
+    if found is None:
+        return None
+    what, (position, keyword) = found
+    if method == "get" and receiver in _QUEUES and _false(_argument(call, 0, "block")):
+        return None
+    if method == "shutdown" and _false(_argument(call, 0, "wait")):
+        return None
+    if position is None and keyword is None:
+        return what
+    timeout = _argument(call, position, keyword)
+    return None if timeout is not None and _brief(timeout) else what
+
+
+def put_back(calls: Iterable[ast.Call]) -> set[str]:
+    """The receivers (as written) a def's calls put into: `self._free` of `self._free.put(slot)`."""
+    return {receiver for call in calls if isinstance(call.func, ast.Attribute) and call.func.attr in ("put", "put_nowait")
+            and (receiver := dotted(call.func.value))}
+
+
+def checked_out(call: ast.Call, returned: set[str]) -> bool:
+    """`call` gets a slot from a queue its def puts back into (`put_back`)."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "get" and dotted(call.func.value) in returned
+
+
+def _argument(call: ast.Call, position: int | None, keyword: str | None) -> ast.AST | None:
+    if keyword is not None:
+        for item in call.keywords:
+            if item.arg == keyword:
+                return item.value
+    if position is not None and position < len(call.args) and not any(
+            isinstance(a, ast.Starred) for a in call.args[: position + 1]):
+        return call.args[position]
+    return None
+
+
+def _false(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _brief(node: ast.AST | None) -> bool:
+    """A constant number of seconds under `_BRIEF`."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(
+        node.value, bool) and node.value < _BRIEF

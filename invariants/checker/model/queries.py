@@ -66,20 +66,10 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
                 continue  # the mode without the worker the other arm hands the work to
             if fn.before_serving(call.place.line):
                 continue  # start-up, before the server serves anyone (checker/startup.py)
-            target, _ = package.callee(module, call.target)
-            callee = package.function(target) if target is not None else None
-            if callee is None or callee.is_async or callee.opaque:
-                continue
-            modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
-            node = next(((target, m) for m in modes if package.chain(BLOCKING, (target, m))), None)  # type: ignore[arg-type]
+            node = _sync_reach(package, module, call, BLOCKING)
             if node is None:
                 continue
-            chain = package.chain(BLOCKING, node) or []
-            path = " -> ".join([name, *chain])
-            if node[1] == ITER and call.iterated_at is not None:  # only iterating the result runs MLX
-                what, place = f"iterating `{call.text}()` ({path})", call.iterated_at
-            else:
-                what, place = f"`{call.text}()` ({path})", call.place
+            what, place = _described(call, node, " -> ".join([name, *(package.chain(BLOCKING, node) or [])]))
             found.append((call, ModelFinding("INV108", place, ON_LOOP_MESSAGE.format(what=what)), owner))
             for (mod, _), text in [((module, name), call.text), *package.links(BLOCKING, node)]:
                 receiver, _, method = text.rpartition(".")
@@ -340,22 +330,32 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
                 yield ModelFinding("INV130", wait.place, WAIT_ON_LOOP_MESSAGE.format(  # type: ignore[arg-type]
                     what=f"`{wait.text}()`", kind=wait.kind, wait=wait.text))
         for call in fn.calls:
-            target, _ = package.callee(module, call.target)
-            callee = package.function(target) if target is not None else None
-            if callee is None or callee.is_async or callee.opaque or fn.in_fallback(call.place.line):
-                continue
-            modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
-            node = next(((target, m) for m in modes if package.chain(WAITING, (target, m))), None)  # type: ignore[arg-type]
+            node = _sync_reach(package, module, call, WAITING) if not fn.in_fallback(call.place.line) else None
             if node is None:
                 continue
-            chain = package.chain(WAITING, node) or []
             last, text = package.links(WAITING, node)[-1]
             kind = next((w.kind for w in package.function(last).waits if w.text == text), "a wait")  # type: ignore[union-attr]
-            path = " -> ".join([name, *chain])
-            iterated = node[1] == ITER and call.iterated_at is not None
-            what = f"iterating `{call.text}()` ({path})" if iterated else f"`{call.text}()` ({path})"
-            yield ModelFinding("INV130", call.iterated_at if iterated else call.place,  # type: ignore[arg-type]
-                               WAIT_ON_LOOP_MESSAGE.format(what=what, kind=kind, wait=text))
+            what, place = _described(call, node, " -> ".join([name, *(package.chain(WAITING, node) or [])]))
+            yield ModelFinding("INV130", place, WAIT_ON_LOOP_MESSAGE.format(what=what, kind=kind, wait=text))
+
+
+def _sync_reach(package: Package, module: str, call: Call, level: frozenset[str]) -> tuple[Key, str] | None:
+    """The node a plain call of a sync def of the package reaches `level` by: the def run, or, for a
+    result iterated there, iterated. None when the call names no such def, or it reaches nothing."""
+    target, _ = package.callee(module, call.target)
+    callee = package.function(target) if target is not None else None
+    if callee is None or callee.is_async or callee.opaque:
+        return None
+    modes = (RUN, ITER) if call.use == ITERATED else (RUN,)
+    return next(((target, m) for m in modes if package.chain(level, (target, m))), None)  # type: ignore[arg-type]
+
+
+def _described(call: Call, node: tuple[Key, str], path: str) -> tuple[str, Place]:
+    """How a finding names the call and where it points: at the iteration, when only iterating the
+    result runs what the chain reaches."""
+    if node[1] == ITER and call.iterated_at is not None:
+        return f"iterating `{call.text}()` ({path})", call.iterated_at
+    return f"`{call.text}()` ({path})", call.place
 
 
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {

@@ -7,10 +7,11 @@ import libcst as cst
 from mlx_invariants.checker.blocks import Blocks, WithItem
 from mlx_invariants.checker.cancellers import catches_cancellation, plain_route
 from mlx_invariants.checker.globs import matches_name
-from mlx_invariants.checker.locks import AWAITED_MUTEXES, MUTEXES, is_lock
+from mlx_invariants.checker.locks import AWAITED_MUTEXES, LOCKS, MUTEXES, is_lock
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import Handoff, handoff, is_owner_executor, keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
+from mlx_invariants.checker.scopes import FUNCTION_KINDS
 from mlx_invariants.checker.side_effects import only_computes
 from mlx_invariants.checker.walker import descendants
 
@@ -24,6 +25,7 @@ class _Candidate:
     locks: list[WithItem]
     work: Handoff
     function: cst.CSTNode | None = None  # the def whose body awaits
+    enclosing: frozenset[int] = frozenset()  # ids of the defs around the await, the awaiting one included
 
 
 class LockReleasedBeforeWorker(Rule):
@@ -218,6 +220,27 @@ class LockReleasedBeforeWorker(Rule):
         '''),
     ]
     VALID = [
+        # A bound each call builds for its own fan-out: a cancel frees a slot only its own siblings could take.
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+
+
+            def score(model, text):
+                return mx.sum(model(mx.array(text))).item()
+
+
+            async def score_all(model, texts, limit=4):
+                loop = asyncio.get_running_loop()
+                sem = asyncio.Semaphore(limit)
+
+                async def one(text):
+                    async with sem:
+                        return await loop.run_in_executor(None, score, model, text)
+
+                return await asyncio.gather(*(one(t) for t in texts))
+        ''', options={"select": ["INV105"]}),
         Valid('''
             import asyncio
 
@@ -468,7 +491,9 @@ class LockReleasedBeforeWorker(Rule):
             return
         self.ctx.pin(work.executor, work.target)
         frame = self.ctx.scope.function()
-        self.candidates.append(_Candidate(node, self.ctx.statement, locks, work, frame.node if frame else None))
+        enclosing = frozenset(id(f.node) for f in self.ctx.scope.frames if f.kind in FUNCTION_KINDS)
+        self.candidates.append(_Candidate(node, self.ctx.statement, locks, work, frame.node if frame else None,
+                                          enclosing))
 
     def _self_serialized(self, lock: cst.BaseExpression) -> bool:
         """Every block of `lock` in the file only awaits workers, and each of them is a def of the file that
@@ -496,6 +521,18 @@ class LockReleasedBeforeWorker(Rule):
             return False
         built = self.ctx.facts.constructed_by(next(iter(mutexes)))
         return bool(built) and built <= MUTEXES - AWAITED_MUTEXES
+
+    def _per_call(self, lock: cst.BaseExpression, enclosing: frozenset[int]) -> bool:
+        """`lock` is a bare name that every assignment in the file binds to a new lock or semaphore inside a def
+        around the await (or the awaiting def itself): each call of that def builds its own, so what a cancel
+        frees early only its own sibling tasks can take, never another request. A fan-out bounded by
+        `sem = asyncio.Semaphore(n)` around `async def _one(...): async with sem: await run_in_executor(...)`
+        is that shape (VoiceStudio's backend/services/speech_rate.py@98c9e68:271 and translator.py:485, graded
+        arguable and false blind in issue 23's set g: the deadline cancels every pending task at once)."""
+        if not isinstance(lock, cst.Name):
+            return False
+        found = self.ctx.facts.assigned.get(lock.value, ())
+        return bool(found) and all(a.scope in enclosing and a.call_qual in LOCKS for a in found)
 
     def _shields(self, item: WithItem) -> bool:
         expr = item.expr
@@ -541,6 +578,8 @@ class LockReleasedBeforeWorker(Rule):
                 continue  # running on past its waiter, it changes nothing the lock guards (side_effects.py)
             if self._self_serialized(locks[-1].expr):
                 continue  # the next holder's worker waits on the thread lock the late one still holds
+            if self._per_call(locks[-1].expr, candidate.enclosing):
+                continue  # each call builds its own: no other request can take it (a fan-out's bound)
             lock = dotted(locks[-1].expr) or "lock"
             target = candidate.work.target
             name = dotted(target) if target is not None else None

@@ -1,25 +1,30 @@
 """Sync calls that block their thread for as long as another thread takes to do something: what
 INV130 follows from the event loop.
 
-A thread's `join` is not one of them: on a request path it reaps a worker that has just handed
-over its last result (mlx-manager's `gen_thread.join(timeout=1.0)` once the result queue
-answered, backend/mlx_manager/mlx_server/utils/metal.py@b1682f9:60, 120, 128), and a join that
-waits on real work is teardown, which INV130 leaves out. Nor are subprocesses and network calls:
-on the request paths of 25 MLX servers' trees (issue 23) nearly all were a `sysctl` probe of a
-few milliseconds, an admin route's, or a model download on the load path, which INV108 leaves
-to start-up as it leaves loads. Nor is `time.sleep`: flake8-async reports it in an `async def`,
-and the ones found through helpers were a lazily loaded registry's one-off poll of an orphaned
-process (opta's quantize.py@7a90bcb:405-413, arguable).
-
 A call is judged by the qualified name the summary gives its callee, receivers typed as
 `collect.py` types them (`self._cond` assigned `threading.Condition()` in the class,
 `t = threading.Thread(...)`, a parameter annotated `queue.Queue`), and by its arguments: a
-wait with a constant timeout under `_BRIEF` seconds, a `get(block=False)` or a
-`shutdown(wait=False)` returns at once. An awaited call is an asyncio API, never one of these.
-Nor is a `get` from a queue the same def puts back into: that queue is a pool of slots checked
-out and returned in one call, which waits for other holders of a slot, not for a thread that
-produces (smg's RDMA landing ring, `_landing_free.get(timeout=5)` returned in a `finally:`,
-grpc_servicer/smg_grpc_servicer/mm_rdma.py@73da68c:250, 334, graded false blind).
+wait with a constant timeout under `_BRIEF` seconds or a `get(block=False)` returns at once.
+An awaited call is an asyncio API, never one of these.
+
+Left out, each for what it was on real code (issue 23):
+- a `get` from a queue the same def puts back into: a pool of slots checked out and returned in
+  one call, whose `get` waits for other holders of a slot, not for a thread that produces (smg's
+  RDMA landing ring, grpc_servicer/smg_grpc_servicer/mm_rdma.py@73da68c:250, 334, graded false
+  blind);
+- a thread's `join`: on a request path it reaps a worker that has just handed over its last
+  result (mlx-manager's `gen_thread.join(timeout=1.0)` once the result queue answered,
+  backend/mlx_manager/mlx_server/utils/metal.py@b1682f9:60, 120, 128), and a join that waits on
+  real work is teardown;
+- an executor's `shutdown`: on the loop it ends an engine loop, or a request whose work it has
+  already awaited (vllm-mlx's `_engine_loop` drains its step executor in its `finally:`, on
+  purpose, vllm_mlx/engine_core.py@4b06de6:268);
+- subprocesses and network calls: on the request paths of 25 MLX servers' trees nearly all were
+  a `sysctl` probe of a few milliseconds, an admin route's, or a model download on the load
+  path, which INV108 leaves to start-up as it leaves loads;
+- `time.sleep`: flake8-async reports it in an `async def`, and the ones found through helpers
+  were a lazily loaded registry's one-off poll of an orphaned process (opta's
+  quantize.py@7a90bcb:405-413, arguable).
 """
 
 from __future__ import annotations
@@ -52,7 +57,6 @@ _CALLS: dict[tuple[str, str], tuple[str, tuple[int | None, str | None]]] = {
     ("asyncio.run_coroutine_threadsafe()", "result"): (THREAD, (0, "timeout")),
     **{(queue, "get"): (THREAD, (1, "timeout")) for queue in _QUEUES},
     **{(queue, "join"): (THREAD, (None, None)) for queue in _QUEUES if "Joinable" in queue or queue == "queue.Queue()"},
-    **{(pool, "shutdown"): (THREAD, (None, None)) for pool in _POOLS},
     **{(f"{pool}.submit()", "result"): (THREAD, (0, "timeout")) for pool in _POOLS},
 }
 
@@ -68,8 +72,6 @@ def kind(qual: str | None, call: ast.Call) -> str | None:
         return None
     what, (position, keyword) = found
     if method == "get" and receiver in _QUEUES and _false(_argument(call, 0, "block")):
-        return None
-    if method == "shutdown" and _false(_argument(call, 0, "wait")):
         return None
     if position is None and keyword is None:
         return what

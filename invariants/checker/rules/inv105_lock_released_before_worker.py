@@ -220,27 +220,6 @@ class LockReleasedBeforeWorker(Rule):
         '''),
     ]
     VALID = [
-        # A bound each call builds for its own fan-out: a cancel frees a slot only its own siblings could take.
-        Valid('''
-            import asyncio
-
-            import mlx.core as mx
-
-
-            def score(model, text):
-                return mx.sum(model(mx.array(text))).item()
-
-
-            async def score_all(model, texts, limit=4):
-                loop = asyncio.get_running_loop()
-                sem = asyncio.Semaphore(limit)
-
-                async def one(text):
-                    async with sem:
-                        return await loop.run_in_executor(None, score, model, text)
-
-                return await asyncio.gather(*(one(t) for t in texts))
-        ''', options={"select": ["INV105"]}),
         Valid('''
             import asyncio
 
@@ -390,6 +369,27 @@ class LockReleasedBeforeWorker(Rule):
                     async with self._flush_lock:
                         await asyncio.to_thread(self._flush_sync)
         '''),
+        # A bound each call builds for its own fan-out: a cancel frees a slot only its own siblings could take.
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+
+
+            def score(model, text):
+                return mx.sum(model(mx.array(text))).item()
+
+
+            async def score_all(model, texts, limit=4):
+                loop = asyncio.get_running_loop()
+                sem = asyncio.Semaphore(limit)
+
+                async def one(text):
+                    async with sem:
+                        return await loop.run_in_executor(None, score, model, text)
+
+                return await asyncio.gather(*(one(t) for t in texts))
+        ''', options={"select": ["INV105"]}),
     ]
 
     def __init__(self, ctx, options):

@@ -18,24 +18,31 @@ _TRACKER = {"app/turns.py": '''
                 self._cond.wait_for(lambda: not self._pending, timeout=2.0)
                 return turn == self.latest
 '''}
-# A model manager whose eviction closes a prefetcher that drains its own pool.
+# A model manager whose eviction closes a prefetcher that waits for its thread to finish the loads queued.
 _MANAGER = {"app/prefetch.py": '''
-    from concurrent.futures import ThreadPoolExecutor
+    import queue
+    import threading
 
 
     class Prefetcher:
         def __init__(self):
-            self._pool = ThreadPoolExecutor(max_workers=16)
+            self._pending = queue.Queue()
+            threading.Thread(target=self._run, daemon=True).start()
+
+        def _run(self):
+            while True:
+                load = self._pending.get()
+                load()
+                self._pending.task_done()
 
         def close(self):
-            self._pool.shutdown()
+            self._pending.join()
 '''}
-
 
 class BlockingWaitOnEventLoop(Rule):
     """An `async def` runs on the event loop's one thread: while it sits in a sync call, no other
     request, stream or timer of that loop moves. A sync call that waits for another thread (an
-    event it sets, a condition it notifies, a queue it fills, a pool it drains) holds the loop for
+    event it sets, a condition it notifies, a queue it fills, a future it completes) holds the loop for
     as long as that thread's work takes, and when that thread needs the loop to get there, never
     returns. Called in the `async def` itself some linters see a few of these; this rule follows the
     package's sync calls into other modules, where the wait is three helpers down and nothing at
@@ -49,16 +56,16 @@ class BlockingWaitOnEventLoop(Rule):
     and between tokens (src/mlx_serve/routers/chat.py@a773868:816, 1295, graded true blind).
 
     The waits it knows (model/waits.py): `Event.wait`, `Condition.wait` and `wait_for`,
-    `Barrier.wait`, a `queue.Queue`'s `get` and `join`, an executor's `shutdown` (unless
-    `wait=False`), `.result()` of an executor's `submit` or of `asyncio.run_coroutine_threadsafe`
-    (from the loop's own thread that one never returns), and `concurrent.futures.wait`. A
-    constant timeout under 50 ms, `get(block=False)` and `shutdown(wait=False)` return at once
-    and are left alone, and so is a `get` from a queue the same def puts back into (a pool of
-    slots, whose `get` waits for other holders, not for a producing thread); a longer timeout still holds the loop that long, each time round (a
-    stream polling `queue.get(timeout=0.1)` for its tokens holds it for the whole generation). A
-    receiver counts when the model can type it: an attribute its class assigns (`self._cond =
-    threading.Condition()`), a local, a module-level name, an annotated parameter. A thread's
-    `join`, a sleep, a subprocess or a network call is not counted (model/waits.py says why).
+    `Barrier.wait`, a `queue.Queue`'s `get` and `join`, `.result()` of an executor's `submit` or
+    of `asyncio.run_coroutine_threadsafe` (from the loop's own thread that one never returns), and
+    `concurrent.futures.wait`. A constant timeout under 50 ms and `get(block=False)` return at
+    once and are left alone, and so is a `get` from a queue the same def puts back into (a pool of
+    slots, whose `get` waits for other holders, not for a producing thread); a longer timeout
+    still holds the loop that long, each time round (a stream polling `queue.get(timeout=0.1)`
+    for its tokens holds it for the whole generation). A receiver counts when the model can type
+    it: an attribute its class assigns (`self._cond = threading.Condition()`), a local, a
+    module-level name, an annotated parameter. A thread's `join`, an executor's `shutdown`, a
+    sleep, a subprocess or a network call is not counted (model/waits.py says why).
 
     Not judged: start-up and teardown coroutines (a lifespan, a start-up hook, an `async def`
     named for starting, loading or shutting down: `start`, `load`, `shutdown`, `stop`, `close`,

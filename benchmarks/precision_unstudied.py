@@ -253,6 +253,13 @@ SERVERS_G = (
                 _EXCLUDE),
     head.Server("yusufozgul/MLXGateway", "8795c7480e9e5f314e7223d1b35f1cc4a290a351", ("src/mlxgateway",), _EXCLUDE),
 )
+# Set g, kept aside from its picking until the session's rules had changed, was graded blind (two reviewers, every
+# finding) at MEASURED_G (the checker as the session began) and at AFTER_G (after that session's INV130 and before
+# anyone changing rules had read a finding of it): FIRST_G and AFTER_G_FIGURE are both held-out figures.
+MEASURED_G = "6e36dc96a145ec911b2c0f5792b6cf2d19015258"
+FIRST_G = "8 findings, 3 true, 3 arguable, 2 false (38 % true)"
+AFTER_G = "088bc9afe0ebc4c76abfd3be0edddebd7b46d972"
+AFTER_G_FIGURE = "9 findings, 3 true, 3 arguable, 3 false (33 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
         "g": SERVERS_G}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
@@ -267,9 +274,11 @@ HELD_OUT = {
           "began", MEASURED_E, FIRST_E),
     "f": ("servers kept aside while a day's rules changed, measured once at checker commit `{commit}`, the day's "
           "last rule change", MEASURED_F, FIRST_F),
+    "g": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
+          "session began", MEASURED_G, FIRST_G),
 }
 # A kept-aside set's second measure: the commit after the day's rule changes, and its figure then.
-THEN = {"e": (AFTER_E, AFTER_E_FIGURE)}
+THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE)}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md"}
@@ -329,7 +338,7 @@ def _held_out(name: str) -> str:
     who, measured, figure = HELD_OUT[name]
     if name in THEN:
         after, then = THEN[name]
-        return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}; at `{after[:7]}`, the day's changed rules, "
+        return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}; at `{after[:7]}`, the changed rules, "
                 f"before anyone changing them had read a finding of it: {then}. Both are held-out figures; rules "
                 "changed since on its false findings, so the figure below, if later, is not.")
     return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}, the held-out figure. Rules changed since on "

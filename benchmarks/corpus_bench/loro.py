@@ -93,6 +93,13 @@ _HELDOUT8 = Studied(
     "HEAD when its cases (benchmarks/corpus_bench/cases/heldout8.json) were mined, recorded before anyone here "
     "read this repository; no rule changed in that work")
 
+# HEAD when heldout9.json's cases were mined (issue 23 item 4), recorded before that work read these repositories
+# or the rules' code; no rule changed in that work.
+_HELDOUT9 = Studied(
+    "f544669b181954b6337b20d96b1a27461ead03d9",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout9.json) were mined, recorded before anyone here "
+    "read these repositories; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -116,6 +123,9 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "homelab-00/TranscriptionSuite": _HELDOUT6,
     "transformerlab/transformerlab-api": _HELDOUT7,
     "fblissjr/heylookitsanllm": _HELDOUT8,
+    "kashman001/local-model": _HELDOUT9,
+    "decdees/LOcha": _HELDOUT9,
+    "gdemerges/Benji": _HELDOUT9,
 }
 
 

@@ -42,6 +42,7 @@ UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 INFERRED = METAL | {"unguarded"}
 # Thread roles: where a function runs.
 LOOP = "the event loop"
+PRIVATE_LOOP = "an event loop of its own"  # `asyncio.run(f())` in a sync def: that thread's loop, serving nothing else
 OWNER_THREAD = "the owner thread"
 ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREAD: "a thread", OWNER: OWNER_THREAD,
                 ONE_THREAD: "an executor of one worker"}
@@ -98,6 +99,7 @@ class Package:
         self.lock_identities: dict[tuple[Key, str], str | None] = {}  # (function, lock as written) -> identity
         self._owned: dict[Key, bool] = {}  # family -> it serializes its MLX on an owner of its own
         self.roles: dict[Key, set[str]] = {}
+        self.private: set[Key] = set()  # coroutine functions run only on a loop of their own (`_privately_run`)
         self.held: set[Key] = set()
         self._summaries: dict[str, FileSummary | None] = {}
         self.functions: dict[Key, Function] = {}
@@ -289,6 +291,10 @@ class Package:
                     found, _ = self.callee(key[0], work.target)
                     if found is not None:
                         queue.append(found)
+            for ref in fn.private_runs:
+                found, _ = self.callee(key[0], ref)
+                if found is not None:
+                    queue.append(found)
         # A function that loads weights is start-up work, and so is the rest of the MLX it runs
         # (evaluating the weights, patching the model): INV108 leaves it out, as it leaves loads out.
         loading = self._reach(LOADING)
@@ -304,6 +310,7 @@ class Package:
         self.reach[BINDING] = self._reach(BINDING)
         self.reach[WAITING] = self._reach(WAITING, skip=self.loaders | constructors)
         self._forwarders()
+        self.private = self._privately_run()
         self._roles()
         inline = sorted({lock for summary in self._summaries.values() if summary is not None for lock in summary.mlx_locks})
         self.mlx_locks = [*self._configured_locks, *(n for n in inline if n not in self._configured_locks)]
@@ -444,7 +451,7 @@ class Package:
             if self.declared_owner(key):
                 queue.append((key, OWNER_THREAD))
             elif fn.is_async:
-                queue.append((key, LOOP))
+                queue.append((key, PRIVATE_LOOP if key in self.private else LOOP))
             for work in fn.offloads:
                 found, _ = self.callee(key[0], work.target) if work.target is not None else (None, None)
                 if found is not None:
@@ -458,6 +465,41 @@ class Package:
             for _call, _use, target, _ in self.edges.get(key, ()):
                 if target is not None:
                     queue.append((target, role))
+
+    def _privately_run(self) -> set[Key]:
+        """Coroutine functions that run only on an event loop of their own: each is run by
+        `asyncio.run(f())` / `loop.run_until_complete(f())` (`Function.private_runs`), or awaited
+        only by coroutine functions that are. Such a loop serves nothing but them (a command line's
+        `main`, a child process's request loop, a worker thread's loop), so blocking it holds no
+        server's requests. Any other caller (an `async def` on the server's loop, a sync def that
+        schedules it there with `create_task`) makes it the event loop's, as does none at all."""
+        callers: dict[Key, list[Key | None]] = {}  # callee -> its callers; None: a private run
+        for key, edges in self.edges.items():
+            for _call, _use, target, _ in edges:
+                if target is not None:
+                    callers.setdefault(target, []).append(key)
+            for ref in self.functions[key].private_runs:
+                found, _ = self.callee(key[0], ref)
+                if found is not None:
+                    callers.setdefault(found, []).append(None)
+        coroutine = lambda key: (fn := self.function(key)) is not None and fn.is_async  # noqa: E731
+        private = {key for key in callers if coroutine(key)}
+        changed = True
+        while changed:  # the greatest set whose every caller is a private run or a member
+            changed = False
+            for key in list(private):
+                if any(caller is not None and caller not in private for caller in callers[key]):
+                    private.discard(key)
+                    changed = True
+        roots = [key for key in private if None in callers[key]]
+        reached = set(roots)  # a cycle of members no private run reaches is no loop's at all: left to the loop
+        while roots:
+            key = roots.pop()
+            for _call, _use, target, _ in self.edges.get(key, ()):
+                if target in private and target not in reached:
+                    reached.add(target)
+                    roots.append(target)
+        return reached
 
     def _held(self) -> None:
         """Functions entered only with a declared MLX lock held: every call of theirs in the
@@ -640,4 +682,4 @@ def _external_kind(qual: str, use: str) -> str | None:
 
 __all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED", "INFERRED",
            "BINDING", "WAITING",
-           "LOOP", "OWNER_THREAD"]
+           "LOOP", "OWNER_THREAD", "PRIVATE_LOOP"]

@@ -237,7 +237,6 @@ class _Resolver:
         offloads: list[Offload] = []
         touches: list[Touch] = []
         blocked: list[Touch] = []
-        returned = waits.put_back(c for c, *_ in fn.calls)
         private: dict[int, str | None] = {}  # id of the coroutine call a private loop runs -> its function
         for call, use, site, stmt in fn.calls:
             if id(call) in private:
@@ -258,8 +257,8 @@ class _Resolver:
                 continue
             target = self.ref(call.func, fn)
             text = dotted(call.func) or (target or "")
-            wait = waits.kind(self._typed(call.func, target, fn), call) if use != "await" else None
-            if wait is not None and not waits.checked_out(call, returned):
+            wait = waits.kind(self._typed(call.func, target, fn), call) if use != "await" and waits.named(call) else None
+            if wait is not None and not waits.checked_out(call, (c for c, *_ in fn.calls)):
                 blocked.append(Touch(wait, text, call.lineno, self._place(call, stmt)))
                 continue
             if target in classify.STREAM_BINDING or self.binders(text):

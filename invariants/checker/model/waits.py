@@ -61,6 +61,16 @@ _CALLS: dict[tuple[str, str], tuple[str, tuple[int | None, str | None]]] = {
 }
 
 
+# The last names of the calls above: a call named otherwise is none of them, whatever its receiver.
+_NAMES = frozenset(method or qual.rpartition(".")[2] for qual, method in _CALLS)
+
+
+def named(call: ast.Call) -> bool:
+    """`call`'s last name is one of the waits' (`wait`, `get`, `result`, ...): worth typing its receiver."""
+    func = call.func
+    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") in _NAMES
+
+
 def kind(qual: str | None, call: ast.Call) -> str | None:
     """The kind of wait `call` (of the callee named `qual`) is, or None when it returns at once
     or is no wait this table knows."""
@@ -79,15 +89,15 @@ def kind(qual: str | None, call: ast.Call) -> str | None:
     return None if timeout is not None and _brief(timeout) else what
 
 
-def put_back(calls: Iterable[ast.Call]) -> set[str]:
-    """The receivers (as written) a def's calls put into: `self._free` of `self._free.put(slot)`."""
-    return {receiver for call in calls if isinstance(call.func, ast.Attribute) and call.func.attr in ("put", "put_nowait")
-            and (receiver := dotted(call.func.value))}
-
-
-def checked_out(call: ast.Call, returned: set[str]) -> bool:
-    """`call` gets a slot from a queue its def puts back into (`put_back`)."""
-    return isinstance(call.func, ast.Attribute) and call.func.attr == "get" and dotted(call.func.value) in returned
+def checked_out(call: ast.Call, calls: Iterable[ast.Call]) -> bool:
+    """`call` gets a slot from a queue that one of `calls` (its def's) puts back into (`self._free.put(slot)`)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "get":
+        return False
+    receiver = dotted(func.value)
+    return receiver is not None and any(
+        isinstance(c.func, ast.Attribute) and c.func.attr in ("put", "put_nowait") and dotted(c.func.value) == receiver
+        for c in calls)
 
 
 def _argument(call: ast.Call, position: int | None, keyword: str | None) -> ast.AST | None:

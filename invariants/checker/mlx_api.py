@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -35,6 +35,20 @@ GENERATORS = frozenset(
     for fn in ("stream_generate", "generate_step", "speculative_generate_step")
 )
 BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES for mod in ("", ".generate"))
+# Keywords mlx-lm's generation has never accepted: `generate`, `batch_generate` and `stream_generate` hand their
+# keywords on to `generate_step` (or the batch generator), which samples with a `sampler` (before 0.21 with
+# `temp`) and has no `temperature`, so such a call raises TypeError before any MLX runs. mlx-vlm's generation
+# takes `temperature`. Issue 23, set g: Impetus-LLM-Server's warm-up called `mlx_lm.generate(...,
+# temperature=0.7)` on a pool (gerdsen_ai_server/src/services/model_warmup.py@8177aea:132), graded false blind.
+_NEVER_ACCEPTED = frozenset({"temperature"})
+
+
+def rejected_generation(qual: str | None, keywords: Iterable[str | None]) -> bool:
+    """A call of mlx-lm's generation with a keyword no release of it accepts: it raises, running no MLX."""
+    return bool(qual) and qual.startswith("mlx_lm.") and (qual in GENERATE or qual in GENERATORS) and any(  # type: ignore[union-attr]
+        keyword in _NEVER_ACCEPTED for keyword in keywords)
+
+
 # Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.
 LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
 # A call whose name holds this loads a model (`*load_model*`: a substring test, no fnmatch) ...
@@ -218,7 +232,7 @@ def is_mlx_generator(expr: cst.BaseExpression, ctx: FileContext, scope: int | No
         func = expr.func
         if isinstance(func, cst.Name) and func.value in LAZY:
             return any(is_mlx_generator(arg.value, ctx, scope) for arg in expr.args if not arg.star)
-        if _makes_generator(func, ctx.resolve(func), ctx):
+        if _makes_generator(func, ctx.call_qual(expr), ctx):
             return True
     elif ctx.facts.constructed_by(ctx.key(expr)) & GENERATORS:
         return True

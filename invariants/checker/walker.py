@@ -67,6 +67,13 @@ class FileContext:
             found = self._quals[id(expr)] = resolve(expr, self.scope.tables)
         return found  # type: ignore[return-value]
 
+    def call_qual(self, call: cst.Call) -> str | None:
+        """The qualified name of what `call` calls, as the rules judge it: None for a call of mlx-lm's
+        generation that raises before it runs (`mlx_api.rejected_generation`), which is no MLX work."""
+        qual = self.resolve(call.func)
+        keywords = (arg.keyword.value for arg in call.args if arg.keyword is not None)
+        return None if mlx_api.rejected_generation(qual, keywords) else qual
+
     def key(self, expr: cst.BaseExpression | None) -> str | None:
         """Identity of a name or attribute: `Engine._lock` for `self._lock` in class Engine.
 
@@ -201,7 +208,7 @@ class FileContext:
 
     def _on_call(self, call: cst.Call) -> None:
         func = call.func
-        self._function_stack[-1].calls.append(CallSite(call, self.resolve(func), dotted(func), self.key(func)))
+        self._function_stack[-1].calls.append(CallSite(call, self.call_qual(call), dotted(func), self.key(func)))
         # Receivers and next()'s argument are judged in end(): remember where they were.
         if isinstance(func, cst.Attribute):
             self.key(func.value)
@@ -218,7 +225,7 @@ class FileContext:
             return
         # `given or ThreadPoolExecutor(1)` and `a if c else b` may hold either value.
         for option in _alternatives(value):
-            qual = self.resolve(option.func) if isinstance(option, cst.Call) else None
+            qual = self.call_qual(option) if isinstance(option, cst.Call) else None
             self.facts.assign(key, option, qual, id(self._function_stack[-1].node))
         if self.scope.top.kind is Kind.MODULE and isinstance(target, cst.Name):
             constant = number(value, self.facts.constants)

@@ -256,6 +256,8 @@ class _Resolver:
                 offloads.append(work)
                 continue
             target = self.ref(call.func, fn)
+            if mlx_api.rejected_generation(target, (k.arg for k in call.keywords)):
+                target = None  # it raises before any MLX runs
             text = dotted(call.func) or (target or "")
             wait = waits.kind(self._typed(call.func, target, fn), call) if use != "await" and waits.named(call) else None
             if wait is not None and not waits.checked_out(call, (c for c, *_ in fn.calls)):

@@ -983,6 +983,17 @@ class BlockingMlxOnEventLoop(Rule):
                 cache.clear()
                 _safe_sync()
         ''', files={"requirements.txt": "mlx>=0.32\n"}),
+        # mlx-lm's generation has no `temperature` keyword: this call raises TypeError before any MLX runs.
+        Valid('''
+            from mlx_lm import generate
+
+
+            async def warm_up(model, tokenizer):
+                try:
+                    generate(model, tokenizer, "Hello", max_tokens=8, temperature=0.7)
+                except TypeError:
+                    pass
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -1044,7 +1055,7 @@ class BlockingMlxOnEventLoop(Rule):
         if self.ctx.in_async:
             self.lazy.on_call(node)
             func = node.func
-            self.calls.append((CallSite(node, self.ctx.resolve(func), dotted(func), self.ctx.key(func)), self.ctx.statement))
+            self.calls.append((CallSite(node, self.ctx.call_qual(node), dotted(func), self.ctx.key(func)), self.ctx.statement))
             self._before_serving(node)
             function = self.functions[id(node)] = self.ctx.scope.top.node
             if handoff(node, self.ctx) is not None:

@@ -283,7 +283,8 @@ class _Resolver:
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
                         fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked),
-                        tuple(dict.fromkeys(r for r in private.values() if r is not None and not r.startswith("$"))))
+                        tuple(dict.fromkeys(r for r in private.values() if r is not None and not r.startswith("$"))),
+                        is_async and any(_runs_on_thread(d) for d in node.decorator_list))
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -555,6 +556,14 @@ class _Resolver:
         while above > 1 and self.lines[above - 2].lstrip().startswith("#"):
             above -= 1
         return Place(line, col + 1, first, last, above)
+
+
+def _runs_on_thread(decorator: ast.AST) -> bool:
+    """A decorator that runs the coroutine function on a thread of its own, with a loop of its own:
+    one called with `thread=True` (Textual's `@work(thread=True)` worker, run by `asyncio.run` on a
+    worker thread; issue 23, set h: mlx-chat's agent and speech workers, graded false blind as on the loop)."""
+    return isinstance(decorator, ast.Call) and any(
+        k.arg == "thread" and isinstance(k.value, ast.Constant) and k.value.value is True for k in decorator.keywords)
 
 
 def _loops(node: ast.AST) -> bool:

@@ -468,8 +468,9 @@ class Package:
 
     def _privately_run(self) -> set[Key]:
         """Coroutine functions that run only on an event loop of their own: each is run by
-        `asyncio.run(f())` / `loop.run_until_complete(f())` (`Function.private_runs`), or awaited
-        only by coroutine functions that are. Such a loop serves nothing but them (a command line's
+        `asyncio.run(f())` / `loop.run_until_complete(f())` (`Function.private_runs`) or by its
+        decorator on a thread of its own (`Function.own_loop`), or awaited only by coroutine
+        functions that are. Such a loop serves nothing but them (a command line's
         `main`, a child process's request loop, a worker thread's loop), so blocking it holds no
         server's requests. Any other caller (an `async def` on the server's loop, a sync def that
         schedules it there with `create_task`) makes it the event loop's, as does none at all."""
@@ -482,6 +483,10 @@ class Package:
                 found, _ = self.callee(key[0], ref)
                 if found is not None:
                     callers.setdefault(found, []).append(None)
+
+        for key, fn in self.functions.items():
+            if fn.own_loop:  # calling it only starts it on its thread: every caller is a private run
+                callers[key] = [None]
         coroutine = lambda key: (fn := self.function(key)) is not None and fn.is_async  # noqa: E731
         private = {key for key in callers if coroutine(key)}
         changed = True

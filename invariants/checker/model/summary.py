@@ -156,6 +156,7 @@ class Function:
     startup: tuple[int, int] | None = None  # the lines a start-up coroutine runs before serving (startup.py)
     waits: tuple[Touch, ...] = ()  # calls that block this thread on something else (model/waits.py; kind: what)
     private_runs: tuple[str, ...] = ()  # coroutine functions it runs on an event loop of its own (`asyncio.run(f())`)
+    own_loop: bool = False  # a coroutine function its decorator runs on a thread of its own (`@work(thread=True)`)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -172,7 +173,8 @@ class Function:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
-        flags = "a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner + "l" * self.loops
+        flags = ("a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner + "l" * self.loops
+                 + "t" * self.own_loop)
         if flags:
             out["flags"] = flags
         if self.calls:
@@ -204,7 +206,7 @@ class Function:
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
-            tuple(Touch.from_json(t) for t in data.get("waits", ())), tuple(data.get("private", ())),
+            tuple(Touch.from_json(t) for t in data.get("waits", ())), tuple(data.get("private", ())), "t" in flags,
         )
 
 

@@ -68,7 +68,8 @@ class BlockingWaitOnEventLoop(Rule):
     sleep, a subprocess or a network call is not counted (model/waits.py says why).
 
     Not judged: a coroutine run only on an event loop of its own (`asyncio.run(main())` in a
-    child process or a worker thread, and what only it awaits), which serves nothing else;
+    child process or a worker thread, a worker its decorator runs on a thread, `@work(thread=True)`,
+    and what only such coroutines await), which serves nothing else;
     start-up and teardown coroutines (a lifespan, a start-up hook, an `async def` named for
     starting, loading or shutting down: `start`, `load`, `shutdown`, `stop`, `close`,
     `__aexit__`, ...), where nothing is being served; the arm of a mode `if` whose other arm
@@ -87,6 +88,11 @@ class BlockingWaitOnEventLoop(Rule):
         "Like every rule of the package model, it reads a module only if it mentions MLX or imports from its "
         "package (model/phase.py): a standalone file of handlers is not followed."
     )
+    # Opt-in: on the two sets of servers kept aside from it (issue 23, sets g and h) both its findings were false,
+    # each a coroutine on an event loop of its own that the model did not see as one (a GPU-pool worker's
+    # `asyncio.run` behind a runtime check, VoiceStudio model_manager.py@98c9e68:2664; a Textual `@work(thread=True)`
+    # worker, mlx-chat screens/stt.py@8b5fca1:90, now recognised).
+    default_enabled = False
     triggers = PACKAGE_ONLY
 
     INVALID = [
@@ -267,4 +273,24 @@ class BlockingWaitOnEventLoop(Rule):
             async def respond(model, request):
                 return mx.array(request).tolist()
         '''),
+        # A worker its framework runs on a thread of its own, with a loop of its own (Textual's thread workers).
+        Valid('''
+            import queue
+
+            import mlx.core as mx
+            from textual import work
+
+
+            class Recorder:
+                def __init__(self):
+                    self.chunks = queue.Queue()
+
+                def next_chunk(self):
+                    return self.chunks.get()
+
+                @work(thread=True)
+                async def transcribe(self, model):
+                    while (chunk := self.next_chunk()) is not None:
+                        mx.eval(model(mx.array(chunk)))
+        ''', options={"select": ["INV130"]}),
     ]

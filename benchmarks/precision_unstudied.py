@@ -298,6 +298,13 @@ SERVERS_H = (
     head.Server("jasonzengxin/mlx_chat", "4cc2ef843b3f796b7048bd07b8d6317871a0c751", ("backend",), _EXCLUDE),
     head.Server("ltvspot/qwen3-tts-apple-silicon", "de36daef0361299db162e4af97e974962e1205dc", ("src",), _EXCLUDE),
 )
+# Set h, kept aside from its picking until the session's rules had changed, was graded blind (two reviewers, every
+# finding) at MEASURED_H (the checker as that session began) and at AFTER_H (its rules after INV130, the per-call lock
+# and the rejected generation, before anyone changing rules had read a finding of it): both held-out figures.
+MEASURED_H = "6e36dc96a145ec911b2c0f5792b6cf2d19015258"
+FIRST_H = "4 findings, 1 true, 1 arguable, 2 false (25 % true)"
+AFTER_H = "03eed8ea99933c5b1eedccd478f1f7be20e0ba11"
+AFTER_H_FIGURE = "5 findings, 1 true, 1 arguable, 3 false (20 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
         "g": SERVERS_G, "h": SERVERS_H}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
@@ -314,9 +321,11 @@ HELD_OUT = {
           "last rule change", MEASURED_F, FIRST_F),
     "g": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
           "session began", MEASURED_G, FIRST_G),
+    "h": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
+          "session began", MEASURED_H, FIRST_H),
 }
 # A kept-aside set's second measure: the commit after the day's rule changes, and its figure then.
-THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE)}
+THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AFTER_H, AFTER_H_FIGURE)}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md", "h": "docs/precision-h.md"}

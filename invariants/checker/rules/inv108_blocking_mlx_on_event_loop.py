@@ -11,6 +11,7 @@ from mlx_invariants.checker.loop_owner import LoopOwner
 from mlx_invariants.checker.model.queries import ON_LOOP_MESSAGE
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.offload import Handoff, generator_defs, handoff, iterated_in_pool, streamed_handoff
+from mlx_invariants.checker.private_loops import PrivateLoops
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.cancellers import decorator_parts
 from mlx_invariants.checker.startup import STARTUP, startup_kind
@@ -200,6 +201,14 @@ class BlockingMlxOnEventLoop(Rule):
     at its call; the coroutine's own calls are judged where they stand (olmlx's
     `_schedule_deferred_inference_cleanup(stream)`, olmlx/engine/inference.py@b0aaccb:777,
     whose task syncs Metal at :140 once the worker ended, was reported at both).
+
+    A coroutine on an event loop of its own is not on the server's loop: one a
+    sync def runs with `asyncio.run(main())` or `loop.run_until_complete(...)`,
+    one its decorator runs on a thread (Textual's `@work(thread=True)`), and one
+    only such coroutines await, in this file or, through the package model,
+    across modules (checker/private_loops.py). mlx-chat streamed its generation in
+    `send_prompt`, awaited only by a Textual thread worker
+    (src/le_chat/agent/mlx_vlm_agent/agent.py@8b5fca1:196, graded false blind).
 
     MLX is lazy, so a hand-off can leave the work on the loop after all: a
     coroutine that hands `lambda: model(x)` to a worker gets back an unevaluated
@@ -994,6 +1003,35 @@ class BlockingMlxOnEventLoop(Rule):
                 except TypeError:
                     pass
         '''),
+        # Coroutines on an event loop of their own: a Textual thread worker, and a child process's `asyncio.run`.
+        Valid('''
+            import asyncio
+
+            from mlx_lm import stream_generate
+            from textual import work
+
+
+            class Conversation:
+                def __init__(self, model, tokenizer):
+                    self.model, self.tokenizer = model, tokenizer
+
+                async def send_prompt(self, prompt, show):
+                    for response in stream_generate(self.model, self.tokenizer, prompt):
+                        show(response.text)
+
+                @work(thread=True)
+                async def send_prompt_to_agent(self, prompt, show):
+                    await self.send_prompt(prompt, show)
+
+
+            def serve_child(model, tokenizer, prompts, replies):
+                async def main():
+                    for prompt in prompts:
+                        for response in stream_generate(model, tokenizer, prompt):
+                            replies.put(response.text)
+
+                asyncio.run(main())
+        '''),
     ]
 
     def __init__(self, ctx, options):
@@ -1005,6 +1043,7 @@ class BlockingMlxOnEventLoop(Rule):
         self.handoffs: dict[int, list[cst.Call]] = {}  # per async def: its hand-offs to a thread
         self.arms: dict[int, Arms] = {}
         self.owner = LoopOwner(ctx)
+        self.private = PrivateLoops(ctx)
         self.lazy = LazyResults(ctx)
         # The generator function a streaming response streams, by id of its callee: Starlette's pool runs it (INV107).
         self.streamed: dict[int, Handoff] = {}
@@ -1143,6 +1182,8 @@ class BlockingMlxOnEventLoop(Rule):
         for index, (site, statement, what) in enumerate(kept):
             if self.owner.owns(self.functions[id(site.node)]):
                 continue  # the step of an engine loop that owns MLX on the loop's thread (loop_owner.py)
+            if self.private.runs_alone(self.functions[id(site.node)]):
+                continue  # a coroutine on an event loop of its own, serving nothing else (private_loops.py)
             if index in also:
                 what += f" (here, and again {' and '.join(dict.fromkeys(also[index]))})"
             # From MLX 0.31.2 `mx.synchronize()` waits for the loop thread's own stream, not the worker's.
@@ -1151,7 +1192,8 @@ class BlockingMlxOnEventLoop(Rule):
                                ("thread-local-streams",) if own_stream else ())
         for loop, statement in self.loops:
             if (mlx_api.is_mlx_generator(loop.iter, self.ctx) and not self._fallback(loop) and id(loop) not in self.at_startup
-                    and not self.owner.owns(self.functions[id(loop)])):
+                    and not self.owner.owns(self.functions[id(loop)])
+                    and not self.private.runs_alone(self.functions[id(loop)])):
                 text = dotted(loop.iter.func) if isinstance(loop.iter, cst.Call) else dotted(loop.iter)
                 what = f"iterating `{text or 'an MLX generator'}`"
                 self.ctx.report_at(self.id, loop, statement, self.message.format(what=what))

@@ -1,19 +1,19 @@
 """Coroutine functions of a file that run only on an event loop of their own, the per-file
 counterpart of the package model's `Package._privately_run` (model/graph.py).
 
-`asyncio.run(main())` or `loop.run_until_complete(main())` in a sync def gives `main` a loop of
-the calling thread's own: a child process's request loop, a command line's `main`, a worker
-thread's loop. So does a decorator that runs the coroutine function on a thread (`thread=True`:
-Textual's `@work(thread=True)` worker, run by `asyncio.run` there). What only such coroutines
-await runs there too. Such a loop serves nothing else, so blocking it stalls no server's
-requests: the rules about the event loop (INV108) leave these coroutines out. Issue 23, set h:
-mlx-chat's agent streamed its generation in `send_prompt`, awaited only by a Textual thread
-worker (src/le_chat/agent/mlx_vlm_agent/agent.py@8b5fca1:196), graded false blind.
+A decorator that runs the coroutine function on a thread (called with `thread=True`: Textual's
+`@work(thread=True)` worker, which runs it with `asyncio.run` there) gives it a loop that serves
+that worker alone, and so do the coroutines only such workers await. Blocking that loop stalls
+no server's requests: INV108 leaves these coroutines out. `asyncio.run(main())` itself is no such
+sign: the loop it makes is often the server's own (smg's gRPC servicer serves on the loop of
+`asyncio.run(serve_grpc(args))`, grpc_servicer/smg_grpc_servicer/mlx/server.py@fbe2497:200, the
+corpus's S2a, lost while such runs counted).
 
 Any other call of the coroutine function in the file (an `await` from a coroutine on the
 server's loop, a `create_task` from a sync def) makes it the loop's, and so does a cycle of
-awaits no private run reaches. Calls from other files are not seen: a coroutine function the file
-runs privately but another module awaits on the server's loop is left out here too.
+awaits no worker reaches. Calls from other files are not seen here; the package model sees them
+(issue 23, set h: mlx-chat's `send_prompt`, awaited only by a Textual worker in another module,
+src/le_chat/agent/mlx_vlm_agent/agent.py@8b5fca1:196, is still reported by this rule).
 """
 
 from __future__ import annotations
@@ -22,14 +22,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mlx_invariants.checker.offload import keyword, positional
-from mlx_invariants.checker.walker import descendants
+from mlx_invariants.checker.offload import keyword
 
 if TYPE_CHECKING:
-    from mlx_invariants.checker.facts import FunctionFacts
     from mlx_invariants.checker.walker import FileContext
-
-_RUNNERS = frozenset({"asyncio.run"})
 
 
 class PrivateLoops:
@@ -53,24 +49,20 @@ class PrivateLoops:
         coroutines = {id(f.node) for f in facts.functions.values() if _is_coroutine(f.node)}
         if not coroutines:
             return set()
-        inner = {id(arg) for f in owners for site in f.calls if self._runner(site.node)
-                 and isinstance(arg := positional(site.node, 0), cst.Call)}
-        callers: dict[int, list[int | None]] = {}  # coroutine function -> its callers (None: a private run)
+        callers: dict[int, list[int | None]] = {}  # coroutine function -> its callers (None: started on its thread)
         awaits: dict[int, list[int]] = {}  # function -> the coroutine functions it calls
         for owner in owners:
             for site in owner.calls:
-                private = id(site.node) in inner
-                for target in self._named(site.key, owner, private):
+                for target in facts.by_key.get(site.key or "", ()):
                     if id(target.node) in coroutines:
-                        callers.setdefault(id(target.node), []).append(None if private else id(owner.node))
-                        if not private:
-                            awaits.setdefault(id(owner.node), []).append(id(target.node))
+                        callers.setdefault(id(target.node), []).append(id(owner.node))
+                        awaits.setdefault(id(owner.node), []).append(id(target.node))
         for found in facts.functions.values():
             if id(found.node) in coroutines and any(_on_thread(d.decorator) for d in found.node.decorators):  # type: ignore[attr-defined]
                 callers[id(found.node)] = [None]  # calling it only starts it on its thread
         private = set(callers)
         changed = True
-        while changed:  # the greatest set whose every caller is a private run or a member
+        while changed:  # the greatest set whose every caller is a worker's start or a member
             changed = False
             for node in list(private):
                 if any(caller is not None and caller not in private for caller in callers[node]):
@@ -84,20 +76,6 @@ class PrivateLoops:
                     reached.add(target)
                     roots.append(target)
         return reached
-
-    def _named(self, key: str | None, owner: FunctionFacts, private: bool) -> list[FunctionFacts]:
-        """The defs a call's key names. A private run's `main()` names the `main` nested in the def that runs
-        it where there is one: keys are not scoped, and every test of a file may nest its own `run`."""
-        found = list(self.ctx.facts.by_key.get(key or "", ()))
-        if private and len(found) > 1:
-            inside = {id(node) for node in descendants(owner.node)}
-            found = [f for f in found if id(f.node) in inside] or found
-        return found
-
-    def _runner(self, call: cst.Call) -> bool:
-        func = call.func
-        return (isinstance(func, cst.Attribute) and func.attr.value == "run_until_complete") or (
-            self.ctx.resolve(func) in _RUNNERS)
 
 
 def _is_coroutine(node: cst.CSTNode) -> bool:

@@ -237,13 +237,7 @@ class _Resolver:
         offloads: list[Offload] = []
         touches: list[Touch] = []
         blocked: list[Touch] = []
-        private: dict[int, str | None] = {}  # id of the coroutine call a private loop runs -> its function
         for call, use, site, stmt in fn.calls:
-            if id(call) in private:
-                continue  # `f()` of `asyncio.run(f())`: made here, run on that loop (Function.private_runs)
-            coroutine = self._privately_run(call)
-            if coroutine is not None:
-                private[id(coroutine)] = self.ref(coroutine.func, fn)
             iter_place = None
             if use == ITERATED or id(call) in iterated_at:
                 where_site, where_stmt = (site, stmt) if use == ITERATED else iterated_at[id(call)]
@@ -283,7 +277,6 @@ class _Resolver:
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
                         fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked),
-                        tuple(dict.fromkeys(r for r in private.values() if r is not None and not r.startswith("$"))),
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list))
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
@@ -348,15 +341,6 @@ class _Resolver:
             return True
         value = self._class_attr(cls, attr)
         return value is not None and not value.startswith(("mlx.", "mlx_lm.", "mlx_vlm."))
-
-    def _privately_run(self, call: ast.Call) -> ast.Call | None:
-        """The coroutine call `asyncio.run(f())` or `loop.run_until_complete(f())` runs on an event loop of
-        the calling thread's own, else None."""
-        func = call.func
-        runs = (isinstance(func, ast.Attribute) and func.attr == "run_until_complete") or dotted(func) in (
-            "asyncio.run",) or self.ref(func, None) == "asyncio.run"
-        coroutine = _positional(call, 0) if runs else None
-        return coroutine if isinstance(coroutine, ast.Call) else None
 
     def _typed(self, func: ast.AST, target: str | None, fn: Def) -> str | None:
         """The callee's name with its receiver typed: `self._cond.wait` -> `threading.Condition().wait`

@@ -42,7 +42,7 @@ UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 INFERRED = METAL | {"unguarded"}
 # Thread roles: where a function runs.
 LOOP = "the event loop"
-PRIVATE_LOOP = "an event loop of its own"  # `asyncio.run(f())` in a sync def: that thread's loop, serving nothing else
+PRIVATE_LOOP = "an event loop of its own"  # a thread worker's (`@work(thread=True)`): serving nothing else
 OWNER_THREAD = "the owner thread"
 ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREAD: "a thread", OWNER: OWNER_THREAD,
                 ONE_THREAD: "an executor of one worker"}
@@ -291,10 +291,6 @@ class Package:
                     found, _ = self.callee(key[0], work.target)
                     if found is not None:
                         queue.append(found)
-            for ref in fn.private_runs:
-                found, _ = self.callee(key[0], ref)
-                if found is not None:
-                    queue.append(found)
         # A function that loads weights is start-up work, and so is the rest of the MLX it runs
         # (evaluating the weights, patching the model): INV108 leaves it out, as it leaves loads out.
         loading = self._reach(LOADING)
@@ -467,25 +463,21 @@ class Package:
                     queue.append((target, role))
 
     def _privately_run(self) -> set[Key]:
-        """Coroutine functions that run only on an event loop of their own: each is run by
-        `asyncio.run(f())` / `loop.run_until_complete(f())` (`Function.private_runs`) or by its
-        decorator on a thread of its own (`Function.own_loop`), or awaited only by coroutine
-        functions that are. Such a loop serves nothing but them (a command line's
-        `main`, a child process's request loop, a worker thread's loop), so blocking it holds no
-        server's requests. Any other caller (an `async def` on the server's loop, a sync def that
-        schedules it there with `create_task`) makes it the event loop's, as does none at all."""
-        callers: dict[Key, list[Key | None]] = {}  # callee -> its callers; None: a private run
+        """Coroutine functions that run only on an event loop of their own: one its decorator runs
+        on a thread (`Function.own_loop`: Textual's `@work(thread=True)` worker), and one awaited
+        only by coroutine functions that are. Such a loop serves that worker alone, so blocking it
+        holds no server's requests. Any other caller (an `async def` on the server's loop, a sync def
+        that schedules it there with `create_task`) makes it the event loop's, as does none at all.
+        `asyncio.run(main())` is not such a run: the loop it makes is often the server's own (smg's
+        gRPC servicer runs `asyncio.run(serve_grpc(args))` and serves on that loop,
+        grpc_servicer/smg_grpc_servicer/mlx/server.py@fbe2497:200, the corpus's S2a)."""
+        callers: dict[Key, list[Key | None]] = {}  # callee -> its callers; None: started on its own thread
         for key, edges in self.edges.items():
             for _call, _use, target, _ in edges:
                 if target is not None:
                     callers.setdefault(target, []).append(key)
-            for ref in self.functions[key].private_runs:
-                found, _ = self.callee(key[0], ref)
-                if found is not None:
-                    callers.setdefault(found, []).append(None)
-
         for key, fn in self.functions.items():
-            if fn.own_loop:  # calling it only starts it on its thread: every caller is a private run
+            if fn.own_loop:  # calling it only starts it on its thread
                 callers[key] = [None]
         coroutine = lambda key: (fn := self.function(key)) is not None and fn.is_async  # noqa: E731
         private = {key for key in callers if coroutine(key)}

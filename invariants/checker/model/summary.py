@@ -155,7 +155,6 @@ class Function:
     loops: bool = False  # an async def with a `while` in its own body: an engine loop (loop_owner.py)
     startup: tuple[int, int] | None = None  # the lines a start-up coroutine runs before serving (startup.py)
     waits: tuple[Touch, ...] = ()  # calls that block this thread on something else (model/waits.py; kind: what)
-    private_runs: tuple[str, ...] = ()  # coroutine functions it runs on an event loop of its own (`asyncio.run(f())`)
     own_loop: bool = False  # a coroutine function its decorator runs on a thread of its own (`@work(thread=True)`)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
@@ -191,8 +190,6 @@ class Function:
             out["startup"] = list(self.startup)
         if self.waits:
             out["waits"] = [t.to_json() for t in self.waits]
-        if self.private_runs:
-            out["private"] = list(self.private_runs)
         return out
 
     @classmethod
@@ -206,7 +203,7 @@ class Function:
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
-            tuple(Touch.from_json(t) for t in data.get("waits", ())), tuple(data.get("private", ())), "t" in flags,
+            tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags,
         )
 
 

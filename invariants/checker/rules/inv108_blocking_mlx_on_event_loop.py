@@ -202,13 +202,14 @@ class BlockingMlxOnEventLoop(Rule):
     `_schedule_deferred_inference_cleanup(stream)`, olmlx/engine/inference.py@b0aaccb:777,
     whose task syncs Metal at :140 once the worker ended, was reported at both).
 
-    A coroutine on an event loop of its own is not on the server's loop: one a
-    sync def runs with `asyncio.run(main())` or `loop.run_until_complete(...)`,
-    one its decorator runs on a thread (Textual's `@work(thread=True)`), and one
-    only such coroutines await, in this file or, through the package model,
-    across modules (checker/private_loops.py). mlx-chat streamed its generation in
-    `send_prompt`, awaited only by a Textual thread worker
-    (src/le_chat/agent/mlx_vlm_agent/agent.py@8b5fca1:196, graded false blind).
+    A coroutine on an event loop of its own is not on the server's loop: one its
+    decorator runs on a thread (Textual's `@work(thread=True)`), and one only such
+    coroutines await, in this file or, through the package model, across modules
+    (checker/private_loops.py). mlx-chat streamed its generation in `send_prompt`,
+    awaited only by a Textual thread worker in another module
+    (src/le_chat/agent/mlx_vlm_agent/agent.py@8b5fca1:196, graded false blind;
+    still reported by the file's own rule, which does not see that caller).
+    `asyncio.run(main())` is no such sign: the loop it makes is often the server's.
 
     MLX is lazy, so a hand-off can leave the work on the loop after all: a
     coroutine that hands `lambda: model(x)` to a worker gets back an unevaluated
@@ -1003,10 +1004,8 @@ class BlockingMlxOnEventLoop(Rule):
                 except TypeError:
                     pass
         '''),
-        # Coroutines on an event loop of their own: a Textual thread worker, and a child process's `asyncio.run`.
+        # A coroutine on an event loop of its own: a Textual thread worker, and what only it awaits.
         Valid('''
-            import asyncio
-
             from mlx_lm import stream_generate
             from textual import work
 
@@ -1022,15 +1021,6 @@ class BlockingMlxOnEventLoop(Rule):
                 @work(thread=True)
                 async def send_prompt_to_agent(self, prompt, show):
                     await self.send_prompt(prompt, show)
-
-
-            def serve_child(model, tokenizer, prompts, replies):
-                async def main():
-                    for prompt in prompts:
-                        for response in stream_generate(model, tokenizer, prompt):
-                            replies.put(response.text)
-
-                asyncio.run(main())
         '''),
     ]
 

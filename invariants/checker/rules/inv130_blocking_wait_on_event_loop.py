@@ -67,9 +67,8 @@ class BlockingWaitOnEventLoop(Rule):
     module-level name, an annotated parameter. A thread's `join`, an executor's `shutdown`, a
     sleep, a subprocess or a network call is not counted (model/waits.py says why).
 
-    Not judged: a coroutine run only on an event loop of its own (`asyncio.run(main())` in a
-    child process or a worker thread, a worker its decorator runs on a thread, `@work(thread=True)`,
-    and what only such coroutines await), which serves nothing else;
+    Not judged: a coroutine on an event loop of its own (a worker its decorator runs on a thread,
+    `@work(thread=True)`, and what only such workers await), which serves nothing else;
     start-up and teardown coroutines (a lifespan, a start-up hook, an `async def` named for
     starting, loading or shutting down: `start`, `load`, `shutdown`, `stop`, `close`,
     `__aexit__`, ...), where nothing is being served; the arm of a mode `if` whose other arm
@@ -253,25 +252,6 @@ class BlockingWaitOnEventLoop(Rule):
 
                 async def receive(self, payload, buffers):
                     return self.copy_in(payload, buffers)
-        '''),
-        # A child process's request loop: `asyncio.run` gives it an event loop of its own, serving nothing else.
-        Valid('''
-            import asyncio
-            import multiprocessing
-
-            import mlx.core as mx
-
-
-            def serve_in_child(requests: multiprocessing.Queue, replies: multiprocessing.Queue, model):
-                async def main():
-                    while (request := requests.get(timeout=1.0)) is not None:
-                        replies.put(await respond(model, request))
-
-                asyncio.run(main())
-
-
-            async def respond(model, request):
-                return mx.array(request).tolist()
         '''),
         # A worker its framework runs on a thread of its own, with a loop of its own (Textual's thread workers).
         Valid('''

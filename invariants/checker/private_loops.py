@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mlx_invariants.checker.offload import keyword
+from mlx_invariants.checker.worker_loops import on_worker_loops
 
 if TYPE_CHECKING:
     from mlx_invariants.checker.walker import FileContext
@@ -60,22 +61,7 @@ class PrivateLoops:
         for found in facts.functions.values():
             if id(found.node) in coroutines and any(_on_thread(d.decorator) for d in found.node.decorators):  # type: ignore[attr-defined]
                 callers[id(found.node)] = [None]  # calling it only starts it on its thread
-        private = set(callers)
-        changed = True
-        while changed:  # the greatest set whose every caller is a worker's start or a member
-            changed = False
-            for node in list(private):
-                if any(caller is not None and caller not in private for caller in callers[node]):
-                    private.discard(node)
-                    changed = True
-        roots = [node for node in private if None in callers[node]]
-        reached = set(roots)
-        while roots:
-            for target in awaits.get(roots.pop(), ()):
-                if target in private and target not in reached:
-                    reached.add(target)
-                    roots.append(target)
-        return reached
+        return on_worker_loops(callers, lambda node: awaits.get(node, ()))
 
 
 def _is_coroutine(node: cst.CSTNode) -> bool:

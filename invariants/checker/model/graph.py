@@ -27,6 +27,7 @@ from mlx_invariants.checker.model.summary import (
     BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call,
     FileSummary, Function,
 )
+from mlx_invariants.checker.worker_loops import on_worker_loops
 
 RUN, ITER = "run", "iter"
 BLOCKING = frozenset({BLOCK, GEN})            # what INV108 counts: MLX that makes the caller wait
@@ -479,24 +480,9 @@ class Package:
         for key, fn in self.functions.items():
             if fn.own_loop:  # calling it only starts it on its thread
                 callers[key] = [None]
-        coroutine = lambda key: (fn := self.function(key)) is not None and fn.is_async  # noqa: E731
-        private = {key for key in callers if coroutine(key)}
-        changed = True
-        while changed:  # the greatest set whose every caller is a private run or a member
-            changed = False
-            for key in list(private):
-                if any(caller is not None and caller not in private for caller in callers[key]):
-                    private.discard(key)
-                    changed = True
-        roots = [key for key in private if None in callers[key]]
-        reached = set(roots)  # a cycle of members no private run reaches is no loop's at all: left to the loop
-        while roots:
-            key = roots.pop()
-            for _call, _use, target, _ in self.edges.get(key, ()):
-                if target in private and target not in reached:
-                    reached.add(target)
-                    roots.append(target)
-        return reached
+        coroutines = {key: found for key, found in callers.items()
+                      if (fn := self.function(key)) is not None and fn.is_async}
+        return on_worker_loops(coroutines, lambda key: (t for _, _, t, _ in self.edges.get(key, ()) if t is not None))
 
     def _held(self) -> None:
         """Functions entered only with a declared MLX lock held: every call of theirs in the

@@ -100,6 +100,13 @@ _HELDOUT9 = Studied(
     "HEAD when their cases (benchmarks/corpus_bench/cases/heldout9.json) were mined, recorded before anyone here "
     "read these repositories; no rule changed in that work")
 
+# HEAD when heldout10.json's cases were mined (issue 23 item 4), recorded before that work read these repositories
+# or the rules' code; no rule changed in that work.
+_HELDOUT10 = Studied(
+    "18ba90a08a0535aeb875468fd922fd65f13150fc",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout10.json) were mined, recorded before anyone here "
+    "read these repositories; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -126,6 +133,8 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "kashman001/local-model": _HELDOUT9,
     "decdees/LOcha": _HELDOUT9,
     "gdemerges/Benji": _HELDOUT9,
+    "andychoi/ai-mlx-server": _HELDOUT10,
+    "BuildItCode/MLX-Server": _HELDOUT10,
 }
 
 

@@ -349,16 +349,16 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json, mined.json, omlx.json and heldout2.json to heldout9.json load and share no id; the mined and
+    """train.json, mined.json, omlx.json and heldout2.json to heldout10.json load and share no id; the mined and
     held-out cases come from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
     (train, mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7,
-     heldout8, heldout9) = case_file.load_splits(corpus.DEFAULT_CASES)
+     heldout8, heldout9, heldout10) = case_file.load_splits(corpus.DEFAULT_CASES)
     names = [s.name for s in (train, mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7,
-                              heldout8, heldout9)]
+                              heldout8, heldout9, heldout10)]
     assert names == ["train", "mined", "omlx", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6",
-                     "heldout7", "heldout8", "heldout9"]
+                     "heldout7", "heldout8", "heldout9", "heldout10"]
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
@@ -390,13 +390,17 @@ def test_shipped_case_files_are_well_formed() -> None:
     assert not {c.repo for c in heldout9.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
                                                                     heldout5, heldout6, heldout7, heldout8)
                                                    for c in s.cases}
+    assert {c.repo for c in heldout10.cases} == {"andychoi/ai-mlx-server", "BuildItCode/MLX-Server"}
+    assert not {c.repo for c in heldout10.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
+                                                                     heldout5, heldout6, heldout7, heldout8, heldout9)
+                                                    for c in s.cases}
     for split in (train, mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8,
-                  heldout9):
+                  heldout9, heldout10):
         for repo in {c.repo for c in split.cases}:
             studied = loro.BEFORE_STUDIED[repo]
             assert len(studied.commit) == 40 and studied.held_out == (split.name != "train")
     raw = [item for split in (mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8,
-                              heldout9)
+                              heldout9, heldout10)
            for item in json.loads(split.source.read_text())]
     for item in raw:
         if item["kind"] != "bug":

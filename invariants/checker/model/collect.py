@@ -253,9 +253,9 @@ class _Resolver:
             if mlx_api.rejected_generation(target, (k.arg for k in call.keywords)):
                 target = None  # it raises before any MLX runs
             text = dotted(call.func) or (target or "")
-            wait = waits.kind(self._typed(call.func, target, fn), call) if use != "await" and waits.named(call) else None
-            if wait is not None and not waits.checked_out(call, (c for c, *_ in fn.calls)):
-                blocked.append(Touch(wait, text, call.lineno, self._place(call, stmt)))
+            if use != "await" and waits.named(call) and waits.blocks(self._typed(call.func, target, fn), call) \
+                    and not waits.checked_out(call, (c for c, *_ in fn.calls)):
+                blocked.append(Touch(waits.THREAD, text, call.lineno, self._place(call, stmt)))
                 continue
             if target in classify.STREAM_BINDING or self.binders(text):
                 touches.append(Touch(BIND, text, call.lineno))

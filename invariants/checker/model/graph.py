@@ -35,7 +35,7 @@ ANY_MLX = frozenset({BLOCK, GEN, TOUCH, LOAD})  # what INV107 counts: any MLX on
 GENERATION = frozenset({GEN})                 # a generation library's own stream: a version fact for INV107
 LOADING = frozenset({LOAD})
 BINDING = frozenset({BIND})                   # gives the calling thread its own generation stream
-WAITING = waits.KINDS                         # what INV130 counts: a wait on something else (model/waits.py)
+WAITING = frozenset({waits.THREAD})           # what INV130 counts: a wait on another thread (model/waits.py)
 # MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
 UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 # With an inferred MLX lock, only MLX that runs in Metal counts (summary.METAL): the lock was not declared

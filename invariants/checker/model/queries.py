@@ -300,8 +300,9 @@ def _unguarded_handoffs(package: Package, key: Key, fn: Function) -> Iterator[tu
 
 
 WAIT_ON_LOOP_MESSAGE = (
-    "{what} blocks the event loop thread on {kind} (`{wait}`): every request and stream this loop serves stands "
-    "still until it returns; hand it to a thread (`await asyncio.to_thread(...)`) or wait the asyncio way"
+    "{what} blocks the event loop thread on a wait on another thread (`{wait}`): every request and stream this "
+    "loop serves stands still until it returns; hand it to a thread (`await asyncio.to_thread(...)`) or wait the "
+    "asyncio way"
 )
 # Coroutines that run while nothing is served yet or any more: an engine's start-up and teardown, by the names
 # engines give them (`start`, `_get_or_start_scheduler`, `shutdown`, `__aexit__`, xinference's `__pre_destroy__`).
@@ -328,15 +329,14 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
         for wait in fn.waits:
             if not fn.in_fallback(wait.line):
                 yield ModelFinding("INV130", wait.place, WAIT_ON_LOOP_MESSAGE.format(  # type: ignore[arg-type]
-                    what=f"`{wait.text}()`", kind=wait.kind, wait=wait.text))
+                    what=f"`{wait.text}()`", wait=wait.text))
         for call in fn.calls:
             node = _sync_reach(package, module, call, WAITING) if not fn.in_fallback(call.place.line) else None
             if node is None:
                 continue
-            last, text = package.links(WAITING, node)[-1]
-            kind = next((w.kind for w in package.function(last).waits if w.text == text), "a wait")  # type: ignore[union-attr]
+            _, text = package.links(WAITING, node)[-1]
             what, place = _described(call, node, " -> ".join([name, *(package.chain(WAITING, node) or [])]))
-            yield ModelFinding("INV130", place, WAIT_ON_LOOP_MESSAGE.format(what=what, kind=kind, wait=text))
+            yield ModelFinding("INV130", place, WAIT_ON_LOOP_MESSAGE.format(what=what, wait=text))
 
 
 def _sync_reach(package: Package, module: str, call: Call, level: frozenset[str]) -> tuple[Key, str] | None:

@@ -34,30 +34,30 @@ from collections.abc import Iterable
 
 from mlx_invariants.checker.model.scan import dotted
 
-# What kind of wait a call is: the words a finding says it with.
+# The kind of the summary's entries for these calls (`Function.waits`), as a finding says it.
 THREAD = "a wait on another thread"
-KINDS = frozenset({THREAD})
 
 # A constant timeout below this returns before anyone notices the loop stood still.
 _BRIEF = 0.05
 
 _QUEUES = ("queue.Queue()", "queue.SimpleQueue()", "queue.LifoQueue()", "queue.PriorityQueue()",
            "multiprocessing.Queue()", "multiprocessing.JoinableQueue()")
+_JOINABLE = tuple(q for q in _QUEUES if q not in ("queue.SimpleQueue()", "multiprocessing.Queue()"))
 _POOLS = ("concurrent.futures.ThreadPoolExecutor()", "concurrent.futures.ProcessPoolExecutor()",
           "concurrent.futures.thread.ThreadPoolExecutor()", "concurrent.futures.process.ProcessPoolExecutor()",
           "multiprocessing.pool.ThreadPool()", "multiprocessing.Pool()")
 
-# (receiver or module, method) -> (kind, where its timeout is: a position, a keyword; None: it has none).
-_CALLS: dict[tuple[str, str], tuple[str, tuple[int | None, str | None]]] = {
-    ("threading.Event()", "wait"): (THREAD, (0, "timeout")),
-    ("threading.Condition()", "wait"): (THREAD, (0, "timeout")),
-    ("threading.Condition()", "wait_for"): (THREAD, (1, "timeout")),
-    ("threading.Barrier()", "wait"): (THREAD, (0, "timeout")),
-    ("concurrent.futures.wait", ""): (THREAD, (1, "timeout")),
-    ("asyncio.run_coroutine_threadsafe()", "result"): (THREAD, (0, "timeout")),
-    **{(queue, "get"): (THREAD, (1, "timeout")) for queue in _QUEUES},
-    **{(queue, "join"): (THREAD, (None, None)) for queue in _QUEUES if "Joinable" in queue or queue == "queue.Queue()"},
-    **{(f"{pool}.submit()", "result"): (THREAD, (0, "timeout")) for pool in _POOLS},
+# (receiver or module, method) -> where the call's timeout is: a position, a keyword (None, None: it has none).
+_CALLS: dict[tuple[str, str], tuple[int | None, str | None]] = {
+    ("threading.Event()", "wait"): (0, "timeout"),
+    ("threading.Condition()", "wait"): (0, "timeout"),
+    ("threading.Condition()", "wait_for"): (1, "timeout"),
+    ("threading.Barrier()", "wait"): (0, "timeout"),
+    ("concurrent.futures.wait", ""): (1, "timeout"),
+    ("asyncio.run_coroutine_threadsafe()", "result"): (0, "timeout"),
+    **{(queue, "get"): (1, "timeout") for queue in _QUEUES},
+    **{(queue, "join"): (None, None) for queue in _JOINABLE},
+    **{(f"{pool}.submit()", "result"): (0, "timeout") for pool in _POOLS},
 }
 
 
@@ -71,22 +71,19 @@ def named(call: ast.Call) -> bool:
     return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") in _NAMES
 
 
-def kind(qual: str | None, call: ast.Call) -> str | None:
-    """The kind of wait `call` (of the callee named `qual`) is, or None when it returns at once
-    or is no wait this table knows."""
+def blocks(qual: str | None, call: ast.Call) -> bool:
+    """`call` (of the callee named `qual`) waits on another thread: a wait of the table that does not
+    return at once (a constant timeout under `_BRIEF`, a queue's `get(block=False)`)."""
     if not qual:
-        return None
+        return False
     receiver, _, method = qual.rpartition(".")
     found = _CALLS.get((receiver, method)) or _CALLS.get((qual, ""))
     if found is None:
-        return None
-    what, (position, keyword) = found
+        return False
     if method == "get" and receiver in _QUEUES and _false(_argument(call, 0, "block")):
-        return None
-    if position is None and keyword is None:
-        return what
-    timeout = _argument(call, position, keyword)
-    return None if timeout is not None and _brief(timeout) else what
+        return False
+    timeout = _argument(call, *found)
+    return timeout is None or not _brief(timeout)
 
 
 def checked_out(call: ast.Call, calls: Iterable[ast.Call]) -> bool:

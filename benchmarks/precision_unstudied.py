@@ -3,7 +3,7 @@
 docs/corpus.md's HEAD section grades every finding on the ten servers the rules were
 refined against, so its precision is a training figure. This script runs the checker
 (default configuration, at a commit of this project) on the HEADs of other MLX servers,
-recorded below in eight sets, and joins each finding with its verdict, if a reviewer gave
+recorded below in nine sets, and joins each finding with its verdict, if a reviewer gave
 one: true / arguable / false, arguable counting as false. Set "a" (SERVERS) has been
 studied since (rules were changed after grading it), so its figure is no longer held
 out; set "b" (SERVERS_B) is fourteen more, first measured at checker commit
@@ -13,7 +13,8 @@ nobody had run the checker on when they were added, so its first run is a held-o
 (SERVERS_D, SERVERS_E) are seven more each, added unmeasured in the same way, e kept aside
 for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured until it is
 measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
-for the end of a session, and set "h" (SERVERS_H) is ten more, kept aside likewise. Verdicts
+for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, and set "i"
+(SERVERS_I) is five more, kept aside for the next session. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -305,8 +306,45 @@ MEASURED_H = "6e36dc96a145ec911b2c0f5792b6cf2d19015258"
 FIRST_H = "4 findings, 1 true, 1 arguable, 2 false (25 % true)"
 AFTER_H = "03eed8ea99933c5b1eedccd478f1f7be20e0ba11"
 AFTER_H_FIGURE = "5 findings, 1 true, 1 arguable, 3 false (20 % true)"
+# Set i: picked 2026-11-28, after sets a to h had been studied, by code search, issue search and repository-name
+# search (names holding mlx, mlx-audio, mlx-whisper, whisper-mlx, mlx-tts, mlx-stt, mlx-vlm, mlx-embed, mflux, parakeet,
+# kokoro, tts-server, whisper-server, voxmlx, mlx-openai, mlx-voice, mlx-agent, ...) for Python projects that serve MLX
+# models in-process (an OpenAI-style server of a small-model toolkit, a meeting-transcription desktop app's WebSocket
+# backend, an agent's local MCP server, a multi-engine TTS server, a robot assistant's multimodal WebSocket backend)
+# with asyncio or threads, and fetched that day (the newest snapshot of each default branch). Nobody had run the
+# checker on any of them, nor read a rule's code while picking them, when they were added. None is in sets a to h
+# (nor among the ones their comments reject), docs/corpus.md's HEAD servers, the corpus cases (heldout8 and heldout9
+# included) or another helper's claims, nor a fork or copy of one (no root commit shared with any mirror here, no
+# copy of mlx-lm's server.py or vllm-mlx). Rejected: renamed copies of repositories already used
+# (dpalmqvist/mlx_ollama is motsognirr/olmlx's history, jasonvassallo/mlx-audiogen is mlx-audio-generate's,
+# joonsoo-me/embed-rerank is joonsoome/embed-rerank, KBLLR/mlx-openai-server-lab is a fork of
+# cubist38/mlx-openai-server, basnijholt/wyoming-mlx-whisper shares vincent861223's root), servers whose serving code
+# sits at the repository's top over a model package (awni/voxmlx and its fork cgint/voxmlx), no MLX in-process
+# (SystemicVoid/parakeet-stt and Coldaine/PersonalParakeet run NeMo on CUDA, odunola499/parakeet-streaming runs
+# torch, Snuffy2/mlx-openai-server-hub launches mlx-openai-server processes, apossebon/mlx_llm is a LangChain wrapper
+# whose server is mlx-lm's own, KristjanPikhof/MLX-Audio-Lab has no Python MLX code), tiny ones
+# (aviaryan/Very-Fast-Dictation, Arkham/transkeet, adamhf/wyoming-parakeet-mlx, osadalakmal/parakeet-streaming-server,
+# wararyo/whisper-mlx-realtime-note, justrach/cupertino_ink, mzbac/mlx-llm-server,
+# georgiedekker/mlx_distributed_ring_inference_v2) and twenty-four whose snapshot could not be had. smlx is pinned
+# to its server package (its models, quantisation and gym code are a library the server calls); EchoPanel serves
+# mlx-whisper beside other ASR providers, pinned to its server/ without the stub server in server/stubs/;
+# vscode_mlx_agents reaches mlx-lm through smolagents' MLXModel (a library the brief's list does not name) from one
+# 947-line MCP server module run on threads; multi-engine-tts-server's server.py sits at the top, so only its src/
+# engines (mlx-audio, mlx-whisper, a TTL model cache on a timer thread) are checked. Set i is kept aside for the next
+# session: nobody runs the checker on it until that session measures it, at its start and again after its rule
+# changes, before anyone changing rules has read a finding of it.
+SERVERS_I = (
+    head.Server("LayerDynamics/smlx", "e0194361da50966932b582a7d7ad18ed954bb0d6", ("smlx/server",), _EXCLUDE),
+    head.Server("ankithreddypati/repairbotmlx-inference", "419d9a45a10d70dd4e614f82e51f29ab9cb07f23",
+                ("backend/app",), _EXCLUDE),
+    head.Server("guptasanchit90/multi-engine-tts-server", "927df1ebb84e33671744b6ee46629a8681db843c", ("src",),
+                _EXCLUDE),
+    head.Server("pranaysuyash/EchoPanel", "3845da5662d212ff5b70ecd603872e334c147dea", ("server",),
+                (*_EXCLUDE, "server/stubs/")),
+    head.Server("rnewquist/vscode_mlx_agents", "ddcbd74c06c3b754344598c6e0a08376a604fe36", ("server",), _EXCLUDE),
+)
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
-        "g": SERVERS_G, "h": SERVERS_H}
+        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -328,7 +366,7 @@ HELD_OUT = {
 THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AFTER_H, AFTER_H_FIGURE)}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
-        "g": "docs/precision-g.md", "h": "docs/precision-h.md"}
+        "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

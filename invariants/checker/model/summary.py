@@ -154,7 +154,7 @@ class Function:
     fallbacks: tuple[tuple[int, int], ...] = ()  # arms of a mode `if` whose other arm hands work to a thread
     loops: bool = False  # an async def with a `while` in its own body: an engine loop (loop_owner.py)
     startup: tuple[int, int] | None = None  # the lines a start-up coroutine runs before serving (startup.py)
-    waits: tuple[Touch, ...] = ()  # calls that block this thread on something else (model/waits.py; kind: what)
+    waits: tuple[Touch, ...] = ()  # calls that wait on another thread (model/waits.py), kind waits.THREAD
     own_loop: bool = False  # a coroutine function its decorator runs on a thread of its own (`@work(thread=True)`)
 
     def guarded(self, line: int, is_lock: Any) -> bool:

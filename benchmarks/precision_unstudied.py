@@ -343,6 +343,10 @@ SERVERS_I = (
                 (*_EXCLUDE, "server/stubs/")),
     head.Server("rnewquist/vscode_mlx_agents", "ddcbd74c06c3b754344598c6e0a08376a604fe36", ("server",), _EXCLUDE),
 )
+# Set i, kept aside from its picking until the next session began, was graded blind (two reviewers, every finding) at
+# MEASURED_I, the checker as that session began, before anyone changing rules had read a finding of it.
+MEASURED_I = "390c671dac33297ae09deb190f13228b64ef97b4"
+FIRST_I = "5 findings, 5 true, 0 arguable, 0 false (100 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
         "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
@@ -361,6 +365,8 @@ HELD_OUT = {
           "session began", MEASURED_G, FIRST_G),
     "h": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
           "session began", MEASURED_H, FIRST_H),
+    "i": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
+          "session began", MEASURED_I, FIRST_I),
 }
 # A kept-aside set's second measure: the commit after the day's rule changes, and its figure then.
 THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AFTER_H, AFTER_H_FIGURE)}
@@ -426,8 +432,8 @@ def _held_out(name: str) -> str:
         return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}; at `{after[:7]}`, the changed rules, "
                 f"before anyone changing them had read a finding of it: {then}. Both are held-out figures; rules "
                 "changed since on its false findings, so the figure below, if later, is not.")
-    return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}, the held-out figure. Rules changed since on "
-            "its false findings, so the figure below is not.")
+    return (f"Set {name}: {who.format(commit=measured[:7])}: {figure}, the held-out figure. A figure below at a "
+            "later commit is not held out once rules have changed on its false findings.")
 
 
 def render(found: list[dict], verdicts: dict, commit: str, name: str = "a") -> str:

@@ -14,7 +14,7 @@ nobody had run the checker on when they were added, so its first run is a held-o
 for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured until it is
 measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
 for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, and set "i"
-(SERVERS_I) is five more, kept aside for the next session. Verdicts
+(SERVERS_I) is five more, kept aside for the next session and measured as it began. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -24,6 +24,7 @@ finding the rules no longer make drops out and a new one shows as not graded unt
     .venv/bin/python benchmarks/precision_unstudied.py --set b --write docs/precision-b.md
     .venv/bin/python benchmarks/precision_unstudied.py --set b --packets /tmp/packets   # ungraded ones, for reviewers
     .venv/bin/python benchmarks/precision_unstudied.py --set c --write docs/precision-c.md
+    .venv/bin/python benchmarks/precision_unstudied.py --held-out-by-rule   # each rule where it was held out
 
 The mirrors are bare clones under /work/.mirror (the `fetch` tool; benchmarks/corpus.py
 says how); xorbitsai/inference and mudler/LocalAI are left out while they are a
@@ -481,6 +482,35 @@ def render(found: list[dict], verdicts: dict, commit: str, name: str = "a") -> s
     return "\n".join(lines) + "\n"
 
 
+def held_out_by_rule(mirror_root: Path, verdicts: dict) -> str:
+    """Each rule's record where it was held out: every kept-aside set's findings at the commit it was first
+    measured at (HELD_OUT), with their blind verdicts, summed by rule. This is the figure a rule's default is
+    judged by (docs/checker.md, "opt-in"): a rule right only on the code it was written from shows here."""
+    by_rule: dict[str, Counter] = {}
+    sets: dict[str, set[str]] = {}
+    for name, (_, measured, figure) in sorted(HELD_OUT.items()):
+        found = findings(mirror_root, measured, SETS[name])
+        if len(found) != int(figure.split()[0]):
+            print(f"set {name}: {len(found)} findings at {measured[:7]}, its record says {figure}", file=sys.stderr)
+        for f in found:
+            verdict = verdicts.get(_key(f["repo"], f["path"], f["line"], f["rule"]), {}).get("verdict", "not graded")
+            by_rule.setdefault(f["rule"], Counter())[verdict] += 1
+            sets.setdefault(f["rule"], set()).add(name)
+    lines = [
+        "| rule | findings | true | arguable | false | not graded | sets |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    total = Counter()
+    for rule in sorted(by_rule):
+        c = by_rule[rule]
+        total.update(c)
+        lines.append(f"| {rule} | {sum(c.values())} | {c['true']} | {c['arguable']} | {c['false']} | "
+                     f"{c['not graded']} | {', '.join(sorted(sets[rule]))} |")
+    lines.append(f"| all | {sum(total.values())} | {total['true']} | {total['arguable']} | {total['false']} | "
+                 f"{total['not graded']} | {', '.join(sorted(HELD_OUT))} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--checker-at", default="HEAD", metavar="COMMIT")
@@ -490,8 +520,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packets", type=Path, metavar="DIR")
     parser.add_argument("--json", type=Path, metavar="FILE", help="the findings, for a reviewer's tooling")
     parser.add_argument("--set", choices=sorted(SETS), default="a", dest="name", help="which set of servers")
+    parser.add_argument("--held-out-by-rule", action="store_true",
+                        help="each rule's findings on the kept-aside sets at their first measure, with verdicts")
     args = parser.parse_args(argv)
     verdicts = json.loads(args.verdicts.read_text()) if args.verdicts.exists() else {}
+    if args.held_out_by_rule:
+        print(held_out_by_rule(args.mirrors, verdicts), end="")
+        return 0
     found = findings(args.mirrors, args.checker_at, SETS[args.name])
     commit = checker_at.resolve(checker_at.PROJECT, args.checker_at)[0][:7]
     if args.json:

@@ -486,12 +486,19 @@ def held_out_by_rule(mirror_root: Path, verdicts: dict) -> str:
     """Each rule's record where it was held out: every kept-aside set's findings at the commit it was first
     measured at (HELD_OUT), with their blind verdicts, summed by rule. This is the figure a rule's default is
     judged by (docs/checker.md, "opt-in"): a rule right only on the code it was written from shows here."""
-    by_rule: dict[str, Counter] = {}
-    sets: dict[str, set[str]] = {}
+    found_by_set = {}
     for name, (_, measured, figure) in sorted(HELD_OUT.items()):
-        found = findings(mirror_root, measured, SETS[name])
+        found = found_by_set[name] = findings(mirror_root, measured, SETS[name])
         if len(found) != int(figure.split()[0]):
             print(f"set {name}: {len(found)} findings at {measured[:7]}, its record says {figure}", file=sys.stderr)
+    return rule_table(found_by_set, verdicts)
+
+
+def rule_table(found_by_set: dict[str, list[dict]], verdicts: dict) -> str:
+    """The findings of several sets with their verdicts, summed by rule, with the sets each rule fired in."""
+    by_rule: dict[str, Counter] = {}
+    sets: dict[str, set[str]] = {}
+    for name, found in found_by_set.items():
         for f in found:
             verdict = verdicts.get(_key(f["repo"], f["path"], f["line"], f["rule"]), {}).get("verdict", "not graded")
             by_rule.setdefault(f["rule"], Counter())[verdict] += 1
@@ -507,7 +514,7 @@ def held_out_by_rule(mirror_root: Path, verdicts: dict) -> str:
         lines.append(f"| {rule} | {sum(c.values())} | {c['true']} | {c['arguable']} | {c['false']} | "
                      f"{c['not graded']} | {', '.join(sorted(sets[rule]))} |")
     lines.append(f"| all | {sum(total.values())} | {total['true']} | {total['arguable']} | {total['false']} | "
-                 f"{total['not graded']} | {', '.join(sorted(HELD_OUT))} |")
+                 f"{total['not graded']} | {', '.join(sorted(found_by_set))} |")
     return "\n".join(lines) + "\n"
 
 

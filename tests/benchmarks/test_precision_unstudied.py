@@ -41,3 +41,14 @@ def test_packets_are_written_only_for_findings_without_a_verdict(tmp_path: Path)
     assert index == {"F1.1": "acme/server:server/app.py:20:INV108"}
     packet = (tmp_path / "out" / "batch1.md").read_text()
     assert "line 20" in packet and "finding at 20" in packet and "line 10" not in packet
+
+
+def test_the_held_out_record_sums_each_rule_over_sets_with_its_verdicts() -> None:
+    verdicts = {
+        "acme/server:server/app.py:10:INV108": {"verdict": "true", "reason": "blocks the loop"},
+        "acme/server:server/app.py:20:INV107": {"verdict": "false", "reason": "under a lock"},
+    }
+    table = pu.rule_table({"b": [_finding(10), _finding(20, "INV107")], "c": [_finding(30)]}, verdicts)
+    assert "| INV107 | 1 | 0 | 0 | 1 | 0 | b |" in table
+    assert "| INV108 | 2 | 1 | 0 | 0 | 1 | b, c |" in table
+    assert table.rstrip().endswith("| all | 3 | 1 | 0 | 1 | 1 | b, c |")

@@ -47,11 +47,13 @@ def analyze_text(
     shared: dict[str, Any],
     target: Version | None = None,
     firing: list[tuple[type[Rule], dict[str, Any]]] | None = None,
+    holds: frozenset[str] = frozenset(),
 ) -> Report:
     """Findings of one file's text (before per-path filtering), with suppressions applied.
 
     `target` is the Python the file is written for (None: the newest), see versions.py;
-    `firing`, the rules `active` on it, when the caller has them already."""
+    `firing`, the rules `active` on it, when the caller has them already; `holds`, the facts of
+    mlx_facts.ANALYSIS_FACTS true for its project."""
     suppressions = suppress.scan(text)
     report: Report = {
         "findings": [],
@@ -73,7 +75,7 @@ def analyze_text(
             source.check_syntax(text, target)
             return report
         module = source.parse(text, target)
-        raw = check_module(module, firing, shared)
+        raw = check_module(module, firing, shared, holds)
         if raw:
             report["findings"] = _locate(module, raw, text, suppressions)
     except SourceError as exc:
@@ -188,12 +190,14 @@ def analyze_batch(
     targets: list[Version | None] | None = None,
     limit: float = 0,
     isolate: bool = True,
+    holds: list[frozenset[str]] | None = None,
 ) -> list[Report]:
     """Each text's report. Each file gets `limit` seconds of CPU time (0: no limit), after which
     it is an INV000 finding; one whose libcst parse could stall in native code, which no thread
-    can interrupt, is analyzed in a child process (one for the batch, `isolate`)."""
+    can interrupt, is analyzed in a child process (one for the batch, `isolate`). `holds`: each
+    file's facts of mlx_facts.ANALYSIS_FACTS (none where not given)."""
     rules = [(_RULES_BY_ID[i], o) for i, o in zip(rule_ids, options)]
-    items = list(zip(texts, targets or [None] * len(texts)))
+    items = list(zip(texts, targets or [None] * len(texts), holds or [frozenset()] * len(texts)))
     firing = [active(rules, t) for t in texts]
     # Only a file some rule fires on is parsed by libcst (the prefilter costs about 1% of that parse).
     isolated = [isolate and bool(f) and source.needs_isolation(t) for t, f in zip(texts, firing)]
@@ -208,7 +212,8 @@ def analyze_batch(
         finally:
             worker.close()
     here = [i for i, flag in enumerate(isolated) if not flag]
-    done = isolation.map_limited(lambda i: analyze_text(texts[i], rules, shared, items[i][1], firing[i]), here, limit)
+    done = isolation.map_limited(lambda i: analyze_text(texts[i], rules, shared, items[i][1], firing[i], items[i][2]),
+                                 here, limit)
     for index, report in zip(here, done):
         reports[index] = report if report is not None else stopped_report(limit)
     return reports  # type: ignore[return-value]
@@ -222,7 +227,7 @@ def _failed_report(why: str, limit: float) -> Report:
 
 
 def _isolated(rule_ids: list[str], options: list[dict[str, Any]], shared: dict[str, Any], limit: float,
-              request: tuple[str, Version | None]) -> Report:
+              request: tuple[str, Version | None, frozenset[str]]) -> Report:
     """One file in the isolated child: the same analysis, with the same in-process watchdog."""
-    text, target = request
-    return analyze_batch([text], rule_ids, options, shared, [target], limit, False)[0]
+    text, target, holds = request
+    return analyze_batch([text], rule_ids, options, shared, [target], limit, False, [holds])[0]

@@ -43,10 +43,13 @@ BATCH_GENERATORS = frozenset(f"{pkg}{mod}.BatchGenerator" for pkg in _PACKAGES f
 _NEVER_ACCEPTED = frozenset({"temperature"})
 
 
-def rejected_generation(qual: str | None, keywords: Iterable[str | None]) -> bool:
-    """A call of mlx-lm's generation with a keyword no release of it accepts: it raises, running no MLX."""
+def rejected_generation(qual: str | None, keywords: Iterable[str | None], rejected: frozenset[str] = frozenset()) -> bool:
+    """A call of mlx-lm's generation with a keyword no release of it accepts, or one of `rejected`, those the
+    releases the file's project admits no longer take (mlx_facts.rejected_keywords): it raises, running no MLX.
+    Issue 23, set c: mlx-model-hub, on mlx-lm>=0.21.0, passes `temp=` and `top_p=` to `mlx_lm.generate` and
+    `stream_generate` (backend/src/mlx_hub/inference/engine.py@cc3537d:245, :307), graded false blind."""
     return bool(qual) and qual.startswith("mlx_lm.") and (qual in GENERATE or qual in GENERATORS) and any(  # type: ignore[union-attr]
-        keyword in _NEVER_ACCEPTED for keyword in keywords)
+        keyword in _NEVER_ACCEPTED or keyword in rejected for keyword in keywords)
 
 
 # Loading weights: seconds of MLX work, and the arrays belong to the loading thread's stream.

@@ -34,6 +34,9 @@ class Fact:
     holds: str
     source: str
     calls: tuple[str, ...] = ()  # mlx.core calls (names in `mlx.core.`) as old as the fact: safe on any thread
+    # Keywords of mlx-lm's generation that raise where the fact holds: the analysis itself reads such a call as
+    # running no MLX for a project past the release (`analysis_facts`), so the fact decides before any rule does.
+    keywords: tuple[str, ...] = ()
 
     def before(self) -> str:
         return " or ".join(f"{package} before {release_text(version)}" for package, version in self.since)
@@ -72,8 +75,20 @@ FACTS: tuple[Fact, ...] = (
         "at 0.12.0, eval.cpp at 0.32.0)",
         calls=("clear_cache",),
     ),
+    Fact(
+        "sampler-only-generation", (("mlx-lm", (0, 21, 0, 1)),),
+        "mlx-lm's generation samples only through a `sampler` and `logits_processors`: `generate_step`, to "
+        "which `generate` and `stream_generate` hand their keywords, no longer takes the deprecated `temp`, "
+        "`top_p`, `min_p`, `min_tokens_to_keep`, `repetition_penalty` or `repetition_context_size`, so a call "
+        "passing one raises TypeError before any MLX runs (`temperature` it never took).",
+        "mlx-lm 0.21.0: ml-explore/mlx-examples#1155 (dfd2d3e) dropped them from `generate_step`; reported "
+        "against 0.21.0 from PyPI in ml-explore/mlx-examples#1201",
+        keywords=("temp", "top_p", "min_p", "min_tokens_to_keep", "repetition_penalty", "repetition_context_size"),
+    ),
 )
 BY_ID = {fact.id: fact for fact in FACTS}
+# The facts the analysis reads per file, and so part of the key its results are cached under.
+ANALYSIS_FACTS = tuple(fact.id for fact in FACTS if fact.keywords)
 
 
 class Verdict(enum.Enum):
@@ -98,6 +113,17 @@ def judge(requires: Iterable[str], pins: Pins) -> Verdict:
     if Verdict.FAILS in verdicts:
         return Verdict.FAILS
     return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.HOLDS
+
+
+def analysis_facts(pins: Pins) -> frozenset[str]:
+    """The facts of ANALYSIS_FACTS that hold for every version the project admits. Where a version is unknown
+    none is taken to hold: a call that raises only on newer releases is read as running its MLX."""
+    return frozenset(fact for fact in ANALYSIS_FACTS if _verdict(BY_ID[fact], pins) is Verdict.HOLDS)
+
+
+def rejected_keywords(holds: Iterable[str]) -> frozenset[str]:
+    """The generation keywords that raise under the facts in `holds`."""
+    return frozenset(keyword for fact in holds for keyword in BY_ID[fact].keywords)
 
 
 def unknown_note(requires: Iterable[str], pins: Pins) -> str:

@@ -55,8 +55,12 @@ def check_paths(
     reports: dict[str, Report] = {}
     known: dict[str, tuple[os.stat_result, str]] = {}  # each readable file's stat and content digest
     todo: list[tuple[SourceFile, os.stat_result, str, str]] = []
-    # The Python each file is written for (requires-python): its syntax is judged in that grammar.
+    # The Python each file is written for (requires-python): its syntax is judged in that grammar. The MLX
+    # its project runs on: the version facts the analysis reads (mlx_facts.ANALYSIS_FACTS), and later the
+    # findings true only on some versions.
     targets = versions.Targets()
+    projects = pins.Projects(settings.mlx_versions)
+    holds: dict[str, frozenset[str]] = {}
     for file in files:
         if file.problem is not None:
             reports[file.path] = {"findings": [[UNREADABLE, 1, 1, file.problem, 0]], "suppressions": []}
@@ -65,7 +69,9 @@ def check_paths(
             info = os.stat(file.path)
         except OSError:
             info = None
-        grammar = "@py" + versions.text(targets.of(file.path))  # a result holds for one target
+        holds[file.path] = mlx_facts.analysis_facts(projects.of(file.path))
+        # A result holds for one target and one set of version facts.
+        grammar = "@py" + versions.text(targets.of(file.path)) + "".join("@" + fact for fact in sorted(holds[file.path]))
         if cache is not None and info is not None:
             digest = cache.known_hash(file.path, info)
             if digest is not None and digest.endswith(grammar) and cache.get(digest) is not None:
@@ -86,7 +92,8 @@ def check_paths(
             continue
         todo.append((file, info or os.stat(file.path), digest, text))
     with _cyclic_gc_paused():
-        analyzed = _analyze([t[3] for t in todo], settings, jobs, [targets.of(t[0].path) for t in todo])
+        analyzed = _analyze([t[3] for t in todo], settings, jobs, [targets.of(t[0].path) for t in todo],
+                            [holds[t[0].path] for t in todo])
         for (file, info, digest, _), report in zip(todo, analyzed):
             reports[file.path] = report
             known[file.path] = (info, digest)
@@ -94,7 +101,7 @@ def check_paths(
                 cache.put(file.path, info, digest, report)
         # The package-wide step: what crosses modules (model/phase.py); it keeps its summaries in the reports.
         texts = {file.path: text for file, _, _, text in todo}
-        across = phase.package_findings(files, reports, known, texts, settings, cache)
+        across = phase.package_findings(files, reports, known, texts, settings, cache, holds)
         if cache is not None:
             cache.save({f.path for f in files if f.problem is None})
         for path, rows in across.items():
@@ -105,9 +112,8 @@ def check_paths(
             candidates = {f.path: {row[1] for row in reports[f.path]["findings"] if row[0] != UNREADABLE} for f in files}
             dead = Unreferenced(settings, texts, cache is not None).dead_lines(candidates)
     result = RunResult(files=sum(f.problem is None for f in files), analyzed=len(todo))
-    # The MLX each file's project runs on: findings true only on some versions are judged by it, after the
-    # cache (a result holds for any version, and an edited pin takes effect at once).
-    projects = pins.Projects(settings.mlx_versions)
+    # Findings true only on some versions are judged by the project's MLX after the cache (such a result holds
+    # for any version, and an edited pin takes effect at once).
     for file in files:
         result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused,
                                               projects.of(file.path), dead.get(file.path, set())))
@@ -141,7 +147,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None]) -> list[Report]:
+def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[versions.Version | None],
+             holds: list[frozenset[str]]) -> list[Report]:
     """Each text's report; worker processes fork with the cyclic collector paused too."""
     if not texts:
         return []
@@ -152,7 +159,8 @@ def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[vers
     options = [o for _, o in rules]
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or sum(map(len, texts)) < _SMALL_RUN_CHARS:
-        return analysis.analyze_batch(texts, ids, options, settings.shared, targets, settings.max_file_seconds)
+        return analysis.analyze_batch(texts, ids, options, settings.shared, targets, settings.max_file_seconds, True,
+                                      holds)
     # libcst parses only the files a rule may fire on; CPython's syntax check of the rest is ~5x cheaper.
     costs = [len(t) * (6 if analysis.active(rules, t) else 1) for t in texts]
     chunks = _balanced_chunks(costs, jobs * 2)
@@ -163,7 +171,8 @@ def _analyze(texts: list[str], settings: Settings, jobs: int, targets: list[vers
     results: list[Report] = [{}] * len(texts)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = [pool.submit(analysis.analyze_batch, [texts[i] for i in chunk], ids, options, settings.shared,
-                               [targets[i] for i in chunk], settings.max_file_seconds) for chunk in chunks]
+                               [targets[i] for i in chunk], settings.max_file_seconds, True,
+                               [holds[i] for i in chunk]) for chunk in chunks]
         for chunk, future in zip(chunks, futures):
             for index, report in zip(chunk, future.result()):
                 results[index] = report
@@ -228,7 +237,8 @@ def check_source(text: str, settings: Settings, path: str = "<string>") -> list[
     """Findings of one snippet, as `invariants check` would report them (used by the tests and examples)."""
     from mlx_invariants.checker import analysis
 
-    report = analysis.in_deep_stack(analysis.analyze_text, text, analysis.rules_for(settings), settings.shared)
-    file = SourceFile(path, path, path)
     project = pins.overridden(pins.Pins(), settings.mlx_versions)  # a snippet has no project: only the settings
+    report = analysis.in_deep_stack(analysis.analyze_text, text, analysis.rules_for(settings), settings.shared, None,
+                                    None, mlx_facts.analysis_facts(project))
+    file = SourceFile(path, path, path)
     return sorted(_file_findings(file, report, settings, True, project))

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import libcst as cst
 
-from mlx_invariants.checker import mlx_api
+from mlx_invariants.checker import mlx_api, mlx_facts
 from mlx_invariants.checker.facts import CallSite, Facts, FunctionFacts, number
 from mlx_invariants.checker.names import dotted, imported_names, resolve, terminal
 from mlx_invariants.checker.nodes import IS_NODE, Classes, child_fields
@@ -45,9 +45,11 @@ class RawFinding(NamedTuple):
 class FileContext:
     """What a rule can ask about the code at the current node, and where it reports."""
 
-    def __init__(self, module: cst.Module, shared: dict[str, Any]) -> None:
+    def __init__(self, module: cst.Module, shared: dict[str, Any], holds: frozenset[str] = frozenset()) -> None:
         self.module = module
         self.shared = shared
+        # The generation keywords that raise on every mlx-lm the file's project admits (mlx_facts.ANALYSIS_FACTS).
+        self.rejected = mlx_facts.rejected_keywords(holds)
         self.scope = ScopeStack(module)
         self.facts = Facts()
         self.raw: list[RawFinding] = []
@@ -72,7 +74,7 @@ class FileContext:
         generation that raises before it runs (`mlx_api.rejected_generation`), which is no MLX work."""
         qual = self.resolve(call.func)
         keywords = (arg.keyword.value for arg in call.args if arg.keyword is not None)
-        return None if mlx_api.rejected_generation(qual, keywords) else qual
+        return None if mlx_api.rejected_generation(qual, keywords, self.rejected) else qual
 
     def key(self, expr: cst.BaseExpression | None) -> str | None:
         """Identity of a name or attribute: `Engine._lock` for `self._lock` in class Engine.
@@ -258,10 +260,12 @@ def _handlers(rule: type[Rule]) -> list[tuple[type, bool, str]]:
 
 
 def check_module(
-    module: cst.Module, rules: list[tuple[type[Rule], dict[str, Any]]], shared: dict[str, Any]
+    module: cst.Module, rules: list[tuple[type[Rule], dict[str, Any]]], shared: dict[str, Any],
+    holds: frozenset[str] = frozenset(),
 ) -> list[RawFinding]:
-    """Run every rule over `module` in one walk; return what they reported."""
-    ctx = FileContext(module, shared)
+    """Run every rule over `module` in one walk; return what they reported. `holds`: the facts of
+    mlx_facts.ANALYSIS_FACTS true for the file's project."""
+    ctx = FileContext(module, shared, holds)
     enter: dict[type, list[Any]] = {}
     leave: dict[type, list[Any]] = {}
     instances = []

@@ -592,7 +592,7 @@ def test_an_unchanged_rerun_reads_no_summary_and_an_edit_reads_them_back(project
         assert _check(project) == first
     made = []
     patched_summarize = collect.summarize
-    monkeypatch.setattr(collect, "summarize", lambda text, shared: made.append(text) or patched_summarize(text, shared))
+    monkeypatch.setattr(collect, "summarize", lambda text, *rest: made.append(text) or patched_summarize(text, *rest))
     (project.root / "app/server.py").write_text((project.root / "app/server.py").read_text() + "# edited\n")
     assert _check(project) == first
     assert len(made) == 1 and made[0].endswith("# edited\n")  # engine.py's summary came from the cache

@@ -15,7 +15,7 @@ import ast
 import re
 from typing import Any, Iterator
 
-from mlx_invariants.checker import mlx_api, source
+from mlx_invariants.checker import mlx_api, mlx_facts, source
 from mlx_invariants.checker.globs import matcher, matches_name
 from mlx_invariants.checker.model import classify, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
@@ -39,10 +39,11 @@ _PLAIN_DECORATORS = frozenset({
 _UNWRAP = frozenset({"functools.partial", "partial"})
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
              ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler) + ((ast.Match,) if hasattr(ast, "Match") else ())
-def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
-    """The summary of one file's text; raises SyntaxError (or ValueError) when it does not parse."""
+def summarize(text: str, shared: dict[str, Any], holds: frozenset[str] = frozenset()) -> FileSummary:
+    """The summary of one file's text; raises SyntaxError (or ValueError) when it does not parse. `holds`: the
+    facts of mlx_facts.ANALYSIS_FACTS true for its project."""
     tree = source.python_tree(text)
-    resolver = _Resolver(text, shared)
+    resolver = _Resolver(text, shared, mlx_facts.rejected_keywords(holds))
     try:
         return resolver.summary(tree)
     finally:
@@ -53,9 +54,10 @@ def summarize(text: str, shared: dict[str, Any]) -> FileSummary:
 
 
 class _Resolver:
-    def __init__(self, text: str, shared: dict[str, Any]) -> None:
+    def __init__(self, text: str, shared: dict[str, Any], rejected: frozenset[str] = frozenset()) -> None:
         self.lines = _LINES.split(text)
         self.shared = shared
+        self.rejected = rejected  # generation keywords that raise on the project's mlx-lm
         self.imports_mlx = False
         self.module = Def(None, "", None)  # type: ignore[arg-type]
         self.defs: list[Def] = []
@@ -250,7 +252,7 @@ class _Resolver:
                 offloads.append(work)
                 continue
             target = self.ref(call.func, fn)
-            if mlx_api.rejected_generation(target, (k.arg for k in call.keywords)):
+            if mlx_api.rejected_generation(target, (k.arg for k in call.keywords), self.rejected):
                 target = None  # it raises before any MLX runs
             text = dotted(call.func) or (target or "")
             if use != "await" and waits.named(call) and waits.blocks(self._typed(call.func, target, fn), call) \

@@ -68,9 +68,11 @@ def package_findings(
     texts: dict[str, str],
     settings: Settings,
     cache: Cache | None,
+    holds: dict[str, frozenset[str]] | None = None,
 ) -> dict[str, list[Row]]:
     """Rows to add to each file's report, by path. `known` has each readable file's stat and
-    content digest, `texts` the text of each file read this run."""
+    content digest (its key names the version facts of `holds` too), `texts` the text of each file
+    read this run, `holds` each file's facts of mlx_facts.ANALYSIS_FACTS."""
     rules = [r for r in QUERIES if r in settings.enabled_ids]
     if not rules:
         return {}
@@ -91,7 +93,7 @@ def package_findings(
         fingerprint = _fingerprint(rules, shape)
         rows = stored.get(fingerprint)
         if rows is None:
-            rows = _check_package(modules, packages, reports, known, texts, settings, cache, rules)
+            rows = _check_package(modules, packages, reports, known, texts, settings, cache, rules, holds or {})
             stored.put(fingerprint, rows)
         for module, items in rows.items():
             if module in modules:
@@ -102,9 +104,9 @@ def package_findings(
 
 def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: dict[str, dict[str, Any]],
                    known: dict[str, tuple[os.stat_result, str]], texts: dict[str, str], settings: Settings,
-                   cache: Cache | None, rules: list[str]) -> dict[str, list[Row]]:
+                   cache: Cache | None, rules: list[str], holds: dict[str, frozenset[str]]) -> dict[str, list[Row]]:
     """Rows by module name (paths may change while the contents stay the same)."""
-    summaries = _Summaries(reports, known, texts, settings, cache)
+    summaries = _Summaries(reports, known, texts, settings, cache, holds)
     tops = {m.split(".", 1)[0] for m in modules}
     entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
     if not entries:
@@ -141,8 +143,10 @@ class _Summaries:
     """Each file's summary: from the cache, else from its text (read if need be)."""
 
     def __init__(self, reports: dict[str, dict[str, Any]], known: dict[str, tuple[os.stat_result, str]],
-                 texts: dict[str, str], settings: Settings, cache: Cache | None) -> None:
+                 texts: dict[str, str], settings: Settings, cache: Cache | None,
+                 holds: dict[str, frozenset[str]]) -> None:
         self.reports, self.known, self.texts, self.settings, self.cache = reports, known, texts, settings, cache
+        self.holds = holds
         self.made: dict[str, Any] = {}  # summaries made in this run, by content digest
 
     def facts(self, path: str) -> dict[str, Any]:
@@ -165,7 +169,7 @@ class _Summaries:
                 from mlx_invariants.checker.model.collect import summarize  # libcst, through mlx_api
 
                 try:
-                    data = summarize(text, self.settings.shared).to_json()
+                    data = summarize(text, self.settings.shared, self.holds.get(path, frozenset())).to_json()
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
                     data = None  # the file's own report says why (INV000)
             self.made[digest] = data

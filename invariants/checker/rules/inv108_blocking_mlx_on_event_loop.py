@@ -330,6 +330,14 @@ class BlockingMlxOnEventLoop(Rule):
                 except TypeError:
                     return generate(model, tokenizer, prompt)
         '''),
+        # An older mlx-lm admitted (or none pinned), `temp=` still samples: the generation runs on the loop.
+        Invalid('''
+            from mlx_lm import stream_generate
+
+            async def stream(model, tokenizer, prompt):
+                for response in stream_generate(model, tokenizer, prompt, temp=0.7):  # expect: INV108
+                    yield response.text
+        ''', files={"requirements.txt": "mlx-lm>=0.19\n"}),
         Invalid('''
             from mlx_lm.utils import generate_step
 
@@ -1004,6 +1012,22 @@ class BlockingMlxOnEventLoop(Rule):
                 except TypeError:
                     pass
         '''),
+        # Nor, from mlx-lm 0.21.0, `temp=` or `top_p=` (fact `sampler-only-generation`): on a project that admits
+        # only those releases both calls raise before the model runs (issue 23, set c: mlx-model-hub, graded false).
+        Valid('''
+            from mlx_lm import generate, stream_generate
+
+            async def complete(model, tokenizer, prompt):
+                return generate(model, tokenizer, prompt, temp=0.7, top_p=0.9)
+
+            async def stream(model, tokenizer, prompt):
+                for response in stream_generate(model, tokenizer, prompt, temp=0.7):
+                    yield response.text
+        ''', files={"pyproject.toml": '''
+            [project]
+            name = "hub"
+            dependencies = ["mlx-lm>=0.21.0"]
+        '''}),
         # A coroutine on an event loop of its own: a Textual thread worker, and what only it awaits.
         Valid('''
             from mlx_lm import stream_generate

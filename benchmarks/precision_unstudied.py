@@ -3,7 +3,7 @@
 docs/corpus.md's HEAD section grades every finding on the ten servers the rules were
 refined against, so its precision is a training figure. This script runs the checker
 (default configuration, at a commit of this project) on the HEADs of other MLX servers,
-recorded below in nine sets, and joins each finding with its verdict, if a reviewer gave
+recorded below in ten sets, and joins each finding with its verdict, if a reviewer gave
 one: true / arguable / false, arguable counting as false. Set "a" (SERVERS) has been
 studied since (rules were changed after grading it), so its figure is no longer held
 out; set "b" (SERVERS_B) is fourteen more, first measured at checker commit
@@ -14,7 +14,8 @@ nobody had run the checker on when they were added, so its first run is a held-o
 for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured until it is
 measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
 for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, and set "i"
-(SERVERS_I) is five more, kept aside for the next session and measured as it began. Verdicts
+(SERVERS_I) is five more, kept aside for the next session and measured as it began; set "j" (SERVERS_J) is
+eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -348,8 +349,47 @@ SERVERS_I = (
 # MEASURED_I, the checker as that session began, before anyone changing rules had read a finding of it.
 MEASURED_I = "390c671dac33297ae09deb190f13228b64ef97b4"
 FIRST_I = "5 findings, 5 true, 0 arguable, 0 false (100 % true)"
+# Set j: picked 2026-11-28, after sets a to i had been studied, by code search, issue search, repository-name search
+# (names holding mlx, mlx-server, mlx-a, mlx-v, whisper, parakeet, kokoro, apple-silicon, ...) and search by the paths
+# such projects use (backend/mlx_engine.py, backend/app/services/mlx_service.py, backend/mlx_whisper_service.py,
+# backend/mlx_llm.py, backend/stt_mlx.py, src/mlx_lock.py, ...) for Python projects that serve MLX models in-process (a
+# live speech-translation server over WebSockets, a desktop translator's WebSocket sidecar, a trading app's agent
+# backend, a retrieval API, a coding assistant's agent backend, a multi-backend ASR web server, a desktop voice
+# companion's backend, a voice pipeline's FastAPI backend) with asyncio or threads, and fetched that day (the newest
+# snapshot of each default branch). Nobody had run the checker on any of them, nor read a rule's code while picking
+# them, when they were added. None is in sets a to i (nor among the ones their comments reject), docs/corpus.md's
+# HEAD servers, the corpus cases (heldout8 to heldout10 included) or another helper's claims, nor a fork or copy of
+# one (no root commit shared with any mirror here, no copy of mlx-lm's server.py or vllm-mlx). Rejected: forks
+# (dusterbloom/slowcat shares kwindla/macos-local-voice-agents' root, gyroworld's and kapi2800's
+# qwen3-tts-apple-silicon share YGAS's), no MLX in-process (mnck-ai/mlx-anthropic proxies an mlx-lm server,
+# yoonbae81/ocr starts an mlx-vlm server process, glboysagar1-prog/study-tracker runs torch under an MLX name,
+# darianrosebrook/kokoro-onnx-raycast-api runs ONNX, whisperengine-ai/whisperengine-v2,
+# attevon-llc/OpenTranscribe, sgl-project/sglang-omni and OnePlanDan/screamscriber have no MLX code at their HEADs,
+# vanselee/MLX-VibeVoice has no Python), no server (jakewatkins/mlxlab's chat CLIs,
+# Jonathangadeaharder/AIServices' CLIs, future-gareth/talent-factory, a fine-tuning backend), serving glue at the
+# repository's top (EherSenaw/AgentSandcastle's server reaches its MLX engine through a top-level module,
+# matica0902/MLX-Video-OCR-DeepSeek-Apple-Silicon is one app.py), tiny ones (suckerfish/qwen3-tts-mlx,
+# HalloWelt42/Pappagei-TTS-PlapperApp-fuer-MacOS, a 451-line server in five files) and twenty-four whose snapshot
+# could not be had. sokuji's sidecar serves ONNX, llama.cpp and CUDA backends beside its mlx-audio one, checked
+# without the vendored GPT-SoVITS front end under gpt_sovits/; live-translation, asr-web and the pipecat module pair
+# mlx-whisper (and mlx-lm, mlx-audio) with other backends; growin-app reaches mlx-lm and mlx-vlm from its FastAPI
+# routes through its agents, and also imports vllm-mlx as a library (not a copy). Set j is kept aside for this
+# session's end: nobody runs the checker on it until someone else measures it, once, at the end of the session with
+# that session's final rules.
+SERVERS_J = (
+    head.Server("KaushikKC/Poppy", "bce8dc6d16eb9199ba4e88bd2c7e4b9ce193c16b", ("backend",), _EXCLUDE),
+    head.Server("MarvellianRohit/Nexus-AI", "1809f22761a5162ce8a5f5745993969d01bf5d88", ("backend",), _EXCLUDE),
+    head.Server("alej-developer/cornelio", "494ce7f92f0b0b4f4d4aa3a05ea13b3cdd90117c", ("backend/app",), _EXCLUDE),
+    head.Server("amiaslee/asr-web", "d4135c1705c5573ebb37e41ffd49a3f7e763e753", ("backend",), _EXCLUDE),
+    head.Server("dy9213/PROTO---pipecat-module", "902b91d7f6b5a58567f21e4f70cca33dcc99858f", ("backend", "modules"),
+                _EXCLUDE),
+    head.Server("flowtailor-de/live-translation", "472081fa1274b37cd1902fe8d9a1626e04b2b4d4", ("src",), _EXCLUDE),
+    head.Server("kizuna-ai-lab/sokuji", "14b5496ff1bd01de8e7df18c05368601b8a77ea5", ("sidecar/sokuji_sidecar",),
+                (*_EXCLUDE, "sidecar/sokuji_sidecar/gpt_sovits/")),
+    head.Server("sank29mane/growin-app", "b65e7ee488419cce18fdfcddb2665d37d057630a", ("backend",), _EXCLUDE),
+)
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
-        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I}
+        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -373,7 +413,8 @@ HELD_OUT = {
 THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AFTER_H, AFTER_H_FIGURE)}
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
-        "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md"}
+        "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md",
+        "j": "docs/precision-j.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

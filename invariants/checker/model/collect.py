@@ -265,7 +265,9 @@ class _Resolver:
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))
-                if kind[0] != MODEL:  # a call by name is still the call the package model follows
+                # A call by name is still the call the package model follows, and so is a coroutine named like a
+                # loader and awaited (`await engine.load_model(path)`): model/cancel.py follows its awaiters.
+                if kind[0] != MODEL and not (kind[0] == LOAD and use == AWAITED):
                     continue
             if target is None or (use == "await" and target.startswith("$")):
                 continue
@@ -282,7 +284,16 @@ class _Resolver:
                         fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked),
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
-                        deadline)
+                        deadline, self._returns(fn))
+
+    def _returns(self, fn: Def) -> str | None:
+        """An instance of the class the def's return annotation names, looked up where the def is (a getter
+        `def get_engine() -> Engine:` hands out an `Engine`); None for a generator, an `async def` (its call
+        gives a coroutine) or an annotation the summary cannot name."""
+        node = fn.node
+        if not isinstance(node, ast.FunctionDef) or node.returns is None or fn.generator:
+            return None
+        return self._value_ref(("annotation", node.returns), fn.parent or self.module)
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that

@@ -160,6 +160,7 @@ class Function:
     end: int = 0  # its last line
     route: bool = False  # decorated as an HTTP route (`@app.post(...)`, `@router.get(...)`: cancellers.py)
     deadline: bool = False  # its own body calls a deadline (`asyncio.timeout`, `wait_for`, ...: cancellers.py)
+    returns: str | None = None  # an instance of the class its return annotation names (`-> Engine`: `:Engine()`)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -194,6 +195,8 @@ class Function:
             out["startup"] = list(self.startup)
         if self.waits:
             out["waits"] = [t.to_json() for t in self.waits]
+        if self.returns:
+            out["returns"] = self.returns
         return out
 
     @classmethod
@@ -208,7 +211,7 @@ class Function:
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
             tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
-            "r" in flags, "d" in flags,
+            "r" in flags, "d" in flags, data.get("returns"),
         )
 
 

@@ -458,6 +458,10 @@ class LockReleasedBeforeWorker(Rule):
         ''', options={"select": ["INV105"]}),
         # A helper only plain routes await: nothing but the server's shutdown cancels it (model/cancel.py).
         Valid(_LOADER.replace("  # expect: INV105", ""), files={"app/server.py": _ROUTES}),
+        # The same, the engine handed out by a getter its return annotation types (mlx_chat's `get_mlx_service`).
+        Valid(_LOADER.replace("  # expect: INV105", ""), files={"app/server.py": _ROUTES.replace(
+            "engine = Engine()", "def get_engine() -> Engine:\n        return Engine()").replace(
+            "await engine.load_model", "await get_engine().load_model")}),
     ]
 
     def __init__(self, ctx, options):

@@ -23,9 +23,9 @@ CANCELLED = frozenset({
     "asyncio.CancelledError", "asyncio.exceptions.CancelledError", "concurrent.futures.CancelledError",
 })
 # `@app.post(...)`, `@router.get(...)`: a handler the web framework calls once per HTTP request.
-_ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "head", "options", "api_route", "route"})
+ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "head", "options", "api_route", "route"})
 # Calls that put a deadline on what they surround (a deadline cancels the await like a disconnect would).
-_DEADLINES = ("timeout", "timeout_at", "wait_for", "move_on_after", "fail_after", "move_on_at", "fail_at")
+DEADLINES = ("timeout", "timeout_at", "wait_for", "move_on_after", "fail_after", "move_on_at", "fail_at")
 
 
 def catches_cancellation(handler: cst.ExceptHandler, ctx) -> bool:
@@ -56,12 +56,12 @@ def plain_route(function: cst.CSTNode | None) -> bool:
     if not isinstance(function, cst.FunctionDef) or function.asynchronous is None:
         return False
     if not any(isinstance(d.decorator, cst.Call) and isinstance(d.decorator.func, cst.Attribute)
-               and d.decorator.func.attr.value in _ROUTE_DECORATORS for d in function.decorators):
+               and d.decorator.func.attr.value in ROUTE_DECORATORS for d in function.decorators):
         return False
     for node in descendants(function.body, (cst.FunctionDef, cst.Lambda)):
         if isinstance(node, cst.Yield):
             return False
-        if isinstance(node, cst.Call) and (terminal(node.func) or "") in _DEADLINES:
+        if isinstance(node, cst.Call) and (terminal(node.func) or "") in DEADLINES:
             return False
     return True
 

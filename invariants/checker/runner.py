@@ -101,7 +101,7 @@ def check_paths(
                 cache.put(file.path, info, digest, report)
         # The package-wide step: what crosses modules (model/phase.py); it keeps its summaries in the reports.
         texts = {file.path: text for file, _, _, text in todo}
-        across = phase.package_findings(files, reports, known, texts, settings, cache, holds)
+        across, withdrawn = phase.package_findings(files, reports, known, texts, settings, cache, holds)
         if cache is not None:
             cache.save({f.path for f in files if f.problem is None})
         for path, rows in across.items():
@@ -116,7 +116,8 @@ def check_paths(
     # for any version, and an edited pin takes effect at once).
     for file in files:
         result.findings.extend(_file_findings(file, reports[file.path], settings, report_unused,
-                                              projects.of(file.path), dead.get(file.path, set())))
+                                              projects.of(file.path), dead.get(file.path, set()),
+                                              withdrawn.get(file.path, set())))
     result.findings.sort()
     return result
 
@@ -196,9 +197,11 @@ def _balanced_chunks(costs: list[int], count: int) -> list[list[int]]:
 
 
 def _file_findings(file: SourceFile, report: Report, settings: Settings, report_unused: bool,
-                   project: pins.Pins, dead: set[int] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
-    """What the report shows of `file`, less the lines in `dead` (defs the package never names:
-    a suppression there still counts as used)."""
+                   project: pins.Pins, dead: set[int] = frozenset(),  # type: ignore[assignment]
+                   withdrawn: set[tuple[str, int, int]] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
+    """What the report shows of `file`, less the lines in `dead` (defs the package never names) and the
+    findings the package model withdraws (`withdrawn`: rule, line, column; model/phase.py); a suppression
+    there still counts as used."""
     enabled = set(settings.enabled_ids)
     found: list[Finding] = []
     used: set[tuple[int, str]] = set()
@@ -218,7 +221,7 @@ def _file_findings(file: SourceFile, report: Report, settings: Settings, report_
         if suppressed_by:
             used.add((suppressed_by, rule))
             continue
-        if line in dead:
+        if line in dead or (rule, line, col) in withdrawn:
             continue
         found.append(Finding(file.display, line, col, rule, message))
     if report_unused and selected(UNUSED, settings.select, settings.ignore):

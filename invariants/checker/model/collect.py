@@ -16,11 +16,12 @@ import re
 from typing import Any, Iterator
 
 from mlx_invariants.checker import mlx_api, mlx_facts, source
+from mlx_invariants.checker.cancellers import DEADLINES, ROUTE_DECORATORS
 from mlx_invariants.checker.globs import matcher, matches_name
 from mlx_invariants.checker.model import classify, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.summary import (
-    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
+    AWAITED, BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 from mlx_invariants.checker.startup import LIFESPAN, STARTUP, startup_kind
@@ -239,7 +240,9 @@ class _Resolver:
         offloads: list[Offload] = []
         touches: list[Touch] = []
         blocked: list[Touch] = []
+        deadline = False
         for call, use, site, stmt in fn.calls:
+            deadline = deadline or (dotted(call.func) or "").rpartition(".")[2] in DEADLINES
             iter_place = None
             if use == ITERATED or id(call) in iterated_at:
                 where_site, where_stmt = (site, stmt) if use == ITERATED else iterated_at[id(call)]
@@ -264,11 +267,13 @@ class _Resolver:
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))
-                if kind[0] != MODEL:  # a call by name is still the call the package model follows
+                # A call by name is still the call the package model follows, and so is a coroutine named like a
+                # loader and awaited (`await engine.load_model(path)`): model/cancel.py follows its awaiters.
+                if kind[0] != MODEL and not (kind[0] == LOAD and use == AWAITED):
                     continue
             if target is None or (use == "await" and target.startswith("$")):
                 continue
-            calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED) else PLAIN,
+            calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED, AWAITED) else PLAIN,
                               iter_place, self._args(call, fn)))
         line = getattr(node, "lineno", 0)
         owner = not isinstance(node, ast.Lambda | ast.ClassDef) and bool(
@@ -279,7 +284,18 @@ class _Resolver:
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
                         fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked),
-                        is_async and any(_runs_on_thread(d) for d in node.decorator_list))
+                        is_async and any(_runs_on_thread(d) for d in node.decorator_list),
+                        getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
+                        deadline, self._returns(fn))
+
+    def _returns(self, fn: Def) -> str | None:
+        """An instance of the class the def's return annotation names, looked up where the def is (a getter
+        `def get_engine() -> Engine:` hands out an `Engine`); None for a generator, an `async def` (its call
+        gives a coroutine) or an annotation the summary cannot name."""
+        node = fn.node
+        if not isinstance(node, ast.FunctionDef) or node.returns is None or fn.generator:
+            return None
+        return self._value_ref(("annotation", node.returns), fn.parent or self.module)
 
     def _mlx(self, call: ast.Call, target: str | None, text: str, fn: Def, use: str) -> tuple[str, str] | None:
         """(kind, text) when `call` is itself MLX work: by its imported name, or, in a file that
@@ -542,6 +558,12 @@ class _Resolver:
         while above > 1 and self.lines[above - 2].lstrip().startswith("#"):
             above -= 1
         return Place(line, col + 1, first, last, above)
+
+
+def _route(decorator: ast.AST) -> bool:
+    """`@app.post(...)`, `@router.get(...)`: an HTTP route, as cancellers.plain_route recognises one."""
+    return isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute) \
+        and decorator.func.attr in ROUTE_DECORATORS
 
 
 def _runs_on_thread(decorator: ast.AST) -> bool:

@@ -156,7 +156,7 @@ class Package:
                 symbol = self.resolve(module, summary.names[name], depth + 1)
             if symbol is not None:
                 if parts[cut - 1][1]:
-                    symbol = self._call(symbol)
+                    symbol = self._call(symbol, depth)
                 return self._walk(symbol, parts[cut:], module, depth) if symbol is not None else None
         return None
 
@@ -166,7 +166,7 @@ class Package:
                 return None
             symbol = self._member(symbol, name, depth)
             if called and symbol is not None:
-                symbol = self._call(symbol)
+                symbol = self._call(symbol, depth)
         return symbol
 
     def _member(self, symbol: Symbol, name: str, depth: int) -> Symbol | None:
@@ -199,12 +199,17 @@ class Package:
                     return self.resolve(module, summary.classes[cls].attrs[name], depth + 1)
         return None
 
-    def _call(self, symbol: Symbol) -> Symbol | None:
-        """What calling `symbol` returns, where the model knows: a class gives an instance."""
+    def _call(self, symbol: Symbol, depth: int = 0) -> Symbol | None:
+        """What calling `symbol` returns, where the model knows: a class gives an instance, and so does a
+        function whose return annotation names a class of the package (`def get_engine() -> Engine`)."""
         if symbol.kind == "class":
             return Symbol("instance", symbol.module, symbol.name)
         if symbol.kind == "external":
             return Symbol("external", symbol.module + "()")
+        fn = self.function((symbol.module, symbol.name)) if symbol.kind == "function" else None
+        if fn is not None and fn.returns is not None:
+            found = self.resolve(symbol.module, fn.returns, depth + 1)
+            return found if found is not None and found.kind == "instance" else None
         return None
 
     def mro(self, module: str, cls: str) -> Iterator[tuple[str, str]]:

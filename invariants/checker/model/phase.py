@@ -19,12 +19,13 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from mlx_invariants.checker import source
 from mlx_invariants.checker.cache import UNKNOWN
 from mlx_invariants.checker.errors import SourceError
+from mlx_invariants.checker.model.cancel import Cancellers
 from mlx_invariants.checker.model.graph import Package
 from mlx_invariants.checker.model.layout import Layout
 from mlx_invariants.checker.model.stored import Stored
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from mlx_invariants.checker.files import SourceFile
 
 Row = list[Any]  # [rule, line, col, message, suppressed_by_line(, requires)], as in a file's report
+Spot = tuple[str, int, int]  # a finding's rule, line and column
 _ENTRY_WORDS = ("async ", "to_thread", "run_in_executor", "Thread(", ".submit(")  # a thread handoff: INV125
 _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
@@ -69,13 +71,14 @@ def package_findings(
     settings: Settings,
     cache: Cache | None,
     holds: dict[str, frozenset[str]] | None = None,
-) -> dict[str, list[Row]]:
-    """Rows to add to each file's report, by path. `known` has each readable file's stat and
-    content digest (its key names the version facts of `holds` too), `texts` the text of each file
-    read this run, `holds` each file's facts of mlx_facts.ANALYSIS_FACTS."""
-    rules = [r for r in QUERIES if r in settings.enabled_ids]
+) -> tuple[dict[str, list[Row]], dict[str, set[Spot]]]:
+    """Rows to add to each file's report, and the spots of its own findings the model withdraws
+    (`WITHDRAWALS`), by path. `known` has each readable file's stat and content digest (its key names the
+    version facts of `holds` too), `texts` the text of each file read this run, `holds` each file's facts
+    of mlx_facts.ANALYSIS_FACTS."""
+    rules = [r for r in (*QUERIES, *WITHDRAWALS) if r in settings.enabled_ids]
     if not rules:
-        return {}
+        return {}, {}
     roots: dict[str, dict[str, str]] = {}  # root -> module -> path
     packages: dict[str, bool] = {}
     layout = Layout()
@@ -86,46 +89,75 @@ def package_findings(
             packages[file.path] = is_package
     stored = Stored(settings.cache_dir / f"model-{settings.key}.json" if cache is not None else None)
     found: dict[str, list[Row]] = {}
+    withdrawn: dict[str, set[Spot]] = {}
     for root, modules in roots.items():
         # a module's digest, and whether it is a package: the same text as `a/b.py` and as `a/b/__init__.py`
         # resolves its relative imports to different modules
         shape = {m: known[p][1] + ("/" if packages[p] else "") for m, p in modules.items()}
         fingerprint = _fingerprint(rules, shape)
-        rows = stored.get(fingerprint)
-        if rows is None:
-            rows = _check_package(modules, packages, reports, known, texts, settings, cache, rules, holds or {})
-            stored.put(fingerprint, rows)
-        for module, items in rows.items():
+        result = stored.get(fingerprint)
+        if result is None:
+            result = _check_package(modules, packages, reports, known, texts, settings, cache, rules, holds or {})
+            stored.put(fingerprint, result)
+        for module, items in result["add"].items():
             if module in modules:
                 found.setdefault(modules[module], []).extend(items)
+        for module, spots in result["withdraw"].items():
+            if module in modules:
+                withdrawn.setdefault(modules[module], set()).update((r, line, col) for r, line, col in spots)
     stored.save()
-    return found
+    return found, withdrawn
 
 
 def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: dict[str, dict[str, Any]],
                    known: dict[str, tuple[os.stat_result, str]], texts: dict[str, str], settings: Settings,
-                   cache: Cache | None, rules: list[str], holds: dict[str, frozenset[str]]) -> dict[str, list[Row]]:
-    """Rows by module name (paths may change while the contents stay the same)."""
+                   cache: Cache | None, rules: list[str], holds: dict[str, frozenset[str]]) -> dict[str, Any]:
+    """Rows to add ("add") and spots withdrawn ("withdraw"), by module name (paths may change while the
+    contents stay the same)."""
     summaries = _Summaries(reports, known, texts, settings, cache, holds)
     tops = {m.split(".", 1)[0] for m in modules}
     entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
-    if not entries:
-        return {}
     package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared)
+    withdrawn = _withdrawn(package, modules, reports, summaries, rules)
+    if not entries:
+        return {"add": {}, "withdraw": withdrawn}
     package.prepare(entries)
     rows: dict[str, list[Row]] = {}
     for module in entries:
         path = modules[module]
         report = reports[path]
         taken = {(r[0], r[1], r[2]) for r in report["findings"]}
-        for rule in rules:
+        for rule in (r for r in rules if r in QUERIES):
             for finding in QUERIES[rule](package, module):
                 spot = (finding.rule, finding.place.line, finding.place.col)
                 if spot in taken:
                     continue  # the file's own rule already reports this call
                 taken.add(spot)
                 rows.setdefault(module, []).append(_row(finding, report["suppressions"]))
-    return rows
+    return {"add": rows, "withdraw": withdrawn}
+
+
+def _withdrawn(package: Package, modules: dict[str, str], reports: dict[str, dict[str, Any]],
+               summaries: _Summaries, rules: list[str]) -> dict[str, list[Spot]]:
+    """The spots of the files' own findings that the model shows cannot happen, by module: for each rule of
+    `WITHDRAWALS`, those its test rejects. Answered before `prepare`: it asks only the summaries and names."""
+    asks = [r for r in rules if r in WITHDRAWALS]
+    if not asks:
+        return {}
+    cancellers = Cancellers(package, lambda m: summaries.text(modules[m]) if m in modules else None)
+    found: dict[str, list[Spot]] = {}
+    for module, path in modules.items():
+        for rule, line, col, _message, suppressed_by, *_ in reports[path]["findings"]:
+            if rule in asks and not suppressed_by and WITHDRAWALS[rule](cancellers, module, line):
+                found.setdefault(module, []).append((rule, line, col))
+    return found
+
+
+# Per-file rules whose findings the model withdraws, each with its test: INV105's lock freed by a cancelled
+# await is no hazard where only the server's shutdown can cancel the coroutine (model/cancel.py).
+WITHDRAWALS: dict[str, Callable[[Cancellers, str, int], bool]] = {
+    "INV105": Cancellers.shutdown_only,
+}
 
 
 def _row(finding: ModelFinding, suppressions: Iterable[list[Any]]) -> Row:
@@ -152,7 +184,7 @@ class _Summaries:
     def facts(self, path: str) -> dict[str, Any]:
         model = self.reports[path].get("model")
         if model is None:
-            text = self._text(path)
+            text = self.text(path)
             model = text_facts(text) if text is not None else {"entry": False, "mlx": False, "imports": []}
             self._store(path, model)
         return model
@@ -163,7 +195,7 @@ class _Summaries:
         if data is UNKNOWN and self.cache is not None:
             data = self.cache.summary(digest)
         if data is UNKNOWN:
-            text = self._text(path)
+            text = self.text(path)
             data = None
             if text is not None:
                 from mlx_invariants.checker.model.collect import summarize  # libcst, through mlx_api
@@ -177,7 +209,7 @@ class _Summaries:
                 self.cache.put_summary(digest, data)
         return FileSummary.from_json(data) if data is not None else None
 
-    def _text(self, path: str) -> str | None:
+    def text(self, path: str) -> str | None:
         text = self.texts.get(path)
         if text is None:
             try:

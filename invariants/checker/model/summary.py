@@ -38,6 +38,7 @@ METAL = frozenset({BLOCK, GEN, MODEL})
 PLAIN = "call"
 ITERATED = "iter"    # iterated here: `for x in f()`, `next(g)` of `g = f()`, `list(f())`, `yield from f()`
 RETURNED = "return"  # `return f()` from a def that is not a generator
+AWAITED = "await"    # awaited where it is made (`await f()`): run by its caller's task, cancelled with it
 
 # Where an offload runs its callable (Offload.pool).
 DEFAULT_POOL = "default"  # asyncio.to_thread, run_in_executor(None, ...): a different thread each call
@@ -156,6 +157,10 @@ class Function:
     startup: tuple[int, int] | None = None  # the lines a start-up coroutine runs before serving (startup.py)
     waits: tuple[Touch, ...] = ()  # calls that wait on another thread (model/waits.py), kind waits.THREAD
     own_loop: bool = False  # a coroutine function its decorator runs on a thread of its own (`@work(thread=True)`)
+    end: int = 0  # its last line
+    route: bool = False  # decorated as an HTTP route (`@app.post(...)`, `@router.get(...)`: cancellers.py)
+    deadline: bool = False  # its own body calls a deadline (`asyncio.timeout`, `wait_for`, ...: cancellers.py)
+    returns: str | None = None  # an instance of the class its return annotation names (`-> Engine`: `:Engine()`)
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -171,9 +176,9 @@ class Function:
         return self.startup is not None and self.startup[0] <= line <= self.startup[1]
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"line": self.line, "params": list(self.params)}
+        out: dict[str, Any] = {"line": self.line, "end": self.end, "params": list(self.params)}
         flags = ("a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner + "l" * self.loops
-                 + "t" * self.own_loop)
+                 + "t" * self.own_loop + "r" * self.route + "d" * self.deadline)
         if flags:
             out["flags"] = flags
         if self.calls:
@@ -190,6 +195,8 @@ class Function:
             out["startup"] = list(self.startup)
         if self.waits:
             out["waits"] = [t.to_json() for t in self.waits]
+        if self.returns:
+            out["returns"] = self.returns
         return out
 
     @classmethod
@@ -203,7 +210,8 @@ class Function:
             "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
-            tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags,
+            tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
+            "r" in flags, "d" in flags, data.get("returns"),
         )
 
 

@@ -22,6 +22,7 @@ a callback registration, a `getattr`, a comment or a call the model cannot resol
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 
@@ -41,18 +42,16 @@ class Cancellers:
         self.package = package
         self.text = text  # a module's text, None when it cannot be read
         self._known: dict[Key, bool] = {}
+        self._indexes: dict[str, _Index | None] = {}
 
     def shutdown_only(self, module: str, line: int) -> bool:
         """The innermost coroutine of `module` around `line` is cancelled only by the server's shutdown,
         or `line` itself runs at start-up."""
-        summary = self.package.summary(module)
-        if summary is None:
+        index = self._index(module)
+        name = index.innermost(line) if index is not None else None
+        if name is None:
             return False
-        around = [(fn.line, name) for name, fn in summary.functions.items() if fn.line <= line <= fn.end]
-        if not around:
-            return False
-        name = max(around)[1]
-        fn = summary.functions[name]
+        fn = self.package.summary(module).functions[name]  # type: ignore[union-attr]
         if not fn.is_async:
             return False
         return fn.before_serving(line) or self._shutdown_only((module, name), frozenset())
@@ -89,30 +88,13 @@ class Cancellers:
         """Every call of `key` in the package, with the function that makes it; None when some mention of
         its name is not such a call, nor a call of an unrelated function of the same name."""
         leaf = key[1].rpartition(".")[2]
-        pattern = re.compile(rf"\b{re.escape(leaf)}\b")
         sites: list[tuple[Key, Call]] = []
         for module in self.package.modules:
-            text = self.text(module)
-            if text is None:
+            index = self._index(module)
+            if index is None:
                 return None
-            if leaf not in text:
-                continue
-            lines: dict[int, int] = {}  # line -> mentions on it
-            for match in pattern.finditer(text):
-                if not _DEFINES.search(text, max(0, match.start() - 12), match.start()):
-                    line = text.count("\n", 0, match.start()) + 1
-                    lines[line] = lines.get(line, 0) + 1
-            if not lines:
-                continue
-            summary = self.package.summary(module)
-            if summary is None:
-                return None
-            calls: dict[int, list[tuple[str, Call]]] = {}
-            for name, fn in summary.functions.items():
-                for call in fn.calls:
-                    if call.text.replace("()", "").rpartition(".")[2] == leaf:
-                        calls.setdefault(call.place.line, []).append((name, call))
-            for line, count in lines.items():
+            calls = index.calls.get(leaf, {})
+            for line, count in index.mentions.get(leaf, {}).items():
                 here = calls.get(line, [])
                 if len(here) < count:
                     return None
@@ -124,6 +106,15 @@ class Cancellers:
                         return None
         return sites
 
+    def _index(self, module: str) -> _Index | None:
+        """`module`'s mentions, calls and def spans, read once: asked per finding, a scan of the text per
+        name made a module of 12 000 handlers, each with a finding, quadratic (minutes)."""
+        if module not in self._indexes:
+            text, summary = self.text(module), self.package.summary(module)
+            self._indexes[module] = _Index(text, summary.functions) if text is not None and summary is not None \
+                else None
+        return self._indexes[module]
+
     def _related(self, one: Key, other: Key) -> bool:
         """Methods of two classes one of which derives from the other: a call of one may run the other."""
         first, second = one[1].rpartition(".")[0], other[1].rpartition(".")[0]
@@ -131,3 +122,36 @@ class Cancellers:
             return False
         return (other[0], second) in set(self.package.mro(one[0], first)) or \
             (one[0], first) in set(self.package.mro(other[0], second))
+
+
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+class _Index:
+    """One module's whole-word mentions by name (line -> count, `def`/`class` lines left out), the calls
+    its functions make by the callee's last name (line -> calls), and its functions' spans."""
+
+    def __init__(self, text: str, functions: dict[str, Function]) -> None:
+        self.mentions: dict[str, dict[int, int]] = {}
+        line, last = 1, 0
+        for match in _WORD.finditer(text):
+            start = match.start()
+            line += text.count("\n", last, start)
+            last = start
+            if not _DEFINES.search(text, max(0, start - 12), start):
+                lines = self.mentions.setdefault(match.group(), {})
+                lines[line] = lines.get(line, 0) + 1
+        self.calls: dict[str, dict[int, list[tuple[str, Call]]]] = {}
+        for name, fn in functions.items():
+            for call in fn.calls:
+                leaf = call.text.replace("()", "").rpartition(".")[2]
+                self.calls.setdefault(leaf, {}).setdefault(call.place.line, []).append((name, call))
+        self._spans = sorted((fn.line, fn.end, name) for name, fn in functions.items())
+        self._starts = [span[0] for span in self._spans]
+
+    def innermost(self, line: int) -> str | None:
+        """The function whose body holds `line` and starts last (the innermost of nested ones)."""
+        for start, end, name in reversed(self._spans[:bisect.bisect_right(self._starts, line)]):
+            if start <= line <= end:
+                return name
+        return None

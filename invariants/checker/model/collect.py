@@ -286,7 +286,7 @@ class _Resolver:
                         fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked),
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
-                        deadline, self._returns(fn))
+                        deadline, self._returns(fn), _is_property(node))
 
     def _returns(self, fn: Def) -> str | None:
         """An instance of the class the def's return annotation names, looked up where the def is (a getter
@@ -558,6 +558,14 @@ class _Resolver:
         while above > 1 and self.lines[above - 2].lstrip().startswith("#"):
             above -= 1
         return Place(line, col + 1, first, last, above)
+
+
+# Decorators that make a method an attribute: reading `obj.name` runs it and gives what it returns.
+_PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
+
+
+def _is_property(node: ast.AST) -> bool:
+    return isinstance(node, ast.FunctionDef) and any(_decorator_name(d) in _PROPERTIES for d in node.decorator_list)
 
 
 def _route(decorator: ast.AST) -> bool:

@@ -192,6 +192,8 @@ class Package:
                 if summary is None:
                     continue
                 if f"{cls}.{name}" in summary.functions:
+                    if symbol.kind == "instance" and summary.functions[f"{cls}.{name}"].prop:
+                        return self._read_property((module, f"{cls}.{name}"), depth)
                     return Symbol("function", module, f"{cls}.{name}", via_class=symbol.kind == "class")
                 if f"{cls}.{name}" in summary.classes:
                     return Symbol("class", module, f"{cls}.{name}")
@@ -211,6 +213,13 @@ class Package:
             found = self.resolve(symbol.module, fn.returns, depth + 1)
             return found if found is not None and found.kind == "instance" else None
         return None
+
+    def _read_property(self, key: Key, depth: int) -> Symbol | None:
+        """What reading a property of an instance gives: an instance of the class its return annotation
+        names (`@property def engine(self) -> Engine`), as a getter's call does (`_call`); else unknown.
+        Without this, `manager.engine.transcribe(...)` stopped at the property, a function, whose members
+        are nothing; with it, a route reaches the engine its manager hands out lazily."""
+        return self._call(Symbol("function", *key), depth)
 
     def mro(self, module: str, cls: str) -> Iterator[tuple[str, str]]:
         """The class and its bases of the package, depth first (close enough to Python's MRO here)."""

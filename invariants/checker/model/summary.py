@@ -161,6 +161,7 @@ class Function:
     route: bool = False  # decorated as an HTTP route (`@app.post(...)`, `@router.get(...)`: cancellers.py)
     deadline: bool = False  # its own body calls a deadline (`asyncio.timeout`, `wait_for`, ...: cancellers.py)
     returns: str | None = None  # an instance of the class its return annotation names (`-> Engine`: `:Engine()`)
+    prop: bool = False  # a property (`@property`, `@cached_property`): reading the attribute gives what it returns
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -178,7 +179,7 @@ class Function:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "end": self.end, "params": list(self.params)}
         flags = ("a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner + "l" * self.loops
-                 + "t" * self.own_loop + "r" * self.route + "d" * self.deadline)
+                 + "t" * self.own_loop + "r" * self.route + "d" * self.deadline + "p" * self.prop)
         if flags:
             out["flags"] = flags
         if self.calls:
@@ -211,7 +212,7 @@ class Function:
             tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
             tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
-            "r" in flags, "d" in flags, data.get("returns"),
+            "r" in flags, "d" in flags, data.get("returns"), "p" in flags,
         )
 
 

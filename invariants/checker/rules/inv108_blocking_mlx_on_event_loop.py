@@ -228,7 +228,7 @@ class BlockingMlxOnEventLoop(Rule):
         "model\"): only among the files of the same run, and only where a call can be named (an import, a "
         "module-level instance, `self.x` built from a class of the package, an annotated parameter); a "
         "function that loads weights is start-up work there, with all the MLX it runs, and so is a "
-        "constructor (`__init__`): an object built per request whose constructor runs heavy MLX is missed. Wrappers are recognised by name (model-names, "
+        "constructor (`__init__`): an object built per request whose constructor runs heavy MLX is missed. A property is typed by its return annotation alone (`@property def engine(self) -> Engine`); one without an annotation is unknown, and the work its own body does when read is not followed. Wrappers are recognised by name (model-names, "
         "batch-generator-names, mlx-calls) or, for a model, by a loader's result assigned in the same file, so a "
         "differently named model handed in from elsewhere, or a scheduler, is not seen, and a "
         "model-named object whose `generate` (or whose own call) is not MLX is flagged. A bare name assigned a "
@@ -423,6 +423,21 @@ class BlockingMlxOnEventLoop(Rule):
                 async def complete(self, prompt):
                     return self.engine.generate_all(prompt)  # expect: INV108
         ''', files=_ENGINE),
+        # The engine a manager hands out through a property its return annotation types (TranscriptionSuite's
+        # `model_manager.transcription_engine`): reading the property gives an `Engine`.
+        Invalid('''
+            from .engine import Engine
+
+            class Manager:
+                @property
+                def engine(self) -> Engine:
+                    return Engine()
+
+            manager = Manager()
+
+            async def complete(prompt):
+                return manager.engine.generate_all(prompt)  # expect: INV108
+        ''', files=_ENGINE),
         Invalid('''
             from app import engine
 
@@ -599,6 +614,26 @@ class BlockingMlxOnEventLoop(Rule):
         '''),
     ]
     VALID = [
+        # The same manager handing the engine to its owner thread: the property's engine runs there, not on the loop.
+        Valid('''
+            import asyncio
+            from concurrent.futures import ThreadPoolExecutor
+
+            from .engine import Engine
+
+            OWNER = ThreadPoolExecutor(max_workers=1)
+
+            class Manager:
+                @property
+                def engine(self) -> Engine:
+                    return Engine()
+
+            manager = Manager()
+
+            async def complete(prompt):
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(OWNER, manager.engine.generate_all, prompt)
+        ''', files=_ENGINE),
         Valid('''
             import asyncio
             from concurrent.futures import ThreadPoolExecutor

@@ -296,6 +296,34 @@ def _locked(path: str) -> dict[str, Release]:
     return found
 
 
+# What a generation library's own metadata requires of mlx, from the release named on: a project that admits
+# only those releases and leaves mlx's version to them (names no mlx, or names it without a version) runs on
+# that mlx or later, as pip resolves it. Their requirement is conditioned on macOS (`platform_system ==
+# 'Darwin'`), the platform MLX serves on; a project that pins mlx itself is read by its own pin, however low
+# (it may install mlx apart, on Linux). Issue 23, set j: Poppy requires mlx-lm>=0.31.3 and names no mlx, and
+# its findings true only before mlx 0.31.2 were graded false.
+IMPLIED: tuple[tuple[str, Release, Release, str], ...] = (
+    ("mlx-lm", (0, 31, 3, 1), (0, 31, 2, 1), "mlx-lm 0.31.3's setup.py: MIN_MLX_VERSION = \"0.31.2\""),
+    ("mlx-vlm", (0, 5, 0, 1), (0, 31, 2, 1), "mlx-vlm 0.5.0's requirements.txt: mlx>=0.31.2"),
+)
+
+
+def implied(pins: Pins) -> Pins:
+    """`pins` with mlx's floor, where the project leaves it open, set to what the generation libraries it
+    admits require (IMPLIED)."""
+    floors = dict(pins.floors)
+    reasons = []
+    for package, since, mlx_floor, reason in IMPLIED:
+        floor = floors.get(package)
+        current = floors.get("mlx")
+        if floor is not None and floor >= since and current is None:
+            floors["mlx"] = mlx_floor
+            reasons.append(reason)
+    if not reasons:
+        return pins
+    return Pins(floors, "; ".join(filter(None, [pins.source, *reasons])))
+
+
 def overridden(pins: Pins, overrides: dict[str, str]) -> Pins:
     """`[tool.invariants] mlx-version = "0.31.2"` (and mlx-lm-version, mlx-vlm-version) over what is declared."""
     if not overrides:
@@ -313,7 +341,7 @@ class Projects:
         self._folders: dict[str, Pins] = {}
 
     def of(self, path: str) -> Pins:
-        return overridden(self._folder(os.path.dirname(os.path.abspath(path))), self.overrides)
+        return implied(overridden(self._folder(os.path.dirname(os.path.abspath(path))), self.overrides))
 
     def _folder(self, folder: str) -> Pins:
         if folder in self._folders:

@@ -158,6 +158,12 @@ def test_findings_stay_where_the_version_is_unknown_and_go_where_it_is_past_them
     assert project.run("check").code == 0
     project.write("requirements.txt", "mlx>=0.30.0\nmlx-lm>=0.31.3\n")
     assert project.run("check").rules() == ["INV107", "INV107"]
+    project.write("requirements.txt", "mlx\nmlx-lm>=0.31.3\n")  # mlx left to mlx-lm, which requires 0.31.2
+    assert project.run("check").code == 0
+    project.write("requirements.txt", "mlx-lm>=0.31.2\n")  # an older mlx-lm requires an older mlx
+    assert project.run("check").rules() == ["INV107", "INV107"]
+    project.write("requirements.txt", "mlx-vlm>=0.5.0\n")
+    assert project.run("check").code == 0
     project.config('mlx-version = "0.31.2"\n')  # the setting overrides the metadata
     assert project.run("check").code == 0
 

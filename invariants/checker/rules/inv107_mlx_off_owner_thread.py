@@ -226,6 +226,15 @@ class MlxOffOwnerThread(Rule):
         '''}),
     ]
     VALID = [
+        # A project that names no mlx but requires mlx-lm 0.31.3, whose own metadata requires mlx 0.31.2: both
+        # facts hold (pins.IMPLIED; issue 23, set j: Poppy, graded false).
+        Valid('''
+            import asyncio
+            from mlx_lm import stream_generate
+
+            async def complete(model, tokenizer, prompt):
+                return await asyncio.to_thread(lambda: list(stream_generate(model, tokenizer, prompt)))
+        ''', files={"requirements.txt": "mlx-lm>=0.31.3\n"}),
         # A def named like a loader is judged by its body: this one only records a model's name, and the
         # library loads it where it is used (smart-home's Whisper front end, issue 23's set c, graded false).
         # Work that takes the lock the package's modules share around all its MLX: one thread in Metal at a time.

@@ -56,8 +56,10 @@ def rejected_generation(qual: str | None, keywords: Iterable[str | None], reject
 LOADS = frozenset(f"{pkg}{mod}.load" for pkg in _PACKAGES for mod in ("", ".utils"))
 # A call whose name holds this loads a model (`*load_model*`: a substring test, no fnmatch) ...
 _LOAD_WORD = "load_model"
-# ... but not `unload_model` or `offload_model`, which free what a load made.
-_UNLOADING = ("unload", "offload")
+# ... but not `unload_model` or `offload_model`, which free what a load made, nor `download_model` or
+# `upload_model`, which move files (issue 23, set j: a pipecat server's `llm_manager.download_model`, a urllib
+# download handed to a thread, was graded false).
+_NOT_LOADING = ("unload", "offload", "download", "upload")
 # An MLX package's own loaders (`mlx_audio.utils.load_model`, `SAMAudio.from_pretrained` of
 # mlx_audio.sts): what they return is a model whose methods run MLX.
 _MLX_LOADERS = frozenset({"load", "load_model", "from_pretrained"})
@@ -282,10 +284,11 @@ def forward_pass(site: CallSite, ctx: FileContext) -> str | None:
 
 
 def named_loader(text: str | None) -> bool:
-    """A call named like a model loader (`load_model`, `self._load_model_weights`); not one that unloads."""
+    """A call named like a model loader (`load_model`, `self._load_model_weights`); not one that unloads or
+    moves files."""
     low = (text or "").lower()
     last = low.rsplit(".", 1)[-1]
-    return _LOAD_WORD in low and not any(word in last for word in _UNLOADING)
+    return _LOAD_WORD in low and not any(word in last for word in _NOT_LOADING)
 
 
 def is_load_name(text: str | None, qual: str | None) -> bool:

@@ -226,6 +226,15 @@ class MlxOffOwnerThread(Rule):
         '''}),
     ]
     VALID = [
+        # A name holding `load_model` inside `download_model` moves a file, it loads nothing (set j, graded false).
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+
+            async def fetch(llm_manager, name):
+                return await asyncio.to_thread(llm_manager.download_model, name)
+        '''),
         # A project that names no mlx but requires mlx-lm 0.31.3, whose own metadata requires mlx 0.31.2: both
         # facts hold (pins.IMPLIED; issue 23, set j: Poppy, graded false).
         Valid('''

@@ -212,6 +212,18 @@ class WorkerLoopIgnoresCancel(Rule):
         '''),
     ]
     VALID = [
+        # A loop that breaks after its first step (a warm-up's one token) has nothing left to run after a cancel.
+        Valid('''
+            import asyncio
+            from mlx_lm import stream_generate
+
+            def _warm(model, tokenizer):
+                for _ in stream_generate(model, tokenizer, "hi", max_tokens=1):
+                    break
+
+            async def warmup(model, tokenizer):
+                await asyncio.to_thread(_warm, model, tokenizer)
+        '''),
         # Scoring each document it was handed on its own ends with the documents: no token feeds the next
         # step (mlx-serve's rerank, issue 23's set b: graded arguable twice).
         Valid('''
@@ -549,7 +561,7 @@ class WorkerLoopIgnoresCancel(Rule):
         found = []
         for function in functions:
             for loop in self.loops.get(id(function.node), ()):
-                if self._generates(loop.node, function) and not _checks_stop(loop.node):
+                if self._generates(loop.node, function) and not _checks_stop(loop.node) and not _runs_once(loop.node):
                     found.append(loop)
         return found
 
@@ -626,6 +638,15 @@ def _wired(call: cst.Call) -> bool:
 def _stop_word(text: str) -> bool:
     low = text.lower()
     return any(word in low for word in _STOP_WORDS)
+
+
+def _runs_once(loop: cst.For) -> bool:
+    """A body that ends every pass with `break` or `return` at its top level steps the generation once: a
+    warm-up's first token, nothing left to run on after a cancel (issue 23, set j: Poppy's warm-ups, graded
+    false)."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    return any(isinstance(line, cst.SimpleStatementLine) and any(isinstance(s, cst.Break | cst.Return) for s in line.body)
+               for line in body)
 
 
 def _checks_stop(loop: cst.For) -> bool:

@@ -223,7 +223,7 @@ class WorkerLoopIgnoresCancel(Rule):
 
             async def warmup(model, tokenizer):
                 await asyncio.to_thread(_warm, model, tokenizer)
-        '''),
+        ''', files={"requirements.txt": "mlx-lm>=0.31.3\n"}),  # any thread may generate there (INV107)
         # Scoring each document it was handed on its own ends with the documents: no token feeds the next
         # step (mlx-serve's rerank, issue 23's set b: graded arguable twice).
         Valid('''

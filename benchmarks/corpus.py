@@ -1,8 +1,10 @@
 """Score `invariants check` on the real-bug corpus, side by side with flake8-async and ruff.
 
 Each case's file is laid out at its buggy and fix commits (or its one commit, for a
-clean file) from local bare git mirrors, every tool runs once over all of them, and
-the findings are scored as the corpus defines it (docs/corpus.md):
+clean file) from local bare git mirrors, with its folder and package; every tool runs
+once over all of them (the checker over the laid-out packages, as `invariants check pkg/`
+runs, `--scope file` over the files alone; the baselines over the files), and the
+findings in each case's file are scored as the corpus defines it (docs/corpus.md):
 
     .venv/bin/python benchmarks/corpus.py                                 # tables on stdout
     .venv/bin/python benchmarks/corpus.py --head --write docs/corpus.md   # the doc
@@ -73,6 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"folder holding OWNER+NAME bare mirrors (default: ${mirrors.ENV}, then {mirrors.DEFAULT_ROOT})")
     parser.add_argument("--case", action="append", metavar="ID", help="run only this case (repeatable)")
     parser.add_argument("--no-baselines", action="store_true", help="run the checker only, not flake8-async and ruff")
+    parser.add_argument("--scope", choices=run.SCOPES, default="package",
+                        help="give the checker each case's file, or the package laid out around it (only findings in "
+                             "the file are scored either way; default: %(default)s)")
     parser.add_argument("--tools-venv", type=Path, default=DEFAULT_VENV,
                         help="throwaway venv for flake8-async and ruff (default: %(default)s)")
     parser.add_argument("--head", action="store_true",
@@ -199,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="invariants-checker-at-") as tmp:
             checker = None if not args.checker_at else checker_at.build(args.checker_at, Path(tmp), args.checker_repo)
             runs = [(split, run.run_cases(list(split.cases), mirror_root, names, venv,
-                                          "" if index == 0 else split.name, checker))
+                                          "" if index == 0 else split.name, checker, args.scope))
                     for index, split in enumerate(splits)]
-            repo_scores = None if args.no_loro else loro.by_repository(runs, mirror_root, plan, args.checker_repo)
+            repo_scores = None if args.no_loro else loro.by_repository(runs, mirror_root, plan, args.checker_repo,
+                                                                       args.scope)
             head_runs = head.run_head(mirror_root, head.SERVERS, checker) if args.head else None
             timing = speed.floor_section(mirror_root, checker) if args.head and args.write and not args.no_speed else None
             rules = checker.rules() if checker else None

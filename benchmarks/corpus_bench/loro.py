@@ -157,9 +157,10 @@ def _of_repo(results: Results, tool: str, repo: str) -> tuple[list[BugScore], li
 
 
 def by_repository(runs: list[tuple[Split, Results]], mirror_root: Path, plan: dict[str, Studied],
-                  project: Path = checker_at.PROJECT) -> list[RepoScores]:
+                  project: Path = checker_at.PROJECT, scope: str = "package") -> list[RepoScores]:
     """Today's figures of every repository of `runs`, and for each one `plan` names, its
-    before-studied figures: one run of each named commit's checker over its repositories' cases."""
+    before-studied figures: one run of each named commit's checker over its repositories' cases, given
+    what today's runs were given (`scope`, run.SCOPES)."""
     scores = []
     for split, results in runs:
         for repo in sorted({c.repo for c in split.cases}, key=str.lower):
@@ -173,7 +174,7 @@ def by_repository(runs: list[tuple[Split, Results]], mirror_root: Path, plan: di
             mine = [s for s in scores if s.studied and s.studied.commit == commit]
             repos = {s.repo for s in mine}
             cases = [c for split, _ in runs for c in split.cases if c.repo in repos]
-            before = run_cases(cases, mirror_root, ("invariants",), None, "before studied", tree)
+            before = run_cases(cases, mirror_root, ("invariants",), None, "before studied", tree, scope)
             rules = tuple(tree.rules())
             for s in mine:
                 s.before, s.checker, s.rules = summarise(*_of_repo(before, "invariants", s.repo)), tree, rules

@@ -50,23 +50,33 @@ def sides(case: Case) -> dict[str, str]:
     return {"clean": case.commit}
 
 
+# What the checker is given for a case: the tree laid out around the file under test (its folder and its package,
+# mirrors.materialise), as a maintainer runs `invariants check pkg/`, or the file alone. Only the findings in the
+# file are scored either way; the baselines, per-file tools, always get the file.
+SCOPES = ("package", "file")
+
+
 def run_cases(cases: list[Case], mirror_root: Path, tool_names: tuple[str, ...], venv: Path | None,
-              split: str = "", checker: CheckerTree | None = None) -> Results:
-    """Every case scored by each tool; the checker is this checkout's, or `checker`'s commit's."""
+              split: str = "", checker: CheckerTree | None = None, scope: str = "package") -> Results:
+    """Every case scored by each tool; the checker is this checkout's, or `checker`'s commit's, run on each
+    case's file or on its laid-out package (`scope`)."""
     repos = open_mirrors(mirror_root, {c.repo for c in cases})
     results = Results(tool_names, split, checker=checker)
     with tempfile.TemporaryDirectory(prefix="invariants-corpus-") as tmp:
         root = Path(tmp).resolve()
         placed: dict[tuple[str, str], Path] = {}
+        trees: list[Path] = []
         for index, case in enumerate(cases):
             for side, commit in sides(case).items():
                 tree = root / f"{index:02d}-{side}"
                 placed[case.id, side] = repos[case.repo].materialise(commit, case.path, tree).resolve()
+                trees.append(tree.resolve())
         for tool in tool_names:
-            found = tools.run(tool, list(placed.values()), root, venv, checker)
+            given = trees if tool == "invariants" and scope == "package" else list(placed.values())
+            found = tools.run(tool, given, root, venv, checker)
             results.findings[tool] = {}
             for (case_id, side), path in placed.items():
-                results.findings[tool].setdefault(case_id, {})[side] = found[path]
+                results.findings[tool].setdefault(case_id, {})[side] = found.get(path, [])
             _score(results, tool, cases)
     for case in cases:
         for side, commit in sides(case).items():

@@ -551,3 +551,31 @@ def test_checker_at_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str
     assert "declares no `invariants = \"module:function\"` script" in capsys.readouterr().err
     assert corpus.main([*args, "--before-studied", "acme/server"]) == 2
     assert "--before-studied takes OWNER/NAME=COMMIT" in capsys.readouterr().err
+
+
+def test_the_checker_is_given_the_package_so_its_model_follows_calls_into_other_modules(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The route's MLX is in another module: seen with the package laid out (the default), not in the file alone."""
+    work, root = tmp_path / "work", tmp_path / "mirrors"
+    files = {"app/__init__.py": "",
+             "app/engine.py": "from mlx_lm import generate\n\n\ndef run(model, tokenizer, prompt):\n"
+                              "    return generate(model, tokenizer, prompt)\n",
+             "app/server.py": "from .engine import run\n\n\nasync def complete(model, tokenizer, prompt):\n"
+                              "    return run(model, tokenizer, prompt)\n"}
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git("init", "-q", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "route", cwd=work)
+    commit = git("rev-parse", "HEAD", cwd=work)
+    root.mkdir()
+    git("clone", "-q", "--mirror", str(work), str(root / "acme+cross"), cwd=root)
+    case = {"kind": "bug", "id": "X1", "repo": "acme/cross", "class": "A", "detectability": "P",
+            "buggy_commit": commit, "path": "app/server.py", "spans": [[5, 5]], "fix_commit": commit, "fix_span": None}
+    (tmp_path / "cases.json").write_text(json.dumps([case]))
+    common = ["--cases", str(tmp_path / "cases.json"), "--mirrors", str(root), "--no-baselines", "--no-loro"]
+    assert corpus.main(common) == 0
+    assert "corpus: detected S 0/0, P 1/1" in capsys.readouterr().out
+    assert corpus.main([*common, "--scope", "file"]) == 0
+    assert "corpus: detected S 0/0, P 0/1" in capsys.readouterr().out

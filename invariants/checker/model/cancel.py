@@ -93,8 +93,11 @@ class Cancellers:
             index = self._index(module)
             if index is None:
                 return None
-            calls = index.calls.get(leaf, {})
-            for line, count in index.mentions.get(leaf, {}).items():
+            mentions = index.mentions.get(leaf, {})
+            if mentions and index.calls is None:
+                return None  # named in a module the model could not read (a syntax of a newer Python)
+            calls = index.calls.get(leaf, {}) if index.calls is not None else {}
+            for line, count in mentions.items():
                 here = calls.get(line, [])
                 if len(here) < count:
                     return None
@@ -108,11 +111,12 @@ class Cancellers:
 
     def _index(self, module: str) -> _Index | None:
         """`module`'s mentions, calls and def spans, read once: asked per finding, a scan of the text per
-        name made a module of 12 000 handlers, each with a finding, quadratic (minutes)."""
+        name made a module of 12 000 handlers, each with a finding, quadratic (minutes). None when its text
+        cannot be read; a module with no summary has its mentions but no calls."""
         if module not in self._indexes:
             text, summary = self.text(module), self.package.summary(module)
-            self._indexes[module] = _Index(text, summary.functions) if text is not None and summary is not None \
-                else None
+            self._indexes[module] = _Index(text, summary.functions if summary is not None else None) \
+                if text is not None else None
         return self._indexes[module]
 
     def _related(self, one: Key, other: Key) -> bool:
@@ -129,9 +133,10 @@ _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 class _Index:
     """One module's whole-word mentions by name (line -> count, `def`/`class` lines left out), the calls
-    its functions make by the callee's last name (line -> calls), and its functions' spans."""
+    its functions make by the callee's last name (line -> calls; None without a summary), and its
+    functions' spans."""
 
-    def __init__(self, text: str, functions: dict[str, Function]) -> None:
+    def __init__(self, text: str, functions: dict[str, Function] | None) -> None:
         self.mentions: dict[str, dict[int, int]] = {}
         line, last = 1, 0
         for match in _WORD.finditer(text):
@@ -141,7 +146,8 @@ class _Index:
             if not _DEFINES.search(text, max(0, start - 12), start):
                 lines = self.mentions.setdefault(match.group(), {})
                 lines[line] = lines.get(line, 0) + 1
-        self.calls: dict[str, dict[int, list[tuple[str, Call]]]] = {}
+        self.calls: dict[str, dict[int, list[tuple[str, Call]]]] | None = None if functions is None else {}
+        functions = functions or {}
         for name, fn in functions.items():
             for call in fn.calls:
                 leaf = call.text.replace("()", "").rpartition(".")[2]

@@ -15,14 +15,24 @@ cancellable: a call handed on (`create_task(f())`, `wait_for(f(), ...)`, `gather
 generator on the way, a coroutine nothing in the package awaits (code outside calls it), or any
 mention of its name the model cannot account for. The last is a wide net, as in
 unreferenced.py: every whole-word occurrence of the name in the package's files, other than its
-`def` line, must be on a line where a call of that name resolves, either to the coroutine itself
-or to an unrelated function of the same name (a method of a class outside its class's family);
-a callback registration, a `getattr`, a comment or a call the model cannot resolve is unknown.
+`def` line and a `from ... import` of it under its own name (an alias would hide its calls), must
+be on a line where a call of that name resolves, either to the coroutine itself or to an unrelated
+function of the same name (a method of a class outside its class's family); a callback
+registration, a `getattr`, a comment or a call the model cannot resolve is unknown.
+
+`Cancellers.at_startup(module, line)` asks the same chains the other way: `line` runs before the
+server serves anyone, in start-up code (checker/startup.py) or in a coroutine every chain of
+awaiters of which ends in start-up code, each link a plain `await f(...)` (a deadline on the way
+changes nothing: it is still start-up). A task, a `gather`, a coroutine awaited from a route
+too, or a mention unaccounted for keeps it serving time. Issue 23's blind review graded the
+handoffs of `preload_models`, awaited only by a coroutine before its `uvicorn.Server.serve()`,
+arguable (flowtailor-de/live-translation src/main.py@472081f:165-178).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections.abc import Callable
 
@@ -42,6 +52,7 @@ class Cancellers:
         self.package = package
         self.text = text  # a module's text, None when it cannot be read
         self._known: dict[Key, bool] = {}
+        self._started: dict[Key, bool] = {}
         self._indexes: dict[str, _Index | None] = {}
 
     def shutdown_only(self, module: str, line: int) -> bool:
@@ -75,6 +86,31 @@ class Cancellers:
         self._known[key] = found
         return found
 
+    def at_startup(self, module: str, line: int) -> bool:
+        """`line` of `module` runs before the server serves anyone: in start-up code, or in a coroutine that
+        only start-up code awaits (through plain awaits only)."""
+        index = self._index(module)
+        name = index.innermost(line) if index is not None else None
+        fn = self.package.summary(module).functions[name] if name is not None else None  # type: ignore[union-attr]
+        if fn is None or not fn.is_async:
+            return False
+        return fn.before_serving(line) or self._startup_only((module, name), frozenset())  # type: ignore[arg-type]
+
+    def _startup_only(self, key: Key, visiting: frozenset[Key]) -> bool:
+        found = self._started.get(key)
+        if found is not None:
+            return found
+        fn = self.package.function(key)
+        if fn is None or not fn.is_async or fn.is_generator or fn.own_loop or key in visiting:
+            return False  # a cycle proves nothing, and is not remembered
+        sites = self._awaits_of(key)
+        found = bool(sites) and all(
+            call.use == AWAITED and (caller_fn := self.package.function(caller)) is not None
+            and (caller_fn.before_serving(call.place.line) or self._startup_only(caller, visiting | {key}))
+            for caller, call in sites or ())
+        self._started[key] = found
+        return found
+
     def _plain_route(self, key: Key, fn: Function) -> bool:
         """A route handler that answers with one response, in a module importing no framework that cancels
         handlers on disconnect."""
@@ -93,13 +129,15 @@ class Cancellers:
             index = self._index(module)
             if index is None:
                 return None
-            mentions = index.mentions.get(leaf, {})
-            if mentions and index.calls is None:
+            mentions = index.mentions.get(leaf)
+            if not mentions:
+                continue  # its summary is not needed
+            if index.calls is None:
                 return None  # named in a module the model could not read (a syntax of a newer Python)
-            calls = index.calls.get(leaf, {}) if index.calls is not None else {}
+            calls = index.calls.get(leaf, {})
             for line, count in mentions.items():
                 here = calls.get(line, [])
-                if len(here) < count:
+                if len(here) < count - (line in index.imported.get(leaf, ())):
                     return None
                 for name, call in here:
                     target, _ = self.package.callee(module, call.target)
@@ -114,9 +152,8 @@ class Cancellers:
         name made a module of 12 000 handlers, each with a finding, quadratic (minutes). None when its text
         cannot be read; a module with no summary has its mentions but no calls."""
         if module not in self._indexes:
-            text, summary = self.text(module), self.package.summary(module)
-            self._indexes[module] = _Index(text, summary.functions if summary is not None else None) \
-                if text is not None else None
+            text = self.text(module)
+            self._indexes[module] = _Index(text, functools.partial(_functions, self.package, module)) if text is not None else None
         return self._indexes[module]
 
     def _related(self, one: Key, other: Key) -> bool:
@@ -128,16 +165,36 @@ class Cancellers:
             (one[0], first) in set(self.package.mro(other[0], second))
 
 
+def _functions(package: Package, module: str) -> dict[str, Function] | None:
+    """`module`'s functions, from its summary (a partial of this, not a closure over the Cancellers: the
+    package-wide steps must leave no cycle, test_collector)."""
+    summary = package.summary(module)
+    return summary.functions if summary is not None else None
+
+
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+# `from x import a, b as c` and its parenthesized form over several lines: the names it imports.
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)", re.M)
+_IMPORTED = re.compile(r"([A-Za-z_]\w*)(?:[ \t]+as[ \t]+\w+)?")
 
 
 class _Index:
     """One module's whole-word mentions by name (line -> count, `def`/`class` lines left out), the calls
-    its functions make by the callee's last name (line -> calls; None without a summary), and its
-    functions' spans."""
+    its functions make by the callee's last name (line -> calls; None without a summary), its functions'
+    spans (both from the summary, read only when asked: a module that never names the coroutine is not
+    summarized for it), and the lines that import a name under its own name (`from .stt import preload`): a
+    mention there binds the name, and its calls are counted where they are."""
 
-    def __init__(self, text: str, functions: dict[str, Function] | None) -> None:
+    def __init__(self, text: str, functions: Callable[[], dict[str, Function] | None]) -> None:
         self.mentions: dict[str, dict[int, int]] = {}
+        self.imported: dict[str, set[int]] = {}
+        for statement in _FROM_IMPORT.finditer(text):
+            first = text.count("\n", 0, statement.start(1)) + 1
+            names = re.sub(r"#[^\n]*", lambda comment: " " * len(comment.group()), statement.group(1))
+            for name in _IMPORTED.finditer(names):
+                if name.group(0) == name.group(1):  # not `name as alias`
+                    line = first + names.count("\n", 0, name.start())
+                    self.imported.setdefault(name.group(1), set()).add(line)
         line, last = 1, 0
         for match in _WORD.finditer(text):
             start = match.start()
@@ -146,14 +203,27 @@ class _Index:
             if not _DEFINES.search(text, max(0, start - 12), start):
                 lines = self.mentions.setdefault(match.group(), {})
                 lines[line] = lines.get(line, 0) + 1
-        self.calls: dict[str, dict[int, list[tuple[str, Call]]]] | None = None if functions is None else {}
-        functions = functions or {}
+        self._functions = functions
+
+    @functools.cached_property
+    def calls(self) -> dict[str, dict[int, list[tuple[str, Call]]]] | None:
+        functions = self._functions()
+        if functions is None:
+            return None
+        calls: dict[str, dict[int, list[tuple[str, Call]]]] = {}
         for name, fn in functions.items():
             for call in fn.calls:
                 leaf = call.text.replace("()", "").rpartition(".")[2]
-                self.calls.setdefault(leaf, {}).setdefault(call.place.line, []).append((name, call))
-        self._spans = sorted((fn.line, fn.end, name) for name, fn in functions.items())
-        self._starts = [span[0] for span in self._spans]
+                calls.setdefault(leaf, {}).setdefault(call.place.line, []).append((name, call))
+        return calls
+
+    @functools.cached_property
+    def _spans(self) -> list[tuple[int, int, str]]:
+        return sorted((fn.line, fn.end, name) for name, fn in (self._functions() or {}).items())
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [span[0] for span in self._spans]
 
     def innermost(self, line: int) -> str | None:
         """The function whose body holds `line` and starts last (the innermost of nested ones)."""

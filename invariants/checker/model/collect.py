@@ -24,7 +24,7 @@ from mlx_invariants.checker.model.summary import (
     AWAITED, BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
-from mlx_invariants.checker.startup import LIFESPAN, STARTUP, startup_kind
+from mlx_invariants.checker.startup import LIFESPAN, SERVES, STARTUP, startup_kind
 
 _LINES = re.compile(r"\r\n|\r|\n")
 # A def declared to run on the MLX owner thread, by a comment on its `def` line (docs/checker.md "Declared roles").
@@ -283,10 +283,23 @@ class _Resolver:
         is_async = isinstance(node, ast.AsyncFunctionDef)
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
-                        fallbacks, is_async and _loops(node), _startup(node) if is_async else None, tuple(blocked),
+                        fallbacks, is_async and _loops(node), _startup(node, self._serves(fn)) if is_async else None, tuple(blocked),
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
                         deadline, self._returns(fn), _is_property(node))
+
+    def _serves(self, fn: Def) -> int | None:
+        """The first line of the first statement of `fn`'s own body that calls its server's serve call
+        (startup.SERVES: `server.serve()` on a `uvicorn.Server` named here or kept on `self`), else None."""
+        lines = []
+        for call, _use, _site, stmt in fn.calls:
+            func = call.func
+            ref = self.ref(func, fn)
+            if ref not in SERVES and isinstance(func, ast.Attribute):
+                ref = f"{self._deref(self.ref(func.value, fn))}.{func.attr}"
+            if ref in SERVES:
+                lines.append(stmt.lineno if stmt is not None else call.lineno)
+        return min(lines, default=None)
 
     def _returns(self, fn: Def) -> str | None:
         """An instance of the class the def's return annotation names, looked up where the def is (a getter
@@ -607,9 +620,10 @@ def _fallbacks(node: ast.AST, params: set[str], handoffs: list[int]) -> tuple[tu
     return tuple(found)
 
 
-def _startup(node: ast.AsyncFunctionDef) -> tuple[int, int] | None:
+def _startup(node: ast.AsyncFunctionDef, serves: int | None) -> tuple[int, int] | None:
     """The lines a start-up coroutine (checker/startup.py) runs before serving: a lifespan's up to its first
-    `yield`, a start-up hook's whole body."""
+    `yield`, a start-up hook's whole body, and a coroutine's up to the statement on line `serves` that starts
+    its server (above the outermost loop around it: a restart loop's top runs again after serving)."""
     decorators = []
     for decorator in node.decorator_list:
         first = decorator.args[0] if isinstance(decorator, ast.Call) and decorator.args else None
@@ -620,7 +634,12 @@ def _startup(node: ast.AsyncFunctionDef) -> tuple[int, int] | None:
     if kind == STARTUP:
         return node.lineno, end
     if kind != LIFESPAN:
-        return None
+        if serves is None:
+            return None
+        loops = [n.lineno for n in _own_nodes(node) if isinstance(n, ast.For | ast.AsyncFor | ast.While)
+                 and n.lineno <= serves <= (n.end_lineno or n.lineno)]
+        last = min([serves, *loops]) - 1
+        return (node.lineno, last) if last > node.lineno else None
     yields = [n.lineno for n in _own_nodes(node) if isinstance(n, ast.Yield | ast.YieldFrom)]
     return (node.lineno, min(yields) - 1) if yields else None
 

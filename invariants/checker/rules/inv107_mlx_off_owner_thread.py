@@ -100,8 +100,13 @@ class MlxOffOwnerThread(Rule):
         "when it is an mlx-lm stream. In a project on MLX 0.31.2 or later (and a new enough generation library) nothing is reported, "
         "so a lazy array or an `mx.new_stream` stream handed to the pool, which raises there, is left to "
         "the fuzzer (`mlx-no-stream`). Through the package model, a handoff at start-up (a lifespan before its "
-        "`yield`, a start-up hook) and one whose MLX all runs under the package's MLX lock (declared, or "
-        "inferred) are not reported: neither can put two threads in Metal at once. The per-file rule knows a "
+        "`yield`, a start-up hook, a coroutine before the statement that calls its uvicorn or hypercorn serve, and "
+        "a coroutine only those await, through plain awaits) and one whose MLX all runs under the package's MLX lock (declared, or "
+        "inferred) are not reported: start-up meets no request's MLX in Metal, and the lock lets one thread in at a "
+        "time; start-up that runs two handoffs at once (a `gather` of two loads) is not reported either. Start-up is "
+        "taken as the code before serving, not the work it starts: a pool handoff there that is not awaited (a `submit` left running, a "
+        "`create_task` of one) runs on while the server serves and is still not reported; a server started another way "
+        "(`uvicorn.run` in a thread, a serve method of the project's own) makes no start-up span. The per-file rule knows a "
         "shared lock only as one the file imports from a module of its project (a def of the file that takes "
         "it around all its MLX is not reported); a lock of the file's own that other modules import is not seen."
     )
@@ -224,8 +229,83 @@ class MlxOffOwnerThread(Rule):
             name = "app"
             dependencies = ["mlx>=0.31.2", "mlx-lm>=0.31.2"]  # mlx-lm's generation stream: thread-local in 0.31.3
         '''}),
+        # A warm-up awaited at start-up by a coroutine a route awaits too, and one handed over beside the serve
+        # call: both run while requests are served (the VALIDs below are start-up only).
+        Invalid('''
+            import asyncio
+
+            import mlx.core as mx
+            import uvicorn
+            from fastapi import FastAPI
+
+            app = FastAPI()
+
+            def warm_up(model):
+                mx.eval(model(mx.array([[1]])))
+
+            async def warm(model):
+                await asyncio.to_thread(warm_up, model)  # expect: INV107
+
+            @app.post("/reset")
+            async def reset(model):
+                await warm(model)
+
+            async def run_server(config, model):
+                await warm(model)
+                server = uvicorn.Server(config)
+                await asyncio.gather(asyncio.to_thread(warm_up, model), server.serve())  # expect: INV107
+        ''', files={"app/settings.py": "PORT = 8000\n"}),
     ]
     VALID = [
+        # Start-up (checker/startup.py), through the package model: everything a coroutine runs before it calls
+        # its server's serve, and a coroutine only that awaits, runs before anyone is served; no request's MLX
+        # can be in Metal beside it (issue 23: flowtailor-de/live-translation src/main.py@472081f:165-178,
+        # 232-300, graded arguable blind).
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+            import uvicorn
+
+            def warm_up(model):
+                mx.eval(model(mx.array([[1]])))
+
+            async def preload(model):
+                await asyncio.to_thread(warm_up, model)
+
+            async def run_server(config, model):
+                await preload(model)
+                await asyncio.to_thread(warm_up, model)
+                server = uvicorn.Server(config)
+                await server.serve()
+        ''', files={"app/settings.py": "PORT = 8000\n"}),
+        # A lifespan awaiting a preload of another module before its `yield`: the preload's handoff is start-up.
+        Valid('''
+            from contextlib import asynccontextmanager
+
+            from fastapi import FastAPI
+
+            from .stt import preload_stt
+
+            @asynccontextmanager
+            async def lifespan(app):
+                app.state.stt = await preload_stt("mlx-community/whisper-tiny")
+                yield
+
+            app = FastAPI(lifespan=lifespan)
+        ''', files={"app/stt.py": '''
+            import asyncio
+
+            import mlx.core as mx
+
+            def _load(path):
+                weights = mx.load(path)
+                mx.eval(weights)
+                return weights
+
+            async def preload_stt(path):
+                return await asyncio.to_thread(_load, path)
+        '''}),
         # A name holding `load_model` inside `download_model` moves a file, it loads nothing (set j, graded false).
         Valid('''
             import asyncio

@@ -65,6 +65,17 @@ def git(*args: str, cwd: Path) -> str:
                           cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def commit_files(work: Path, files: dict[str, str], message: str) -> str:
+    """A new repository at `work` holding `files`, committed once; its commit."""
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git("init", "-q", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", message, cwd=work)
+    return git("rev-parse", "HEAD", cwd=work)
+
+
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """(mirrors folder, buggy commit, fix commit) of `acme/server`, a bare mirror."""
@@ -262,13 +273,7 @@ def test_head_servers_judge_findings_by_each_servers_own_metadata(tmp_path: Path
              "svc/pkg/__init__.py": "", "svc/pkg/pool.py": OFF_POOL,
              "svc/pkg/generate.py": OFF_POOL.replace("mx.eval(mx.array(batch))", "list(stream_generate(batch))")
              .replace("import mlx.core as mx", "from mlx_lm import stream_generate")}
-    for path, text in files.items():
-        (work / path).parent.mkdir(parents=True, exist_ok=True)
-        (work / path).write_text(text)
-    git("init", "-q", cwd=work)
-    git("add", "-A", cwd=work)
-    git("commit", "-q", "-m", "server", cwd=work)
-    commit = git("rev-parse", "HEAD", cwd=work)
+    commit = commit_files(work, files, "server")
     git("clone", "-q", "--mirror", str(work), str(tmp_path / "mirrors" / "acme+meta"), cwd=tmp_path)
     (run,) = head.run_head(tmp_path / "mirrors", [head.Server("acme/meta", commit, ("svc/pkg",))])
     assert [(p, f.rule) for p, f in run.findings] == [("svc/pkg/generate.py", "INV107")]
@@ -562,13 +567,7 @@ def test_the_checker_is_given_the_package_so_its_model_follows_calls_into_other_
                               "    return generate(model, tokenizer, prompt)\n",
              "app/server.py": "from .engine import run\n\n\nasync def complete(model, tokenizer, prompt):\n"
                               "    return run(model, tokenizer, prompt)\n"}
-    for path, text in files.items():
-        (work / path).parent.mkdir(parents=True, exist_ok=True)
-        (work / path).write_text(text)
-    git("init", "-q", cwd=work)
-    git("add", "-A", cwd=work)
-    git("commit", "-q", "-m", "route", cwd=work)
-    commit = git("rev-parse", "HEAD", cwd=work)
+    commit = commit_files(work, files, "route")
     root.mkdir()
     git("clone", "-q", "--mirror", str(work), str(root / "acme+cross"), cwd=root)
     case = {"kind": "bug", "id": "X1", "repo": "acme/cross", "class": "A", "detectability": "P",

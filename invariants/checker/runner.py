@@ -71,16 +71,16 @@ def check_paths(
             info = None
         holds[file.path] = mlx_facts.analysis_facts(projects.of(file.path))
         # A result holds for one target and one set of version facts.
-        grammar = "@py" + versions.text(targets.of(file.path)) + "".join("@" + fact for fact in sorted(holds[file.path]))
+        variant = "@py" + versions.text(targets.of(file.path)) + "".join("@" + fact for fact in sorted(holds[file.path]))
         if cache is not None and info is not None:
             digest = cache.known_hash(file.path, info)
-            if digest is not None and digest.endswith(grammar) and cache.get(digest) is not None:
+            if digest is not None and digest.endswith(variant) and cache.get(digest) is not None:
                 reports[file.path] = cache.get(digest)
                 known[file.path] = (info, digest)
                 continue
         try:
             data = source.read(file.path, settings.max_file_bytes)
-            digest = content_hash(data) + grammar
+            digest = content_hash(data) + variant
             if cache is not None and cache.get(digest) is not None:
                 reports[file.path] = cache.get(digest)
                 cache.put(file.path, info or os.stat(file.path), digest, reports[file.path])

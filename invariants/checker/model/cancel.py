@@ -58,57 +58,43 @@ class Cancellers:
     def shutdown_only(self, module: str, line: int) -> bool:
         """The innermost coroutine of `module` around `line` is cancelled only by the server's shutdown,
         or `line` itself runs at start-up."""
+        return self._chains_end(module, line, self._known, shutdown=True)
+
+    def at_startup(self, module: str, line: int) -> bool:
+        """`line` of `module` runs before the server serves anyone: in start-up code, or in a coroutine that
+        only start-up code awaits (through plain awaits only)."""
+        return self._chains_end(module, line, self._started, shutdown=False)
+
+    def _chains_end(self, module: str, line: int, known: dict[Key, bool], shutdown: bool) -> bool:
+        """`line` runs at start-up, or every chain of plain awaits from the innermost coroutine around it ends
+        in start-up code (and, with `shutdown`, in plain routes too, none of its links under a deadline)."""
         index = self._index(module)
         name = index.innermost(line) if index is not None else None
         if name is None:
             return False
         fn = self.package.summary(module).functions[name]  # type: ignore[union-attr]
-        if not fn.is_async:
-            return False
-        return fn.before_serving(line) or self._shutdown_only((module, name), frozenset())
+        return fn.is_async and (fn.before_serving(line) or self._awaited_only((module, name), frozenset(), known,
+                                                                                shutdown))
 
-    def _shutdown_only(self, key: Key, visiting: frozenset[Key]) -> bool:
-        found = self._known.get(key)
+    def _awaited_only(self, key: Key, visiting: frozenset[Key], known: dict[Key, bool], shutdown: bool) -> bool:
+        found = known.get(key)
         if found is not None:
             return found
         fn = self.package.function(key)
-        if fn is None or not fn.is_async or fn.is_generator or fn.deadline or fn.own_loop or key in visiting:
-            return False  # a cycle proves nothing: kept cancellable, and not remembered as such
-        if self._plain_route(key, fn) or (fn.startup is not None and fn.startup == (fn.line, fn.end)):
+        if fn is None or not fn.is_async or fn.is_generator or fn.own_loop or key in visiting \
+                or (shutdown and fn.deadline):
+            return False  # a cycle proves nothing, and is not remembered
+        if shutdown and (self._plain_route(key, fn) or (fn.startup is not None and fn.startup == (fn.line, fn.end))):
             found = True
         else:
             sites = self._awaits_of(key)
             found = bool(sites) and all(
                 call.use == AWAITED and (caller_fn := self.package.function(caller)) is not None
-                and not caller_fn.deadline
-                and (caller_fn.before_serving(call.place.line) or self._shutdown_only(caller, visiting | {key}))
+                and not (shutdown and caller_fn.deadline)
+                and (caller_fn.before_serving(call.place.line)
+                     or self._awaited_only(caller, visiting | {key}, known, shutdown))
                 for caller, call in sites or ())
-        self._known[key] = found
-        return found
-
-    def at_startup(self, module: str, line: int) -> bool:
-        """`line` of `module` runs before the server serves anyone: in start-up code, or in a coroutine that
-        only start-up code awaits (through plain awaits only)."""
-        index = self._index(module)
-        name = index.innermost(line) if index is not None else None
-        fn = self.package.summary(module).functions[name] if name is not None else None  # type: ignore[union-attr]
-        if fn is None or not fn.is_async:
-            return False
-        return fn.before_serving(line) or self._startup_only((module, name), frozenset())  # type: ignore[arg-type]
-
-    def _startup_only(self, key: Key, visiting: frozenset[Key]) -> bool:
-        found = self._started.get(key)
-        if found is not None:
-            return found
-        fn = self.package.function(key)
-        if fn is None or not fn.is_async or fn.is_generator or fn.own_loop or key in visiting:
-            return False  # a cycle proves nothing, and is not remembered
-        sites = self._awaits_of(key)
-        found = bool(sites) and all(
-            call.use == AWAITED and (caller_fn := self.package.function(caller)) is not None
-            and (caller_fn.before_serving(call.place.line) or self._startup_only(caller, visiting | {key}))
-            for caller, call in sites or ())
-        self._started[key] = found
+        known[key] = found
         return found
 
     def _plain_route(self, key: Key, fn: Function) -> bool:

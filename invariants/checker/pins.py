@@ -324,6 +324,11 @@ def implied(pins: Pins) -> Pins:
     return Pins(floors, "; ".join(filter(None, [pins.source, *reasons])))
 
 
+def settled(pins: Pins, overrides: dict[str, str]) -> Pins:
+    """What a project runs on: its declared pins, the settings over them, and mlx as its libraries require."""
+    return implied(overridden(pins, overrides))
+
+
 def overridden(pins: Pins, overrides: dict[str, str]) -> Pins:
     """`[tool.invariants] mlx-version = "0.31.2"` (and mlx-lm-version, mlx-vlm-version) over what is declared."""
     if not overrides:
@@ -334,14 +339,19 @@ def overridden(pins: Pins, overrides: dict[str, str]) -> Pins:
 
 
 class Projects:
-    """The pins of each file's project, looked up once per folder, with the configured overrides."""
+    """The pins of each file's project, looked up once per folder, with the configured overrides (the runner
+    asks twice per file: for the facts the analysis reads, and for the findings' versions)."""
 
     def __init__(self, overrides: dict[str, str] | None = None) -> None:
         self.overrides = overrides or {}
         self._folders: dict[str, Pins] = {}
+        self._settled: dict[str, Pins] = {}
 
     def of(self, path: str) -> Pins:
-        return implied(overridden(self._folder(os.path.dirname(os.path.abspath(path))), self.overrides))
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in self._settled:
+            self._settled[folder] = settled(self._folder(folder), self.overrides)
+        return self._settled[folder]
 
     def _folder(self, folder: str) -> Pins:
         if folder in self._folders:

@@ -240,7 +240,7 @@ def check_source(text: str, settings: Settings, path: str = "<string>") -> list[
     """Findings of one snippet, as `invariants check` would report them (used by the tests and examples)."""
     from mlx_invariants.checker import analysis
 
-    project = pins.implied(pins.overridden(pins.Pins(), settings.mlx_versions))  # a snippet has only the settings
+    project = pins.settled(pins.Pins(), settings.mlx_versions)  # a snippet has only the settings
     report = analysis.in_deep_stack(analysis.analyze_text, text, analysis.rules_for(settings), settings.shared, None,
                                     None, mlx_facts.analysis_facts(project))
     file = SourceFile(path, path, path)

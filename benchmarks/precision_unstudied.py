@@ -476,7 +476,7 @@ THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AF
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md",
-        "j": "docs/precision-j.md"}
+        "j": "docs/precision-j.md", "k": "docs/precision-k.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

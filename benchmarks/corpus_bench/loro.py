@@ -107,6 +107,13 @@ _HELDOUT10 = Studied(
     "HEAD when their cases (benchmarks/corpus_bench/cases/heldout10.json) were mined, recorded before anyone here "
     "read these repositories; no rule changed in that work")
 
+# HEAD when heldout11.json's cases were mined, recorded before that work read these repositories or the rules'
+# code; no rule changed in that work.
+_HELDOUT11 = Studied(
+    "57e5c4bf7fb90f27eb6fc1d1c98feb6466342a5e",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout11.json) were mined, recorded before anyone here "
+    "read these repositories; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -135,6 +142,8 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "gdemerges/Benji": _HELDOUT9,
     "andychoi/ai-mlx-server": _HELDOUT10,
     "BuildItCode/MLX-Server": _HELDOUT10,
+    "asher/gmlx": _HELDOUT11,
+    "aperepel/claude-mlx-tts": _HELDOUT11,
 }
 
 

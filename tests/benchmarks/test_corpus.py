@@ -354,16 +354,13 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json, mined.json, omlx.json and heldout2.json to heldout10.json load and share no id; the mined and
+    """train.json, mined.json, omlx.json and heldout2.json to heldout11.json load and share no id; the mined and
     held-out cases come from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
-    (train, mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7,
-     heldout8, heldout9, heldout10) = case_file.load_splits(corpus.DEFAULT_CASES)
-    names = [s.name for s in (train, mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7,
-                              heldout8, heldout9, heldout10)]
-    assert names == ["train", "mined", "omlx", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6",
-                     "heldout7", "heldout8", "heldout9", "heldout10"]
+    splits = case_file.load_splits(corpus.DEFAULT_CASES)
+    train, mined, omlx = splits[:3]
+    assert [s.name for s in splits] == ["train", "mined", "omlx", *(f"heldout{n}" for n in range(2, 12))]
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
@@ -371,42 +368,28 @@ def test_shipped_case_files_are_well_formed() -> None:
     shared = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "omlx.json"
     if shared.is_file():  # the copy kept here is the shared corpus's file, unchanged
         assert json.loads(shared.read_text()) == json.loads(omlx.source.read_text())
-    # heldout2's repositories appear in no earlier split: they are held out only if nobody here studied them
-    assert {c.repo for c in heldout2.cases} == {"Blaizzy/mlx-audio", "GradientHQ/parallax"}
-    assert not {c.repo for c in heldout2.cases} & {c.repo for s in (train, mined, omlx) for c in s.cases}
-    assert {c.repo for c in heldout3.cases} == {"motsognirr/olmlx", "tumma72/mlx-manager"}
-    assert not {c.repo for c in heldout3.cases} & {c.repo for s in (train, mined, omlx, heldout2) for c in s.cases}
-    assert {c.repo for c in heldout4.cases} == {"xorbitsai/inference", "mudler/LocalAI"}
-    assert not {c.repo for c in heldout4.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3)
-                                                   for c in s.cases}
-    assert {c.repo for c in heldout5.cases} == {"huggingface/speech-to-speech", "jamiepine/voicebox"}
-    assert not {c.repo for c in heldout5.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4)
-                                                   for c in s.cases}
-    assert {c.repo for c in heldout6.cases} == {"homelab-00/TranscriptionSuite"}
-    assert not {c.repo for c in heldout6.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
-                                                                    heldout5) for c in s.cases}
-    assert {c.repo for c in heldout7.cases} == {"transformerlab/transformerlab-api"}
-    assert not {c.repo for c in heldout7.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
-                                                                    heldout5, heldout6) for c in s.cases}
-    assert {c.repo for c in heldout8.cases} == {"fblissjr/heylookitsanllm"}
-    assert not {c.repo for c in heldout8.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
-                                                                    heldout5, heldout6, heldout7) for c in s.cases}
-    assert {c.repo for c in heldout9.cases} == {"kashman001/local-model", "decdees/LOcha", "gdemerges/Benji"}
-    assert not {c.repo for c in heldout9.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
-                                                                    heldout5, heldout6, heldout7, heldout8)
-                                                   for c in s.cases}
-    assert {c.repo for c in heldout10.cases} == {"andychoi/ai-mlx-server", "BuildItCode/MLX-Server"}
-    assert not {c.repo for c in heldout10.cases} & {c.repo for s in (train, mined, omlx, heldout2, heldout3, heldout4,
-                                                                     heldout5, heldout6, heldout7, heldout8, heldout9)
-                                                    for c in s.cases}
-    for split in (train, mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8,
-                  heldout9, heldout10):
+    # Each held-out split's repositories appear in no earlier split: they are held out only if nobody here
+    # studied them.
+    held_out_repos = {
+        "heldout2": {"Blaizzy/mlx-audio", "GradientHQ/parallax"},
+        "heldout3": {"motsognirr/olmlx", "tumma72/mlx-manager"},
+        "heldout4": {"xorbitsai/inference", "mudler/LocalAI"},
+        "heldout5": {"huggingface/speech-to-speech", "jamiepine/voicebox"},
+        "heldout6": {"homelab-00/TranscriptionSuite"},
+        "heldout7": {"transformerlab/transformerlab-api"},
+        "heldout8": {"fblissjr/heylookitsanllm"},
+        "heldout9": {"kashman001/local-model", "decdees/LOcha", "gdemerges/Benji"},
+        "heldout10": {"andychoi/ai-mlx-server", "BuildItCode/MLX-Server"},
+        "heldout11": {"asher/gmlx", "aperepel/claude-mlx-tts"},
+    }
+    for i, split in enumerate(splits[3:], start=3):
+        assert {c.repo for c in split.cases} == held_out_repos[split.name]
+        assert not {c.repo for c in split.cases} & {c.repo for s in splits[:i] for c in s.cases}
+    for split in splits:
         for repo in {c.repo for c in split.cases}:
             studied = loro.BEFORE_STUDIED[repo]
             assert len(studied.commit) == 40 and studied.held_out == (split.name != "train")
-    raw = [item for split in (mined, omlx, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8,
-                              heldout9, heldout10)
-           for item in json.loads(split.source.read_text())]
+    raw = [item for split in splits[1:] for item in json.loads(split.source.read_text())]
     for item in raw:
         if item["kind"] != "bug":
             assert item["notes"] and len(item["commit"]) == 40

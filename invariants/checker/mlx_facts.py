@@ -8,7 +8,11 @@ as always; where a version is unknown it is reported with `unknown_note` appende
 says which versions it is about and how to pin one.
 
 To add a fact: a row here with the first release it holds in and the release or pull
-request that says so, then `requires=("its-id",)` on the findings it makes untrue. A fact
+request that says so, then `requires=("its-id",)` on the findings it makes untrue. A finding
+true only where a fact holds (a stream made on one thread fails on another only once streams
+are per thread) names it `"from:its-id"`: it is untrue where the project runs only releases
+before it (an exact pin, a lock file, the settings: `Pins.exact`), reported as always where
+every version it admits is past it, and with `unknown_note` otherwise. A fact
 about calls that first appeared in that very release names them in `calls` instead: a
 project that makes them runs a release where it holds, so no version is asked, and the
 rules count them as touching no MLX state (`mlx_api.HARMLESS_CORE`).
@@ -40,6 +44,9 @@ class Fact:
 
     def before(self) -> str:
         return " or ".join(f"{package} before {release_text(version)}" for package, version in self.since)
+
+    def after(self) -> str:
+        return " or ".join(f"{package} {release_text(version)} or later" for package, version in self.since)
 
 
 FACTS: tuple[Fact, ...] = (
@@ -107,12 +114,34 @@ def _verdict(fact: Fact, pins: Pins) -> Verdict:
     return Verdict.UNKNOWN if any(floor is None for floor, _ in floors) else Verdict.HOLDS
 
 
+FROM = "from:"  # a finding true only where the fact after it holds
+
+
+def _from_verdict(fact: Fact, pins: Pins) -> Verdict:
+    """HOLDS where the project runs only releases before `fact` (the finding is untrue there), FAILS where
+    every release it admits has it (the finding stands), else UNKNOWN."""
+    named = [(package, version) for package, version in fact.since if package in pins.floors]
+    floors = [(package, pins.floor(package), version) for package, version in named]
+    if floors and all(p in pins.exact and f is not None and f < v for p, f, v in floors):
+        return Verdict.HOLDS
+    if floors and all(f is not None and f >= v for _, f, v in floors):
+        return Verdict.FAILS
+    return Verdict.UNKNOWN
+
+
 def judge(requires: Iterable[str], pins: Pins) -> Verdict:
-    """Whether a finding that is untrue where all of `requires` hold is untrue for this project."""
-    verdicts = [_verdict(BY_ID[fact], pins) for fact in requires]
+    """Whether a finding that is untrue where all of `requires` hold (and where any `from:` fact of them
+    is known absent) is untrue for this project."""
+    requires = list(requires)
+    needed = [_from_verdict(BY_ID[fact[len(FROM):]], pins) for fact in requires if fact.startswith(FROM)]
+    if Verdict.HOLDS in needed:
+        return Verdict.HOLDS
+    verdicts = [_verdict(BY_ID[fact], pins) for fact in requires if not fact.startswith(FROM)]
+    if verdicts and Verdict.UNKNOWN not in verdicts and Verdict.FAILS not in verdicts:
+        return Verdict.HOLDS
     if Verdict.FAILS in verdicts:
         return Verdict.FAILS
-    return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.HOLDS
+    return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts + needed else Verdict.FAILS
 
 
 def analysis_facts(pins: Pins) -> frozenset[str]:
@@ -128,7 +157,15 @@ def rejected_keywords(holds: Iterable[str]) -> frozenset[str]:
 
 def unknown_note(requires: Iterable[str], pins: Pins) -> str:
     """What a finding of unknown truth appends to its message: the versions it is about, and how to pin."""
-    facts = [BY_ID[fact] for fact in requires]
+    requires = list(requires)
+    needed = [BY_ID[fact[len(FROM):]] for fact in requires if fact.startswith(FROM)
+              if _from_verdict(BY_ID[fact[len(FROM):]], pins) is Verdict.UNKNOWN]
+    facts = [BY_ID[fact] for fact in requires if not fact.startswith(FROM)]
+    if needed and not any(_verdict(fact, pins) is Verdict.UNKNOWN for fact in facts):
+        packages = list(dict.fromkeys(p for fact in needed for p, _ in fact.since))
+        keys = ", ".join(OVERRIDE_KEYS[package] for package in packages)
+        return (f" (true for {' and '.join(fact.after() for fact in needed)}, which this project admits; if it "
+                f"runs an older {', '.join(packages)}, set {keys} in [tool.invariants])")
     missing = list(dict.fromkeys(p for fact in facts if _verdict(fact, pins) is Verdict.UNKNOWN
                                  for p in _unpinned(fact, pins)))
     keys = ", ".join(OVERRIDE_KEYS[package] for package in missing)

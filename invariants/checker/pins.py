@@ -44,16 +44,22 @@ PACKAGES = ("mlx", "mlx-lm", "mlx-vlm")
 OVERRIDE_KEYS = {"mlx": "mlx-version", "mlx-lm": "mlx-lm-version", "mlx-vlm": "mlx-vlm-version"}
 
 _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*)", re.DOTALL)
-Line = tuple[str, "Release | None", bool]  # package, floor, conditional (it has an environment marker)
+# package, floor, conditional (it has an environment marker), exact (`==X`: the one release it admits)
+Line = tuple[str, "Release | None", bool, bool]
+_EXACT = re.compile(r"\s*===?\s*v?\d+(?:\.\d+)*\s*$")
 
 
 @dataclass(frozen=True)
 class Pins:
     """The lowest version of each MLX package the project admits: a package it does not name is
-    absent, one it names without a readable floor maps to None. `source` says where they came from."""
+    absent, one it names without a readable floor maps to None. `source` says where they came from.
+    `exact`: the packages whose floor is the only release the project runs (every line naming it is an
+    `==` pin, a lock file decided it, or the settings name it): a finding true only from a later release
+    is untrue there (mlx_facts.py, "from:")."""
 
     floors: dict[str, Release | None] = field(default_factory=dict)
     source: str = ""
+    exact: frozenset[str] = frozenset()
 
     def floor(self, package: str) -> Release | None:
         return self.floors.get(package)
@@ -70,21 +76,31 @@ def requirement(text: str) -> Line | None:
     specifier, _, marker = match.group(2).partition(";")
     specifier = specifier.strip()
     if specifier.startswith("@"):  # a URL or a commit: no version to read
-        return package, None, bool(marker.strip())
-    return package, release_floor(specifier.strip("() ")), bool(marker.strip())
+        return package, None, bool(marker.strip()), False
+    specifier = specifier.strip("() ")
+    return package, release_floor(specifier), bool(marker.strip()), _EXACT.match(specifier) is not None
 
 
 def admitted(sets: Iterable[list[Line]]) -> dict[str, Release | None]:
     """The lowest floor of each package over the requirement sets that name it (see the module doc)."""
     floors: dict[str, Release | None] = {}
     for lines in sets:
-        for package in dict.fromkeys(p for p, _, _ in lines):
-            floor = _set_floor([(f, c) for p, f, c in lines if p == package])
+        for package in dict.fromkeys(p for p, *_ in lines):
+            floor = _set_floor([(f, c) for p, f, c, _ in lines if p == package])
             if package not in floors:
                 floors[package] = floor
             elif floors[package] is not None:
                 floors[package] = None if floor is None else min(floors[package], floor)  # type: ignore[type-var]
     return floors
+
+
+def exact(sets: Iterable[list[Line]]) -> frozenset[str]:
+    """The packages every line naming them pins to one release (`mlx==0.31.1`)."""
+    named: dict[str, bool] = {}
+    for lines in sets:
+        for package, floor, _, pinned in lines:
+            named[package] = named.get(package, True) and pinned and floor is not None
+    return frozenset(p for p, pinned in named.items() if pinned)
 
 
 def _set_floor(lines: list[tuple[Release | None, bool]]) -> Release | None:
@@ -146,7 +162,7 @@ def _poetry(table: object) -> list[Line]:
             floor = None if any(f is None for f in floors) else min(floors)  # type: ignore[type-var]
             found = requirement(name)
             if found is not None:
-                lines.append((found[0], floor, conditional))
+                lines.append((found[0], floor, conditional, version.strip()[:1].isdigit() or version.startswith("==")))
     return lines
 
 
@@ -263,13 +279,15 @@ def read_folder(folder: str) -> Pins | None:
             sets += found
             sources.append(name)
     floors = admitted(sets)
+    pinned = exact(sets)
     for name in _LOCKS:
         locked = _locked(os.path.join(folder, name)) if name in names else {}
         filled = {p: v for p, v in locked.items() if floors.get(p) is None}
         if filled:
             floors.update(filled)
+            pinned |= set(filled)
             sources.append(name)
-    return Pins(floors, ", ".join(sources)) if floors else None
+    return Pins(floors, ", ".join(sources), frozenset(pinned)) if floors else None
 
 
 # Lock files that record the exact version a project runs with: `[[package]]` tables of name and version.
@@ -321,7 +339,7 @@ def implied(pins: Pins) -> Pins:
             reasons.append(reason)
     if not reasons:
         return pins
-    return Pins(floors, "; ".join(filter(None, [pins.source, *reasons])))
+    return Pins(floors, "; ".join(filter(None, [pins.source, *reasons])), pins.exact)
 
 
 def settled(pins: Pins, overrides: dict[str, str]) -> Pins:
@@ -335,7 +353,8 @@ def overridden(pins: Pins, overrides: dict[str, str]) -> Pins:
         return pins
     floors = {**pins.floors, **{p: release(v) for p, v in overrides.items()}}
     keys = ", ".join(OVERRIDE_KEYS[p] for p in overrides)
-    return Pins(floors, f"{keys} in [tool.invariants]" + (f"; {pins.source}" if pins.source else ""))
+    return Pins(floors, f"{keys} in [tool.invariants]" + (f"; {pins.source}" if pins.source else ""),
+                pins.exact | set(overrides))
 
 
 class Projects:

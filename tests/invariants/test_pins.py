@@ -34,16 +34,16 @@ async def complete(model, tokenizer, prompt):
 
 
 @pytest.mark.parametrize("text, line", [
-    ("mlx>=0.31.2", ("mlx", (0, 31, 2, 1), False)),
-    ("MLX_LM ~= 0.31.3", ("mlx-lm", (0, 31, 3, 1), False)),
-    ("mlx[cpu]>=0.31.2; sys_platform == 'linux'", ("mlx", (0, 31, 2, 1), True)),
-    ("mlx==0.30.0", ("mlx", (0, 30, 0, 1), False)),
-    ("mlx>=0.32.0rc1,<0.33", ("mlx", (0, 32, 0, 0), False)),
-    ("mlx (>=0.29)", ("mlx", (0, 29, 0, 1), False)),
-    ("mlx", ("mlx", None, False)),
-    ("mlx<0.32", ("mlx", None, False)),
-    ("mlx-lm @ git+https://github.com/ml-explore/mlx-lm@2ed2231", ("mlx-lm", None, False)),
-    ("mlx-vlm>=0.5.0", ("mlx-vlm", (0, 5, 0, 1), False)),
+    ("mlx>=0.31.2", ("mlx", (0, 31, 2, 1), False, False)),
+    ("MLX_LM ~= 0.31.3", ("mlx-lm", (0, 31, 3, 1), False, False)),
+    ("mlx[cpu]>=0.31.2; sys_platform == 'linux'", ("mlx", (0, 31, 2, 1), True, False)),
+    ("mlx==0.30.0", ("mlx", (0, 30, 0, 1), False, True)),
+    ("mlx>=0.32.0rc1,<0.33", ("mlx", (0, 32, 0, 0), False, False)),
+    ("mlx (>=0.29)", ("mlx", (0, 29, 0, 1), False, False)),
+    ("mlx", ("mlx", None, False, False)),
+    ("mlx<0.32", ("mlx", None, False, False)),
+    ("mlx-lm @ git+https://github.com/ml-explore/mlx-lm@2ed2231", ("mlx-lm", None, False, False)),
+    ("mlx-vlm>=0.5.0", ("mlx-vlm", (0, 5, 0, 1), False, False)),
     ("mlx-metal==0.32.0", None),
     ("numpy>=1.24", None),
 ])
@@ -54,13 +54,16 @@ def test_a_requirement_of_an_mlx_package(text: str, line: tuple | None) -> None:
 def test_the_lowest_floor_of_the_sets_that_name_a_package() -> None:
     new, old = (0, 31, 2, 1), (0, 29, 0, 1)
     # Lines installed together: all must hold, so the highest floor; a bare `mlx` adds nothing.
-    assert pins.admitted([[("mlx", None, False), ("mlx", new, False)]]) == {"mlx": new}
+    assert pins.admitted([[("mlx", None, False, False), ("mlx", new, False, False)]]) == {"mlx": new}
     # One conditional line per platform: the lowest; one without a version: unknown.
-    assert pins.admitted([[("mlx", new, True), ("mlx", old, True)]]) == {"mlx": old}
-    assert pins.admitted([[("mlx", new, True), ("mlx", None, True)]]) == {"mlx": None}
+    assert pins.admitted([[("mlx", new, True, False), ("mlx", old, True, False)]]) == {"mlx": old}
+    assert pins.admitted([[("mlx", new, True, False), ("mlx", None, True, False)]]) == {"mlx": None}
     # Sets installed apart (an extra and another, two requirements files): the lowest, unknown wins.
-    assert pins.admitted([[("mlx", new, False)], [("mlx", old, False)], []]) == {"mlx": old}
-    assert pins.admitted([[("mlx", new, False)], [("mlx", None, False)]]) == {"mlx": None}
+    assert pins.admitted([[("mlx", new, False, False)], [("mlx", old, False, False)], []]) == {"mlx": old}
+    assert pins.admitted([[("mlx", new, False, False)], [("mlx", None, False, False)]]) == {"mlx": None}
+    # Exact: every line naming it pins one release (`mlx==0.31.1`), in every set.
+    assert pins.exact([[("mlx", old, False, True)], [("mlx", old, False, True), ("mlx-lm", new, False, False)]]) == {"mlx"}
+    assert pins.exact([[("mlx", old, False, True)], [("mlx", new, False, False)]]) == frozenset()
 
 
 def test_every_kind_of_metadata_is_read(project: Project) -> None:
@@ -137,6 +140,26 @@ def test_a_fact_holds_only_where_every_version_it_names_is_known_and_new_enough(
                     "pins no version of mlx-lm: pin one in its metadata, or set mlx-lm-version in [tool.invariants])")
 
 
+
+def test_a_finding_true_only_from_a_release_on_goes_where_the_project_runs_only_older_ones() -> None:
+    """`from:` facts (a stream made on another thread, INV131): untrue only where the one release the project
+    runs is older; reported plainly where every admitted release has the fact, with a note where some may."""
+    after = ("from:thread-local-streams",)
+    new, old = (0, 31, 2, 1), (0, 30, 4, 1)
+    assert mlx_facts.judge(after, pins.Pins({"mlx": old}, exact=frozenset({"mlx"}))) is Verdict.HOLDS
+    assert mlx_facts.judge(after, pins.Pins({"mlx": new})) is Verdict.FAILS
+    assert mlx_facts.judge(after, pins.Pins({"mlx": old})) is Verdict.UNKNOWN  # `mlx>=0.30.4`: a fresh install is new
+    assert mlx_facts.judge(after, pins.Pins()) is Verdict.UNKNOWN
+    assert mlx_facts.unknown_note(after, pins.Pins({"mlx": old})) == (
+        " (true for mlx 0.31.2 or later, which this project admits; if it runs an older mlx, set mlx-version in "
+        "[tool.invariants])")
+    # With the library's own stream: untrue where its thread-local stream is known, or mlx is known old.
+    library = ("from:thread-local-streams", "thread-local-generation-stream")
+    assert mlx_facts.judge(library, pins.Pins({"mlx": new, "mlx-lm": (0, 31, 3, 1)})) is Verdict.HOLDS
+    assert mlx_facts.judge(library, pins.Pins({"mlx": old, "mlx-lm": (0, 30, 0, 1)},
+                                              exact=frozenset({"mlx"}))) is Verdict.HOLDS
+    assert mlx_facts.judge(library, pins.Pins({"mlx": new, "mlx-lm": (0, 30, 0, 1)})) is Verdict.FAILS
+
 def test_every_fact_names_its_versions_and_its_source() -> None:
     assert len({f.id for f in mlx_facts.FACTS}) == len(mlx_facts.FACTS)
     for fact in mlx_facts.FACTS:
@@ -207,6 +230,7 @@ def test_a_lock_file_decides_only_what_the_metadata_leaves_open(project: Project
     found = pins.read_folder(str(project.root))
     assert found is not None and found.floors == {"mlx": (0, 30, 4, 1), "mlx-lm": (0, 31, 3, 1)}
     assert found.source == "requirements.txt, uv.lock"
+    assert found.exact == {"mlx", "mlx-lm"}  # what the project's own environment runs
     old = project.run("check")
     assert old.rules() == ["INV107"] and "pins no version" not in old.out  # known, and too old: reported
     project.write("uv.lock", UV_LOCK.format(mlx="0.31.2"))

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Iterator
+from typing import Any
 
 from mlx_invariants.checker import mlx_api, mlx_facts, source
 from mlx_invariants.checker.cancellers import DEADLINES, ROUTE_DECORATORS
 from mlx_invariants.checker.globs import matcher, matches_name
-from mlx_invariants.checker.model import classify, waits
+from mlx_invariants.checker.model import classify, streams, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
+from mlx_invariants.checker.model.scan import own_nodes as _own_nodes
 from mlx_invariants.checker.model.summary import (
     AWAITED, BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     Call, Class, FileSummary, Function, Offload, Place, Touch,
@@ -76,6 +77,9 @@ class _Resolver:
     def summary(self, tree: ast.Module) -> FileSummary:
         self._module_body(tree.body)
         self._by_name = {fn.name: fn for fn in self.defs}
+        made = streams.made(self)
+        self._stream_names = streams.candidates(self, made)
+        self._library_streams = any("generation_stream" in line for line in self.lines)
         functions: dict[str, Function] = {}
         for fn in self.defs:
             functions[fn.name] = self._function(fn)
@@ -85,7 +89,8 @@ class _Resolver:
             ref = self.lookup(name, self.module)
             if ref is not None and not ref.startswith("$") and ref != f":{name}":
                 names[name] = ref
-        return FileSummary(self.imports_mlx, names, functions, classes, self.declared_locks)
+        return FileSummary(self.imports_mlx, names, functions, classes, self.declared_locks,
+                           {name: self._place(call, None) for name, call in made.items()})
 
     def _module_body(self, body: list[ast.stmt]) -> None:
         for stmt in body:
@@ -286,7 +291,18 @@ class _Resolver:
                         fallbacks, is_async and _loops(node), _startup(node, self._serves(fn)) if is_async else None, tuple(blocked),
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
-                        deadline, self._returns(fn), _is_property(node))
+                        deadline, self._returns(fn), _is_property(node), self._streams(fn))
+
+    def _streams(self, fn: Def) -> tuple[tuple[str, Place], ...]:
+        """The module-level streams `fn`'s own body reads, where first (model/streams.py)."""
+        if not self._stream_names and not self._library_streams:
+            return ()
+        first: dict[str, Place] = {}
+        for ref, node in streams.read(self, fn, self._stream_names, self._library_streams):
+            place = self._place(node, None)
+            if ref not in first or (place.line, place.col) < (first[ref].line, first[ref].col):
+                first[ref] = place
+        return tuple(first.items())
 
     def _serves(self, fn: Def) -> int | None:
         """The first line of the first statement of `fn`'s own body that calls its server's serve call
@@ -642,16 +658,6 @@ def _startup(node: ast.AsyncFunctionDef, serves: int | None) -> tuple[int, int] 
         return (node.lineno, last) if last > node.lineno else None
     yields = [n.lineno for n in _own_nodes(node) if isinstance(n, ast.Yield | ast.YieldFrom)]
     return (node.lineno, min(yields) - 1) if yields else None
-
-
-def _own_nodes(node: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a def's body, not those of the defs, lambdas and classes inside it."""
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        current = stack.pop()
-        yield current
-        if not isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            stack.extend(ast.iter_child_nodes(current))
 
 
 def _decorator_name(node: ast.AST) -> str:

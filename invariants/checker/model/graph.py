@@ -23,9 +23,10 @@ from typing import Any
 from mlx_invariants.checker.globs import matcher
 from mlx_invariants.checker.model import waits
 from mlx_invariants.checker.model.locks import identity, infer
+from mlx_invariants.checker.model.streams import LIBRARY_STREAMS
 from mlx_invariants.checker.model.summary import (
     BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call,
-    FileSummary, Function,
+    FileSummary, Function, Place,
 )
 from mlx_invariants.checker.worker_loops import on_worker_loops
 
@@ -47,6 +48,7 @@ PRIVATE_LOOP = "an event loop of its own"  # a thread worker's (`@work(thread=Tr
 OWNER_THREAD = "the owner thread"
 ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREAD: "a thread", OWNER: OWNER_THREAD,
                 ONE_THREAD: "an executor of one worker"}
+THREAD_ROLES = frozenset({*ROLE_OF_POOL.values(), PRIVATE_LOOP})  # not the thread that imported the modules
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
 
@@ -63,6 +65,18 @@ class Symbol:
     module: str
     name: str = ""
     via_class: bool = False  # a method reached through its class (`Engine.run`), not an instance
+
+
+@dataclass(frozen=True)
+class StreamUse:
+    """A function that reads a stream made at import (model/streams.py) and runs on other threads: where it
+    reads it first, and the stream's origin: `(module, name)` of the package, or the library's reference."""
+
+    user: Key
+    place: Place
+    made: tuple[str, str] | None
+    library: str | None
+    roles: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,7 @@ class Package:
         self.loaders: set[Key] = set()
         self._hands_off: dict[str, bool] = {}  # module -> it hands MLX to a thread somewhere
         self._callees: dict[tuple[str, str], tuple[Key | None, Symbol | None]] = {}
+        self._stream_uses: list[StreamUse] | None = None
 
     # --- modules and names -----------------------------------------------------------------
     def summary(self, module: str) -> FileSummary | None:
@@ -126,12 +141,8 @@ class Package:
             return self._local(module, ref[1:], depth)
         if ref.startswith("."):
             level = len(ref) - len(ref.lstrip("."))
-            base = module if self.modules.get(module) else module.rpartition(".")[0]
-            for _ in range(level - 1):
-                base = base.rpartition(".")[0]
-            if not base:
-                return None
-            return self._walk(Symbol("module", base), _parts(ref[level:]), module, depth)
+            package = self._package_of(module, level)
+            return self._walk(package, _parts(ref[level:]), module, depth) if package is not None else None
         parts = _parts(ref)
         head, called = parts[0]
         if head in self.modules and not called:
@@ -645,6 +656,57 @@ class Package:
                 break
             node, step = step.next, self.reach[level].get(step.next)
         return found
+
+    # --- streams made at import (INV131) -------------------------------------------------------
+    def stream_uses(self) -> list[StreamUse]:
+        """Every read of a stream made at import by a function the graph knows to run on another thread than
+        the importing one (a pool, an executor, a thread, an owner thread, a thread worker's own loop)."""
+        if self._stream_uses is None:
+            self._stream_uses = []
+            for key, fn in sorted(self.functions.items()):
+                roles = frozenset(self.roles.get(key, ())) & THREAD_ROLES
+                if not fn.streams or not roles or self.declared_owner(key):
+                    continue
+                for ref, place in fn.streams:
+                    made, library = self._stream_origin(key[0], ref, 0)
+                    if made is not None or library is not None:
+                        self._stream_uses.append(StreamUse(key, place, made, library, roles))
+        return self._stream_uses
+
+    def stream_modules(self) -> set[str]:
+        """The modules INV131 reports in: those that make a stream other threads read, and those whose
+        functions read a library's."""
+        return {use.made[0] if use.made else use.user[0] for use in self.stream_uses()}
+
+    def _stream_origin(self, module: str, ref: str, depth: int) -> tuple[tuple[str, str] | None, str | None]:
+        """Where the stream `ref` (seen from `module`) was made: `(module, name)` of the package, or the
+        library's reference; (None, None) when it is no stream made at import, or unknown."""
+        if ref in LIBRARY_STREAMS:
+            return None, ref
+        if depth > _DEPTH:
+            return None, None
+        owner, name = module, ref[1:]
+        if not ref.startswith(":"):
+            base, _, name = ref.rpartition(".")
+            found = self.resolve(module, base) if base.strip(".") else self._package_of(module, len(base))
+            if found is None or found.kind != "module":
+                return None, None
+            owner = found.module
+        summary = self.summary(owner)
+        if summary is None:
+            return None, None
+        if name in summary.streams:
+            return (owner, name), None
+        if name in summary.names and not ref.startswith(":"):  # imported there from elsewhere
+            return self._stream_origin(owner, summary.names[name], depth + 1)
+        return None, None
+
+    def _package_of(self, module: str, level: int) -> Symbol | None:
+        """The package `from {"." * level} import x` in `module` names."""
+        base = module if self.modules.get(module) else module.rpartition(".")[0]
+        for _ in range(level - 1):
+            base = base.rpartition(".")[0]
+        return Symbol("module", base) if base else None
 
     def display(self, key: Key) -> str:
         """`engine.Engine.generate_all`: the module's last part and the function's name in it."""

@@ -29,7 +29,7 @@ from mlx_invariants.checker.model.cancel import Cancellers
 from mlx_invariants.checker.model.graph import Package
 from mlx_invariants.checker.model.layout import Layout
 from mlx_invariants.checker.model.stored import Stored
-from mlx_invariants.checker.model.queries import QUERIES, ModelFinding
+from mlx_invariants.checker.model.queries import BEYOND_ENTRIES, QUERIES, ModelFinding
 from mlx_invariants.checker.model.summary import FileSummary
 
 if TYPE_CHECKING:
@@ -124,11 +124,13 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
         return {"add": {}, "withdraw": withdrawn}
     package.prepare(entries)
     rows: dict[str, list[Row]] = {}
-    for module in entries:
+    asked = {rule: set(entries) | (BEYOND_ENTRIES[rule](package) if rule in BEYOND_ENTRIES else set())
+             for rule in rules if rule in QUERIES}
+    for module in sorted(set().union(*asked.values()) & set(modules)):
         path = modules[module]
         report = reports[path]
         taken = {(r[0], r[1], r[2]) for r in report["findings"]}
-        for rule in (r for r in rules if r in QUERIES):
+        for rule in (r for r in rules if r in QUERIES and module in asked[r]):
             for finding in QUERIES[rule](package, module):
                 spot = (finding.rule, finding.place.line, finding.place.col)
                 if spot in taken:

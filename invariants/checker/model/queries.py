@@ -358,9 +358,55 @@ def _described(call: Call, node: tuple[Key, str], path: str) -> tuple[str, Place
     return f"`{call.text}()` ({path})", call.place
 
 
+STREAM_MESSAGE = (
+    "`{name}` is a stream made with `mx.new_stream` when {module} is imported, so it belongs to the importing "
+    "thread; {users}: from MLX 0.31.2 a stream exists only on the thread that made it, and there it raises \"There "
+    "is no Stream(gpu, N) in current thread\"; make it with `mx.new_thread_local_stream` (every thread gets its "
+    "own), or make it on the thread that uses it"
+)
+LIBRARY_STREAM_MESSAGE = (
+    "`{name}` is {library}'s generation stream, made with `mx.new_stream` when {module} is first imported (before "
+    "{library} {release}); `{user}` reads it on {roles}: from MLX 0.31.2 a stream exists only on the thread that "
+    "made it, and there it raises \"There is no Stream(gpu, N) in current thread\"; use {library} {release} or "
+    "later (a thread-local stream), or a stream made on this thread"
+)
+_LIBRARIES = {"mlx_lm": ("mlx-lm", "0.31.3"), "mlx_vlm": ("mlx-vlm", "0.5.0")}
+
+
+def stream_off_its_thread(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV131: a stream made at import (`STREAM = mx.new_stream(...)` at module level), read by a function
+    the package runs on another thread: reported once, where it is made, naming the readers; and a
+    generation library's own `generation_stream` read on another thread, where it is read."""
+    summary = package.summary(module)
+    if summary is None:
+        return
+    readers: dict[str, list[str]] = {}
+    for use in package.stream_uses():
+        if use.made is not None and use.made[0] == module:
+            roles = " and ".join(sorted(use.roles))
+            readers.setdefault(use.made[1], []).append(
+                f"`{package.display(use.user)}` reads it on {roles} (line {use.place.line})"
+                if use.user[0] == module else f"`{package.display(use.user)}` reads it on {roles}")
+        elif use.library is not None and use.user[0] == module:
+            root, _, name = use.library.partition(".")
+            library, release = _LIBRARIES[root]
+            yield ModelFinding("INV131", use.place, LIBRARY_STREAM_MESSAGE.format(
+                name=use.library.rpartition(".")[2], library=library, release=release,
+                module=use.library.rpartition(".")[0], user=package.display(use.user),
+                roles=" and ".join(sorted(use.roles))), ("from:thread-local-streams", "thread-local-generation-stream"))
+    for name, users in readers.items():
+        shown = "; ".join(users[:3]) + (f"; and {len(users) - 3} more" if len(users) > 3 else "")
+        yield ModelFinding("INV131", summary.streams[name], STREAM_MESSAGE.format(
+            name=name, module=module, users=shown), ("from:thread-local-streams",))
+
+
 QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV107": mlx_handed_to_default_pool,
     "INV108": blocking_mlx_on_loop,
     "INV125": mlx_outside_mlx_lock,
     "INV130": blocking_wait_on_loop,
+    "INV131": stream_off_its_thread,
 }
+# Queries asked of modules besides the entry modules (phase.py): INV131 reports where a stream is made,
+# which may be a module with no async def and no handoff of its own.
+BEYOND_ENTRIES: dict[str, Callable[[Package], set[str]]] = {"INV131": Package.stream_modules}

@@ -9,6 +9,7 @@ Nothing is resolved here: names are looked up once every def of the file is know
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,3 +262,13 @@ def dotted(expr: ast.AST | None) -> str | None:
         return None
     parts.append(expr.id)
     return ".".join(reversed(parts))
+
+
+def own_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a def's body, not those of the defs, lambdas and classes inside it."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        current = stack.pop()
+        yield current
+        if not isinstance(current, SCOPES):
+            stack.extend(ast.iter_child_nodes(current))

@@ -162,6 +162,9 @@ class Function:
     deadline: bool = False  # its own body calls a deadline (`asyncio.timeout`, `wait_for`, ...: cancellers.py)
     returns: str | None = None  # an instance of the class its return annotation names (`-> Engine`: `:Engine()`)
     prop: bool = False  # a property (`@property`, `@cached_property`): reading the attribute gives what it returns
+    # Module-level streams its own body reads, first use each: `:NAME` (this file's), an import's reference
+    # (`.engine.STREAM`, `mlx_lm.generate.generation_stream`); the package says where each was made (INV131).
+    streams: tuple[tuple[str, Place], ...] = ()
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -198,6 +201,8 @@ class Function:
             out["waits"] = [t.to_json() for t in self.waits]
         if self.returns:
             out["returns"] = self.returns
+        if self.streams:
+            out["streams"] = [[ref, place.to_json()] for ref, place in self.streams]
         return out
 
     @classmethod
@@ -213,6 +218,7 @@ class Function:
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
             tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
             "r" in flags, "d" in flags, data.get("returns"), "p" in flags,
+            tuple((ref, Place.from_json(place)) for ref, place in data.get("streams", ())),
         )
 
 
@@ -235,15 +241,17 @@ class Class:
 
 @dataclass(frozen=True)
 class FileSummary:
-    """One file: what its module-level names hold, its functions and classes (by local name), and
-    the locks it declares to guard MLX (`self._generation_lock = asyncio.Lock()  # invariants:
-    mlx-lock` gives `self._generation_lock`)."""
+    """One file: what its module-level names hold, its functions and classes (by local name), the
+    locks it declares to guard MLX (`self._generation_lock = asyncio.Lock()  # invariants:
+    mlx-lock` gives `self._generation_lock`), and the streams it makes at import (`STREAM =
+    mx.new_stream(...)` at module level: where)."""
 
     imports_mlx: bool = False
     names: dict[str, str] = field(default_factory=dict)
     functions: dict[str, Function] = field(default_factory=dict)
     classes: dict[str, Class] = field(default_factory=dict)
     mlx_locks: tuple[str, ...] = ()
+    streams: dict[str, Place] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -252,6 +260,7 @@ class FileSummary:
             "functions": {k: f.to_json() for k, f in self.functions.items()},
             "classes": {k: c.to_json() for k, c in self.classes.items()},
             **({"mlx_locks": list(self.mlx_locks)} if self.mlx_locks else {}),
+            **({"streams": {k: p.to_json() for k, p in self.streams.items()}} if self.streams else {}),
         }
 
     @classmethod
@@ -261,4 +270,5 @@ class FileSummary:
             {k: Function.from_json(k, f) for k, f in data["functions"].items()},
             {k: Class.from_json(k, c) for k, c in data["classes"].items()},
             tuple(data.get("mlx_locks", ())),
+            {k: Place.from_json(p) for k, p in data.get("streams", {}).items()},
         )

@@ -33,6 +33,7 @@ from mlx_invariants.checker.rules.inv127_lazy_mlx_result_memoised import LazyMlx
 from mlx_invariants.checker.rules.inv128_cleanup_skipped_on_cancel import CleanupSkippedOnCancel
 from mlx_invariants.checker.rules.inv129_stop_flag_cannot_wake_wait import StopFlagCannotWakeWait
 from mlx_invariants.checker.rules.inv130_blocking_wait_on_event_loop import BlockingWaitOnEventLoop
+from mlx_invariants.checker.rules.inv131_stream_used_off_its_thread import StreamUsedOffItsThread
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -65,6 +66,7 @@ RULES: list[type[Rule]] = [
     CleanupSkippedOnCancel,
     StopFlagCannotWakeWait,
     BlockingWaitOnEventLoop,
+    StreamUsedOffItsThread,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -142,7 +142,7 @@ class StreamUsedOffItsThread(Rule):
                         with mx.stream(stream):
                             done(self.model(x))
         '''),
-        # Used only on the thread that imported it (a command line's main thread), and a local of the same name.
+        # Used only on the thread that imported it (the event loop's, a command line's), and a local of the same name.
         Valid('''
             import asyncio
 
@@ -154,6 +154,11 @@ class StreamUsedOffItsThread(Rule):
             def warm_up(model, x):
                 with mx.stream(STREAM):
                     return model(x)
+
+
+            async def prepare(x):
+                with mx.stream(STREAM):
+                    return mx.array(x) * 2
 
 
             def offline(model, x):

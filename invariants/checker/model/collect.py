@@ -291,7 +291,8 @@ class _Resolver:
                         fallbacks, is_async and _loops(node), _startup(node, self._serves(fn)) if is_async else None, tuple(blocked),
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
-                        deadline, self._returns(fn), _is_property(node), self._streams(fn))
+                        deadline, self._returns(fn), _is_property(node), self._streams(fn),
+                        fn.cls is not None and _is_stub(node))
 
     def _streams(self, fn: Def) -> tuple[tuple[str, Place], ...]:
         """The module-level streams `fn`'s own body reads, where first (model/streams.py)."""
@@ -591,6 +592,26 @@ class _Resolver:
 
 # Decorators that make a method an attribute: reading `obj.name` runs it and gives what it returns.
 _PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
+
+
+def _is_stub(node: ast.AST) -> bool:
+    """A def with no body of its own: only a docstring, `...`, `pass` or `raise NotImplementedError`, or one
+    decorated `@abstractmethod`."""
+    if any(_decorator_name(d).rpartition(".")[2] == "abstractmethod" for d in getattr(node, "decorator_list", ())):
+        return True
+    body = getattr(node, "body", None)
+    if not isinstance(body, list):
+        return False
+    for stmt in body:
+        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                                         and (stmt.value.value is ... or isinstance(stmt.value.value, str))):
+            continue
+        raised = stmt.exc.func if isinstance(stmt, ast.Raise) and isinstance(stmt.exc, ast.Call) else (
+            stmt.exc if isinstance(stmt, ast.Raise) else None)
+        if isinstance(raised, ast.Name) and raised.id == "NotImplementedError":
+            continue
+        return False
+    return True
 
 
 def _is_property(node: ast.AST) -> bool:

@@ -99,9 +99,12 @@ class Package:
     """The model of one package (the files of one run under one root)."""
 
     def __init__(self, modules: dict[str, bool], load: Callable[[str], FileSummary | None],
-                 shared: dict[str, Any] | None = None) -> None:
+                 shared: dict[str, Any] | None = None, classes: dict[str, dict[str, list[list[str]]]] | None = None) -> None:
         self.modules = modules  # module name -> is a package (`__init__.py`)
         self._load = load
+        # Each module's top-level classes by name: [their bases' last names, their methods' names], read from the
+        # text (phase.top_classes) so that the modules that may implement an abstract method are found unloaded.
+        self._classes = classes or {}
         shared = shared or {}
         self._owner_names = list(shared.get("owner-functions", ()))
         self._configured_locks: list[str] = list(shared.get("mlx-locks", ()))
@@ -317,6 +320,10 @@ class Package:
                     found, _ = self.callee(key[0], work.target)
                     if found is not None:
                         queue.append(found)
+            if fn.stub:
+                for found in self.implementations(key):
+                    edges.append((Call(f":{found[1]}", self.display(found), _place_of(fn), RETURNED), RETURNED, found, ""))
+                    queue.append(found)
         # A function that loads weights is start-up work, and so is the rest of the MLX it runs
         # (evaluating the weights, patching the model): INV108 leaves it out, as it leaves loads out.
         loading = self._reach(LOADING)
@@ -701,6 +708,39 @@ class Package:
             return self._stream_origin(owner, summary.names[name], depth + 1)
         return None, None
 
+    def implementations(self, key: Key) -> list[Key]:
+        """The methods a call of the abstract method `key` may run: the same method of each class of the package
+        that subclasses its class (at any depth) and defines or inherits a body for it, and, for a `Protocol`,
+        of each class that defines every abstract method of the protocol (a structural match). A call typed by
+        the base (`self._backend: STTBackend`, `llm: LlmService`) runs whichever is configured, so each is
+        followed: one that reaches MLX makes the call reach it."""
+        module, name = key
+        cls, _, method = name.rpartition(".")
+        summary = self.summary(module)
+        if not cls or summary is None or cls not in summary.classes:
+            return []
+        protocol = any((found := self.resolve(module, base)) is not None and found.kind == "external"
+                       and found.module.rpartition(".")[2] == "Protocol" for base in summary.classes[cls].bases)
+        abstract = {n.rpartition(".")[2] for n, f in summary.functions.items() if f.stub and n.rpartition(".")[0] == cls}
+        names, found_keys, changed = {cls.rpartition(".")[2]}, set(), True
+        while changed:  # subclasses of subclasses, by the last part of their bases' names, checked by their MRO
+            changed = False
+            for mod, classes in sorted(self._classes.items()):
+                for other, (bases, methods) in sorted(classes.items()):
+                    structural = protocol and abstract <= set(methods)
+                    if other in names or not (structural or names & set(bases)):
+                        continue
+                    if not structural and (module, cls) not in self.mro(mod, other):
+                        continue
+                    names.add(other)
+                    changed = True
+                    impl = self._member(Symbol("instance", mod, other), method, 0)
+                    if impl is not None and impl.kind == "function" and (impl.module, impl.name) != key:
+                        fn = self.function((impl.module, impl.name))
+                        if fn is not None and not fn.stub:
+                            found_keys.add((impl.module, impl.name))
+        return sorted(found_keys)
+
     def _package_of(self, module: str, level: int) -> Symbol | None:
         """The package `from {"." * level} import x` in `module` names."""
         base = module if self.modules.get(module) else module.rpartition(".")[0]
@@ -714,6 +754,11 @@ class Package:
         if name.rpartition(".")[2].startswith("<lambda"):
             return "lambda"
         return f"{key[0].rpartition('.')[2]}.{name}"
+
+
+def _place_of(fn: Function) -> Place:
+    """Where a function is: its `def` line (a dispatch to an implementation has no call of its own)."""
+    return Place(fn.line, 1, fn.line, fn.end or fn.line, fn.line)
 
 
 def _parts(path: str) -> list[tuple[str, bool]]:

@@ -46,14 +46,44 @@ _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Z
 def text_facts(text: str) -> dict[str, Any]:
     """What the text alone says about a file, to pick the modules worth summarizing up front:
     whether it has an `async def` or a thread handoff, mentions MLX, and what it imports from
-    (the first part of each module name; "." for a relative import)."""
+    (the first part of each module name; "." for a relative import); and its top-level classes,
+    each with the last part of its bases' names and its methods' names, for the modules that may
+    implement an abstract method (graph.py, `implementations`)."""
     roots = set()
     for match in _IMPORTS.finditer(text):
         if match.group(1):
             roots.add("." if match.group(1).startswith(".") else match.group(1))
         else:
             roots.update(part.strip() for part in match.group(2).split(","))
-    return {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
+    facts = {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
+    classes = top_classes(text)
+    if classes:
+        facts["classes"] = classes
+    return facts
+
+
+_CLASS = re.compile(r"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
+_METHOD = re.compile(r"([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)")
+
+
+def top_classes(text: str) -> dict[str, list[list[str]]]:
+    """Each top-level class: [its bases' last names, its methods' names], read line by line (a method is a
+    `def` at the first indentation the class body uses)."""
+    found: dict[str, list[list[str]]] = {}
+    current: list[list[str]] | None = None
+    indent = ""
+    for line in text.splitlines():
+        if not line or line[0] in " \t#":
+            if current is not None and (method := _METHOD.match(line)) and (not indent or method.group(1) == indent):
+                indent = method.group(1)
+                current[1].append(method.group(2))
+            continue
+        current, indent = None, ""
+        header = _CLASS.match(line)
+        if header:
+            bases = [b.strip().rpartition(".")[2].partition("[")[0] for b in (header.group(2) or "").split(",")]
+            current = found[header.group(1)] = [[b for b in bases if b and "=" not in b], []]
+    return found
 
 
 def is_entry(facts: dict[str, Any], tops: set[str]) -> bool:
@@ -117,7 +147,8 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
     summaries = _Summaries(reports, known, texts, settings, cache, holds)
     tops = {m.split(".", 1)[0] for m in modules}
     entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
-    package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared)
+    package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared,
+                      {m: summaries.facts(p).get("classes", {}) for m, p in modules.items()})
     cancellers = Cancellers(package, lambda m: summaries.text(modules[m]) if m in modules else None)
     withdrawn = _withdrawn(cancellers, modules, reports, rules)
     if not entries:

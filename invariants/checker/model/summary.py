@@ -165,6 +165,9 @@ class Function:
     # Module-level streams its own body reads, first use each: `:NAME` (this file's), an import's reference
     # (`.engine.STREAM`, `mlx_lm.generate.generation_stream`); the package says where each was made (INV131).
     streams: tuple[tuple[str, Place], ...] = ()
+    # A method with no body of its own (`...`, `pass`, a docstring, `raise NotImplementedError`, or
+    # `@abstractmethod`): calling it runs one of its class's implementations (graph.py, `implementations`).
+    stub: bool = False
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -182,7 +185,7 @@ class Function:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "end": self.end, "params": list(self.params)}
         flags = ("a" * self.is_async + "g" * self.is_generator + "o" * self.opaque + "w" * self.owner + "l" * self.loops
-                 + "t" * self.own_loop + "r" * self.route + "d" * self.deadline + "p" * self.prop)
+                 + "t" * self.own_loop + "r" * self.route + "d" * self.deadline + "p" * self.prop + "s" * self.stub)
         if flags:
             out["flags"] = flags
         if self.calls:
@@ -218,7 +221,7 @@ class Function:
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
             tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
             "r" in flags, "d" in flags, data.get("returns"), "p" in flags,
-            tuple((ref, Place.from_json(place)) for ref, place in data.get("streams", ())),
+            tuple((ref, Place.from_json(place)) for ref, place in data.get("streams", ())), "s" in flags,
         )
 
 

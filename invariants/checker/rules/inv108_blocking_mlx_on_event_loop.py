@@ -113,6 +113,44 @@ _MODEL_LOOP = '''
             while True:
                 self.engine.generate_all(await inbox.get())  # expect: INV108
 '''
+# A service the handler knows only by its protocol (an abstract base works the same), with an MLX implementation
+# and a stub: a call typed by the protocol runs whichever the server configured (LOcha's LlmService, set k's era).
+_SERVICES = {"app/llm.py": '''
+    from typing import Iterator, Protocol
+
+    from mlx_lm import load, stream_generate
+
+
+    class LlmService(Protocol):
+        def stream(self, prompt: str) -> Iterator[str]:
+            ...
+
+
+    class MlxLlm:
+        def __init__(self, path):
+            self.model, self.tokenizer = load(path)
+
+        def stream(self, prompt):
+            for response in stream_generate(self.model, self.tokenizer, prompt):
+                yield response.text
+
+
+    class StubLlm:
+        def stream(self, prompt):
+            yield "hello"
+'''}
+_PROTOCOL_CALLER = '''
+    from .llm import LlmService
+
+
+    class TutorStage:
+        def __init__(self, llm: LlmService):
+            self._llm = llm
+
+        async def reply(self, websocket, text):
+            for chunk in self._llm.stream(text):  # expect: INV108
+                await websocket.send_text(chunk)
+'''
 _MODEL_WARM_UP = '''
         async def warm_up(self):
             await asyncio.get_running_loop().run_in_executor(self.pool, self.engine.generate_all, [0])
@@ -612,8 +650,55 @@ class BlockingMlxOnEventLoop(Rule):
                 yield
                 generate(app.state.model, app.state.tokenizer, "goodbye")  # expect: INV108
         '''),
+        Invalid(_PROTOCOL_CALLER, files=_SERVICES),
+        # The same through an abstract base class and a subclass of a subclass.
+        Invalid('''
+            from .backends import SttBackend
+
+
+            class Session:
+                def __init__(self, backend: SttBackend):
+                    self.backend = backend
+
+                async def finish(self, websocket, path):
+                    result = self.backend.transcribe(path)  # expect: INV108
+                    await websocket.send_json(result)
+        ''', files={"app/backends.py": '''
+            import abc
+
+            import mlx.core as mx
+
+
+            class SttBackend(abc.ABC):
+                @abc.abstractmethod
+                def transcribe(self, path):
+                    raise NotImplementedError
+
+
+            class CpuBackend(SttBackend):
+                def transcribe(self, path):
+                    return {"text": ""}
+        ''', "app/mlx_backends.py": '''
+            import mlx.core as mx
+
+            from .backends import CpuBackend
+
+
+            class MlxWhisperBackend(CpuBackend):
+                def transcribe(self, path):
+                    features = mx.array([0.0])
+                    mx.eval(features)
+                    return {"text": str(features)}
+        '''}),
     ]
     VALID = [
+        # Only implementations that run no MLX.
+        Valid(_PROTOCOL_CALLER.replace("  # expect: INV108", ""),
+              files={"app/llm.py": _SERVICES["app/llm.py"].split("    class MlxLlm:")[0] + '''
+    class StubLlm:
+        def stream(self, prompt):
+            yield "hello"
+'''}),
         # The same manager handing the engine to its owner thread: the property's engine runs there, not on the loop.
         Valid('''
             import asyncio

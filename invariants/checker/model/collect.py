@@ -18,7 +18,7 @@ from typing import Any
 from mlx_invariants.checker import mlx_api, mlx_facts, source
 from mlx_invariants.checker.cancellers import DEADLINES, ROUTE_DECORATORS
 from mlx_invariants.checker.globs import matcher, matches_name
-from mlx_invariants.checker.model import classify, streams, waits
+from mlx_invariants.checker.model import classify, raises, streams, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.scan import own_nodes as _own_nodes
 from mlx_invariants.checker.model.summary import (
@@ -80,6 +80,8 @@ class _Resolver:
         made = streams.made(self)
         self._stream_names = streams.candidates(self, made)
         self._library_streams = any("generation_stream" in line for line in self.lines)
+        self._star = any("import *" in line for line in self.lines)
+        self._bound = raises.bound_anywhere(tree)
         functions: dict[str, Function] = {}
         for fn in self.defs:
             functions[fn.name] = self._function(fn)
@@ -90,7 +92,8 @@ class _Resolver:
             if ref is not None and not ref.startswith("$") and ref != f":{name}":
                 names[name] = ref
         return FileSummary(self.imports_mlx, names, functions, classes, self.declared_locks,
-                           {name: self._place(call, None) for name, call in made.items()})
+                           {name: self._place(call, None) for name, call in made.items()},
+                           frozenset(self.module.bindings), self._star)
 
     def _module_body(self, body: list[ast.stmt]) -> None:
         for stmt in body:
@@ -292,7 +295,36 @@ class _Resolver:
                         is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
                         deadline, self._returns(fn), _is_property(node), self._streams(fn),
-                        fn.cls is not None and _is_stub(node))
+                        fn.cls is not None and _is_stub(node), self._raises(fn))
+
+    def _raises(self, fn: Def) -> tuple[tuple[int, int, str], ...]:
+        """The calls of `fn` that may raise each time their statement runs, with the lines they would keep from
+        running (model/raises.py): "" for a call whose first name the file binds nowhere (NameError)."""
+        found: list[tuple[int, int, str]] = []
+        blocks: raises.Blocks | None = None
+        seen: set[int] = set()
+        for _call, _use, _site, stmt in fn.calls:
+            if stmt is None or id(stmt) in seen:
+                continue
+            seen.add(id(stmt))
+            refs = []
+            for node in raises.evaluated(stmt):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in self._bound \
+                        and not self._star:
+                    refs = [""]  # NameError, whatever else the statement calls
+                    break
+                if isinstance(node, ast.Call):
+                    target = self.ref(node.func, fn)
+                    if target is not None and "." in target and "()" not in target and not target.startswith(("$", ":")) \
+                            and target.partition(".")[0] not in raises.NOT_THE_PACKAGE:
+                        refs.append(target)
+            if not refs:
+                continue
+            blocks = blocks or raises.Blocks(fn.node)
+            after = blocks.after(stmt)
+            if after is not None:
+                found.extend((*after, ref) for ref in refs)
+        return tuple(found)
 
     def _streams(self, fn: Def) -> tuple[tuple[str, Place], ...]:
         """The module-level streams `fn`'s own body reads, where first (model/streams.py)."""

@@ -129,6 +129,7 @@ class Package:
         self._hands_off: dict[str, bool] = {}  # module -> it hands MLX to a thread somewhere
         self._callees: dict[tuple[str, str], tuple[Key | None, Symbol | None]] = {}
         self._stream_uses: list[StreamUse] | None = None
+        self._dead: dict[Key, list[tuple[int, int]]] = {}
 
     # --- modules and names -----------------------------------------------------------------
     def summary(self, module: str) -> FileSummary | None:
@@ -301,6 +302,8 @@ class Package:
                 continue
             edges = self.edges[key] = []
             for call in fn.calls:
+                if not self.can_run(key, call.place.line):
+                    continue
                 target, symbol = self.callee(key[0], call.target)
                 if symbol is not None and symbol.via_class:
                     self._via_class.add(id(call))
@@ -316,7 +319,7 @@ class Package:
                     if found is not None:
                         queue.append(found)
             for work in fn.offloads:
-                if work.target is not None:
+                if work.target is not None and self.can_run(key, work.place.line):
                     found, _ = self.callee(key[0], work.target)
                     if found is not None:
                         queue.append(found)
@@ -707,6 +710,35 @@ class Package:
         if name in summary.names and not ref.startswith(":"):  # imported there from elsewhere
             return self._stream_origin(owner, summary.names[name], depth + 1)
         return None, None
+
+    # --- code that cannot run (model/raises.py) -----------------------------------------------
+    def can_run(self, key: Key, line: int) -> bool:
+        """Line `line` of function `key` can run: no call before it, whose statement it follows, raises
+        every time (a name its file binds nowhere, an attribute its package module does not define)."""
+        dead = self._dead.get(key)
+        if dead is None:
+            fn = self.function(key)
+            dead = self._dead[key] = [(first, last) for first, last, ref in (fn.raises if fn else ())
+                                      if not ref or self._undefined(key[0], ref)]
+        return not any(first <= line <= last for first, last in dead)
+
+    def dead_line(self, module: str, line: int) -> bool:
+        """Line `line` of `module` lies in a function, after a call there that raises each time it runs."""
+        summary = self.summary(module)
+        return summary is not None and any(
+            fn.raises and fn.line <= line <= fn.end and not self.can_run((module, name), line)
+            for name, fn in summary.functions.items())
+
+    def _undefined(self, module: str, ref: str) -> bool:
+        """`ref` reads an attribute of a module of the package that the module does not define (and has no
+        star import, no module `__getattr__` and no submodule of that name): reading it raises AttributeError."""
+        base, _, name = ref.rpartition(".")
+        found = self.resolve(module, base) if base.strip(".") else self._package_of(module, len(base))
+        if found is None or found.kind != "module" or f"{found.module}.{name}" in self.modules:
+            return False
+        summary = self.summary(found.module)
+        return (summary is not None and not summary.star and name not in summary.defined
+                and "__getattr__" not in summary.functions and bool(summary.defined))
 
     def implementations(self, key: Key) -> list[Key]:
         """The methods a call of the abstract method `key` may run: the same method of each class of the package

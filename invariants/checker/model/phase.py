@@ -176,16 +176,20 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
 def _withdrawn(cancellers: Cancellers, modules: dict[str, str], reports: dict[str, dict[str, Any]],
                rules: list[str]) -> dict[str, list[Spot]]:
     """The spots of the files' own findings that the model shows cannot happen, by module: for each rule of
-    `WITHDRAWALS`, those its test rejects. Answered before `prepare`: it asks only the summaries and names."""
+    `WITHDRAWALS`, those its test rejects, and for every rule, those in code that cannot run (after a call
+    that raises each time: model/raises.py). Answered before `prepare`: it asks only the summaries and names."""
     asks = [r for r in rules if r in WITHDRAWALS]
-    if not asks:
-        return {}
     found: dict[str, list[Spot]] = {}
     for module, path in modules.items():
         for rule, line, col, _message, suppressed_by, *_ in reports[path]["findings"]:
-            if rule in asks and not suppressed_by and WITHDRAWALS[rule](cancellers, module, line):
+            if suppressed_by or rule in _ALWAYS_SHOWN:
+                continue
+            if (rule in asks and WITHDRAWALS[rule](cancellers, module, line)) or cancellers.package.dead_line(module, line):
                 found.setdefault(module, []).append((rule, line, col))
     return found
+
+
+_ALWAYS_SHOWN = frozenset({"INV000", "INV001"})  # an unreadable file, an unused suppression: about the text itself
 
 
 # Per-file rules whose findings the model withdraws, each with its test (the model's own findings of the rule

@@ -62,8 +62,8 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
             continue
         owner = package.owns_on_loop((module, name))
         for call in fn.calls:
-            if fn.in_fallback(call.place.line):
-                continue  # the mode without the worker the other arm hands the work to
+            if fn.in_fallback(call.place.line) or not package.can_run((module, name), call.place.line):
+                continue  # the mode without the worker the other arm hands the work to, or code that cannot run
             if fn.before_serving(call.place.line):
                 continue  # start-up, before the server serves anyone (checker/startup.py)
             node = _sync_reach(package, module, call, BLOCKING)
@@ -105,9 +105,9 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
     summary = package.summary(module)
     if summary is None:
         return
-    for fn in summary.functions.values():
+    for name, fn in summary.functions.items():
         for call in fn.calls:
-            if fn.before_serving(call.place.line):
+            if fn.before_serving(call.place.line) or not package.can_run((module, name), call.place.line):
                 continue
             helper, _ = package.callee(module, call.target)
             forwards = package.forwards.get(helper) if helper is not None else None
@@ -125,7 +125,8 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                         target=chain[0], what=" -> ".join(chain[1:]), where=where),
                         requires(package.chain(GENERATION, (work, RUN)) is not None))  # type: ignore[arg-type]
         for work in fn.offloads:
-            if work.pool != DEFAULT_POOL or work.target is None or fn.before_serving(work.place.line):
+            if (work.pool != DEFAULT_POOL or work.target is None or fn.before_serving(work.place.line)
+                    or not package.can_run((module, name), work.place.line)):
                 continue
             found, _ = package.callee(module, work.target)
             chain = package.chain(ANY_MLX, (found, RUN)) if found is not None else None

@@ -168,6 +168,9 @@ class Function:
     # A method with no body of its own (`...`, `pass`, a docstring, `raise NotImplementedError`, or
     # `@abstractmethod`): calling it runs one of its class's implementations (graph.py, `implementations`).
     stub: bool = False
+    # Calls that may raise every time, with the lines that then never run (model/raises.py): (first, last, the
+    # call's reference), the reference "" where it raises NameError for sure; the package judges the rest.
+    raises: tuple[tuple[int, int, str], ...] = ()
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -206,6 +209,8 @@ class Function:
             out["returns"] = self.returns
         if self.streams:
             out["streams"] = [[ref, place.to_json()] for ref, place in self.streams]
+        if self.raises:
+            out["raises"] = [list(r) for r in self.raises]
         return out
 
     @classmethod
@@ -222,6 +227,7 @@ class Function:
             tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
             "r" in flags, "d" in flags, data.get("returns"), "p" in flags,
             tuple((ref, Place.from_json(place)) for ref, place in data.get("streams", ())), "s" in flags,
+            tuple((a, b, c) for a, b, c in data.get("raises", ())),
         )
 
 
@@ -255,6 +261,8 @@ class FileSummary:
     classes: dict[str, Class] = field(default_factory=dict)
     mlx_locks: tuple[str, ...] = ()
     streams: dict[str, Place] = field(default_factory=dict)
+    defined: frozenset[str] = frozenset()  # every name its top level binds: another name read from it raises
+    star: bool = False  # it has a star import: what it defines is unknown
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -264,6 +272,8 @@ class FileSummary:
             "classes": {k: c.to_json() for k, c in self.classes.items()},
             **({"mlx_locks": list(self.mlx_locks)} if self.mlx_locks else {}),
             **({"streams": {k: p.to_json() for k, p in self.streams.items()}} if self.streams else {}),
+            "defined": sorted(self.defined),
+            **({"star": True} if self.star else {}),
         }
 
     @classmethod
@@ -274,4 +284,5 @@ class FileSummary:
             {k: Class.from_json(k, c) for k, c in data["classes"].items()},
             tuple(data.get("mlx_locks", ())),
             {k: Place.from_json(p) for k, p in data.get("streams", {}).items()},
+            frozenset(data.get("defined", ())), bool(data.get("star")),
         )

@@ -25,6 +25,24 @@ if TYPE_CHECKING:
     from mlx_invariants.checker.walker import FileContext
 
 
+# A preview endpoint that asks a runtime module for its engine manager, then hands the generation to the pool.
+_PREVIEW = '''
+    import asyncio
+
+    from mlx_lm import generate
+
+    from . import runtime
+
+
+    async def preview(prompt):
+        try:
+            manager = runtime.get_engine_manager()
+            return await asyncio.to_thread(generate, manager.model, manager.tokenizer, prompt)  # expect: INV107
+        except Exception:
+            return None
+'''
+
+
 @dataclass
 class _Candidate:
     work: Handoff
@@ -255,8 +273,33 @@ class MlxOffOwnerThread(Rule):
                 server = uvicorn.Server(config)
                 await asyncio.gather(asyncio.to_thread(warm_up, model), server.serve())  # expect: INV107
         ''', files={"app/settings.py": "PORT = 8000\n"}),
+        Invalid(_PREVIEW, files={"app/runtime.py": '''
+            def get_engine_manager():
+                return None
+        '''}),
     ]
     VALID = [
+        # Code that cannot run: the module never defines what the endpoint asks of it (AttributeError, caught), so
+        # the handoff after it never happens (qwen3-tts-apple-silicon's voice lab, issue 23's set h, graded false).
+        Valid(_PREVIEW.replace("  # expect: INV107", ""), files={"app/runtime.py": '''
+            def get_model_manager():
+                return None
+        '''}),
+        # And a name the file binds nowhere (NameError): the engine cannot even be built (growin-app, set j).
+        Valid('''
+            import asyncio
+
+            from mlx_lm import generate
+
+
+            class Engine:
+                def __init__(self, model, tokenizer):
+                    self.model, self.tokenizer = model, tokenizer
+
+                async def complete(self, prompt):
+                    limit = int(os.getenv("MAX_TOKENS", "256"))
+                    return await asyncio.to_thread(generate, self.model, self.tokenizer, prompt, max_tokens=limit)
+        ''', files={"app/settings.py": "MAX_TOKENS = 256\n"}),
         # Start-up (checker/startup.py), through the package model: everything a coroutine runs before it calls
         # its server's serve, and a coroutine only that awaits, runs before anyone is served; no request's MLX
         # can be in Metal beside it (issue 23: flowtailor-de/live-translation src/main.py@472081f:165-178,

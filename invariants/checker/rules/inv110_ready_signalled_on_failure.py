@@ -28,7 +28,10 @@ class ReadySignalledOnFailure(Rule):
 
     INVALID = [
         Invalid('''
+            import logging
             import threading
+
+            logger = logging.getLogger(__name__)
 
             class Servicer:
                 def __init__(self):
@@ -45,7 +48,10 @@ class ReadySignalledOnFailure(Rule):
     ]
     VALID = [
         Valid('''
+            import logging
             import threading
+
+            logger = logging.getLogger(__name__)
 
             class Servicer:
                 def __init__(self):

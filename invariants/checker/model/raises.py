@@ -1,0 +1,110 @@
+"""Statements that always raise, and the lines they keep from running: what makes code that cannot run.
+
+Blind reviews of findings on servers nobody here wrote graded a recurring kind false: the hazard
+sat after a call that raises every time it runs, so it never ran. growin-app's engine reads
+`os.getenv` in a module that never imports `os` (NameError, set j); qwen3-tts-apple-silicon's
+voice lab calls `generation_runtime.get_engine_manager()`, which that module never defines
+(AttributeError, set h), a few lines before the handoff the model reported.
+
+A summary keeps, per function, the statements that may raise each time they run (an expression
+statement, an assignment, a `return`, a `with`: what they evaluate unconditionally, `evaluated`),
+with the lines that run only after that statement completes: the rest of its block, and, where that block is a `with` body, the
+rest of the block around the `with`, and so on up (a `try` body stops it: its handlers run on, as do
+the lines after an `if`, a loop or a `match`, which may not run the statement at all). A statement
+that reads a name bound nowhere in its file (no assignment, import, def, parameter or `global` of it,
+no builtin, no star import) raises NameError: known here. One that calls an attribute of a module of
+the package that the module does not define raises AttributeError: the package decides (graph.py,
+`can_run`), and every finding on a line that cannot run is left out (phase.py, `_withdrawn`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+from collections.abc import Iterator
+
+_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__package__",
+                                        "__loader__", "__builtins__", "__class__", "__annotations__", "__dict__"}
+# Modules a call's reference may start with that are never the checked package's: the standard library and MLX.
+NOT_THE_PACKAGE = frozenset(sys.stdlib_module_names) | {"mlx", "mlx_lm", "mlx_vlm", "numpy", "torch"}
+# Statements whose body runs whenever they do: a raise inside ends the statement around it too.
+_ALWAYS = (ast.With, ast.AsyncWith)
+
+
+def bound_anywhere(tree: ast.Module) -> frozenset[str]:
+    """Every name the file binds in any scope, with the builtins: a name outside it raises NameError."""
+    names = set(_BUILTINS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).partition(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+    return frozenset(names)
+
+
+def evaluated(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """The expression nodes `stmt` evaluates every time it runs: its value (or its `with` items), through
+    calls, attributes, subscripts, operators, containers and awaits, but not into the parts that may be
+    skipped (`a if c else b`, `a and b`, a lambda, a comprehension, the later operands of a comparison)."""
+    if isinstance(stmt, ast.With | ast.AsyncWith):
+        stack: list[ast.AST] = [item.context_expr for item in stmt.items]
+    elif isinstance(stmt, ast.Expr | ast.Assign | ast.AnnAssign | ast.Return | ast.AugAssign):
+        stack = [stmt.value] if stmt.value is not None else []
+    else:
+        return
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.IfExp | ast.BoolOp | ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp
+                      | ast.GeneratorExp | ast.NamedExpr):
+            continue
+        if isinstance(node, ast.Compare):
+            stack.extend((node.left, node.comparators[0]))
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+class Blocks:
+    """The statement lists of one def, to say which lines run only after a statement of it completes."""
+
+    def __init__(self, node: ast.AST) -> None:
+        self.parent: dict[int, tuple[list[ast.stmt], ast.AST]] = {}  # id(stmt) -> (its block, the block's owner)
+        stack = [node]
+        while stack:
+            owner = stack.pop()
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                block = getattr(owner, field, None)
+                if not isinstance(block, list):
+                    continue
+                for stmt in block:
+                    if isinstance(stmt, ast.stmt):
+                        self.parent[id(stmt)] = (block, owner)
+                    if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                        stack.append(stmt)
+
+    def after(self, stmt: ast.stmt) -> tuple[int, int] | None:
+        """The lines that run only once `stmt` completes, or None if there are none."""
+        first = (stmt.end_lineno or stmt.lineno) + 1
+        last = 0
+        current: ast.AST = stmt
+        while id(current) in self.parent:
+            block, owner = self.parent[id(current)]
+            if block[-1] is not current:
+                last = max(last, block[-1].end_lineno or block[-1].lineno)
+            if not isinstance(owner, _ALWAYS) or owner.body is not block:
+                break
+            current = owner
+        return (first, last) if last >= first else None

@@ -39,6 +39,8 @@ _PLAIN_DECORATORS = frozenset({
     "torch.no_grad", "torch.inference_mode", "wraps",
 })
 _UNWRAP = frozenset({"functools.partial", "partial"})
+# What a class body may hold for its attributes to be known from the summary (Class.names).
+_CLOSED_BODY = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Expr, ast.Pass)
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
              ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler) + ((ast.Match,) if hasattr(ast, "Match") else ())
 def summarize(text: str, shared: dict[str, Any], holds: frozenset[str] = frozenset()) -> FileSummary:
@@ -133,6 +135,8 @@ class _Resolver:
         if isinstance(node, ast.ClassDef):
             info = self.classes.setdefault(name, {"bases": [], "attrs": {}, "scope": scope})
             info["bases"] = list(node.bases)
+            info["closed"] = not node.decorator_list and not node.keywords and all(
+                isinstance(stmt, _CLOSED_BODY) for stmt in node.body)
             holder = Def(node, name, scope)
             for stmt in node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -315,7 +319,7 @@ class _Resolver:
                     break
                 if isinstance(node, ast.Call):
                     target = self.ref(node.func, fn)
-                    if target is not None and "." in target and "()" not in target and not target.startswith(("$", ":")) \
+                    if target is not None and "." in target and not target.startswith(("$", ":")) \
                             and target.partition(".")[0] not in raises.NOT_THE_PACKAGE:
                         refs.append(target)
             if not refs:
@@ -583,7 +587,13 @@ class _Resolver:
             ref = self._class_attr(name, attr)
             if ref is not None:
                 attrs[attr] = ref
-        return Class(name, bases, attrs)
+        names = None
+        if info.get("closed") and len(bases) == len(info["bases"]):
+            prefix = f"{name}."
+            names = frozenset(info["attrs"]) | {n[len(prefix):].partition(".")[0] for n in self._by_name
+                                                 if n.startswith(prefix)} | {
+                n[len(prefix):].partition(".")[0] for n in self.classes if n.startswith(prefix)}
+        return Class(name, bases, attrs, names)
 
     def _class_attr(self, cls: str, attr: str) -> str | None:
         values = self.classes[cls]["attrs"].get(attr)

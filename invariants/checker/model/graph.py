@@ -50,6 +50,7 @@ ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREA
                 ONE_THREAD: "an executor of one worker"}
 THREAD_ROLES = frozenset({*ROLE_OF_POOL.values(), PRIVATE_LOOP})  # not the thread that imported the modules
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
+_INERT_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})  # bases that add no attribute a call would use
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
 
 Key = tuple[str, str]  # (module, function's local name)
@@ -734,11 +735,30 @@ class Package:
         star import, no module `__getattr__` and no submodule of that name): reading it raises AttributeError."""
         base, _, name = ref.rpartition(".")
         found = self.resolve(module, base) if base.strip(".") else self._package_of(module, len(base))
+        if found is not None and found.kind == "instance":
+            return self._lacks(found, name)
         if found is None or found.kind != "module" or f"{found.module}.{name}" in self.modules:
             return False
         summary = self.summary(found.module)
         return (summary is not None and not summary.star and name not in summary.defined
                 and "__getattr__" not in summary.functions and bool(summary.defined))
+
+    def _lacks(self, instance: Symbol, name: str) -> bool:
+        """An instance of a package class whose every attribute is known (its class and each base: no
+        decorator, metaclass or base from outside the package but `object`, `ABC`, `Generic` and `Protocol`)
+        has no attribute `name`, and no `__getattr__`."""
+        known: set[str] = set()
+        for mod, cls in self.mro(instance.module, instance.name):
+            summary = self.summary(mod)
+            info = summary.classes.get(cls) if summary is not None else None
+            if info is None or info.names is None:
+                return False
+            for base in info.bases:
+                found = self.resolve(mod, base)
+                if found is None or (found.kind == "external" and found.module.rpartition(".")[2] not in _INERT_BASES):
+                    return False
+            known |= info.names
+        return bool(known) and name not in known and not {"__getattr__", "__getattribute__"} & known
 
     def implementations(self, key: Key) -> list[Key]:
         """The methods a call of the abstract method `key` may run: the same method of each class of the package

@@ -96,9 +96,13 @@ class Blocks:
                         stack.append(stmt)
 
     def after(self, stmt: ast.stmt) -> tuple[int, int] | None:
-        """The lines that run only once `stmt` completes, or None if there are none."""
+        """The lines that run only once `stmt` completes (for a `with`, once its items are entered: its body
+        too), or None if there are none."""
         first = (stmt.end_lineno or stmt.lineno) + 1
         last = 0
+        if isinstance(stmt, _ALWAYS):
+            first = max(item.context_expr.end_lineno or stmt.lineno for item in stmt.items) + 1
+            last = stmt.end_lineno or stmt.lineno
         current: ast.AST = stmt
         while id(current) in self.parent:
             block, owner = self.parent[id(current)]

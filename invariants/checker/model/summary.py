@@ -234,18 +234,26 @@ class Function:
 @dataclass(frozen=True)
 class Class:
     """A class: its bases and the attributes its methods assign a known value (`self.engine =
-    Engine()` -> `engine: .engine.Engine()`)."""
+    Engine()` -> `engine: .engine.Engine()`). `names`: every attribute it defines (methods, its body's
+    assignments, any `self.x = ...` of its methods), or None where that cannot be known (a decorator, a
+    metaclass, a base the file cannot name, a body with other statements): model/raises.py reads a
+    missing one as AttributeError."""
 
     name: str
     bases: tuple[str, ...] = ()
     attrs: dict[str, str] = field(default_factory=dict)
+    names: frozenset[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"bases": list(self.bases), "attrs": self.attrs}
+        out: dict[str, Any] = {"bases": list(self.bases), "attrs": self.attrs}
+        if self.names is not None:
+            out["names"] = sorted(self.names)
+        return out
 
     @classmethod
     def from_json(cls, name: str, data: dict[str, Any]) -> Class:
-        return cls(name, tuple(data["bases"]), dict(data["attrs"]))
+        names = data.get("names")
+        return cls(name, tuple(data["bases"]), dict(data["attrs"]), frozenset(names) if names is not None else None)
 
 
 @dataclass(frozen=True)

@@ -285,6 +285,32 @@ class MlxOffOwnerThread(Rule):
             def get_model_manager():
                 return None
         '''}),
+        # A method the manager's class never defines (the manager the getter's annotation types): the session
+        # is never entered, so its body never runs (the same voice lab's design preview).
+        Valid('''
+            import asyncio
+
+            from mlx_lm import generate
+
+            from .runtime import get_model_manager
+
+
+            async def design(prompt):
+                manager = get_model_manager()
+                async with manager.generation_session("design"):
+                    return await asyncio.to_thread(generate, manager.model, manager.tokenizer, prompt)
+        ''', files={"app/runtime.py": '''
+            class ModelManager:
+                def __init__(self):
+                    self.model = self.tokenizer = None
+
+                def unload(self):
+                    self.model = None
+
+
+            def get_model_manager() -> ModelManager:
+                return ModelManager()
+        '''}),
         # And a name the file binds nowhere (NameError): the engine cannot even be built (growin-app, set j).
         Valid('''
             import asyncio

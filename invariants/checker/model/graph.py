@@ -337,11 +337,12 @@ class Package:
         # its weights once. Issue 23's blind reviews graded every INV108 through an `__init__` on thirty-odd
         # servers arguable or false (vmlx's Scheduler.__init__ self-test, olmlx's TurboQuantRotation.__init__).
         constructors = {key for key in self.edges if key[1].rsplit(".", 1)[-1] == "__init__"}
-        self.reach[BLOCKING] = self._reach(BLOCKING, skip=self.loaders | constructors)
+        # And so is a lazy set-up branch (`if _engine is None: load_engine()`): it runs once, the first time.
+        self.reach[BLOCKING] = self._reach(BLOCKING, skip=self.loaders | constructors, once=True)
         self.reach[ANY_MLX] = self._reach(ANY_MLX)
         self.reach[GENERATION] = self._reach(GENERATION)
         self.reach[BINDING] = self._reach(BINDING)
-        self.reach[WAITING] = self._reach(WAITING, skip=self.loaders | constructors)
+        self.reach[WAITING] = self._reach(WAITING, skip=self.loaders | constructors, once=True)
         self._forwarders()
         self.private = self._privately_run()
         self._roles()
@@ -546,7 +547,7 @@ class Package:
         self.held = held
 
     def _reach(self, level: frozenset[str], skip: set[Key] = frozenset(),  # type: ignore[assignment]
-               guarded: bool = False) -> dict[Node, Step]:
+               guarded: bool = False, once: bool = False) -> dict[Node, Step]:
         """Shortest chains to MLX of `level`: a breadth-first search backwards from the MLX calls,
         not through the functions in `skip`; `guarded`: nor through a line inside `with <mlx-lock>:`."""
         reached: dict[Node, Step] = {}
@@ -564,7 +565,7 @@ class Package:
                 continue
             mode = ITER if fn.is_generator else RUN
             for touch in sorted((*fn.mlx, *fn.waits), key=lambda t: t.kind not in BLOCKING):  # blocking: the clearer chain
-                if guarded and self.mlx_guarded(key, touch.line):
+                if (guarded and self.mlx_guarded(key, touch.line)) or (once and fn.in_lazy_setup(touch.line)):
                     continue
                 if touch.kind == RETURNS:  # an MLX generator, which generates where it is iterated
                     if GEN in level:
@@ -572,7 +573,8 @@ class Package:
                 elif touch.kind in level:
                     sink((key, mode), touch.text)
             for call, use, target, external in edges:
-                if guarded and call is not None and self.mlx_guarded(key, call.place.line):
+                if call is not None and ((guarded and self.mlx_guarded(key, call.place.line))
+                                         or (once and fn.in_lazy_setup(call.place.line))):
                     continue
                 if target is None:
                     if external == RETURNS and GEN in level:

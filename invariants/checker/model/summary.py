@@ -171,6 +171,9 @@ class Function:
     # Calls that may raise every time, with the lines that then never run (model/raises.py): (first, last, the
     # call's reference), the reference "" where it raises NameError for sure; the package judges the rest.
     raises: tuple[tuple[int, int, str], ...] = ()
+    # The bodies of its lazy set-up branches (`if _engine is None:` on a `global` it declares, or on a name or
+    # `self.x` the branch assigns): work done once, the first time, as a load is (INV108 and INV130 leave it).
+    lazy: tuple[tuple[int, int], ...] = ()
 
     def guarded(self, line: int, is_lock: Any) -> bool:
         """Line `line` runs inside a `with` block of a lock `is_lock` accepts (a text -> bool)."""
@@ -180,6 +183,10 @@ class Function:
         """Line `line` is in the arm a mode `if` takes without the worker its other arm hands work to
         (checker/branches.py: an `if` outside loops, on nothing the caller passes in)."""
         return any(first <= line <= last for first, last in self.fallbacks)
+
+    def in_lazy_setup(self, line: int) -> bool:
+        """Line `line` is in a lazy set-up branch (`Function.lazy`): it runs once, the first time."""
+        return any(first <= line <= last for first, last in self.lazy)
 
     def before_serving(self, line: int) -> bool:
         """Line `line` runs in a start-up coroutine before the server serves anyone (checker/startup.py)."""
@@ -211,6 +218,8 @@ class Function:
             out["streams"] = [[ref, place.to_json()] for ref, place in self.streams]
         if self.raises:
             out["raises"] = [list(r) for r in self.raises]
+        if self.lazy:
+            out["lazy"] = [list(r) for r in self.lazy]
         return out
 
     @classmethod
@@ -228,6 +237,7 @@ class Function:
             "r" in flags, "d" in flags, data.get("returns"), "p" in flags,
             tuple((ref, Place.from_json(place)) for ref, place in data.get("streams", ())), "s" in flags,
             tuple((a, b, c) for a, b, c in data.get("raises", ())),
+            tuple((a, b) for a, b in data.get("lazy", ())),
         )
 
 

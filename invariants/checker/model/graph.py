@@ -131,6 +131,7 @@ class Package:
         self._callees: dict[tuple[str, str], tuple[Key | None, Symbol | None]] = {}
         self._stream_uses: list[StreamUse] | None = None
         self._dead: dict[Key, list[tuple[int, int]]] = {}
+        self.started: set[Key] = set()  # functions start-up code calls before the server serves (`prepare`)
 
     # --- modules and names -----------------------------------------------------------------
     def summary(self, module: str) -> FileSummary | None:
@@ -337,7 +338,10 @@ class Package:
         # its weights once. Issue 23's blind reviews graded every INV108 through an `__init__` on thirty-odd
         # servers arguable or false (vmlx's Scheduler.__init__ self-test, olmlx's TurboQuantRotation.__init__).
         constructors = {key for key in self.edges if key[1].rsplit(".", 1)[-1] == "__init__"}
-        # And so is a lazy set-up branch (`if _engine is None: load_engine()`): it runs once, the first time.
+        # And so is a lazy set-up branch (`if _engine is None: load_engine()`) that start-up code also runs: it
+        # has run before the server serves anyone, and does nothing after.
+        self.started = {target for key, edges in self.edges.items() for call, _, target, _ in edges
+                        if target is not None and call is not None and self.functions[key].before_serving(call.place.line)}
         self.reach[BLOCKING] = self._reach(BLOCKING, skip=self.loaders | constructors, once=True)
         self.reach[ANY_MLX] = self._reach(ANY_MLX)
         self.reach[GENERATION] = self._reach(GENERATION)
@@ -565,7 +569,7 @@ class Package:
                 continue
             mode = ITER if fn.is_generator else RUN
             for touch in sorted((*fn.mlx, *fn.waits), key=lambda t: t.kind not in BLOCKING):  # blocking: the clearer chain
-                if (guarded and self.mlx_guarded(key, touch.line)) or (once and fn.in_lazy_setup(touch.line)):
+                if (guarded and self.mlx_guarded(key, touch.line)) or (once and self.preloaded(key, touch.line)):
                     continue
                 if touch.kind == RETURNS:  # an MLX generator, which generates where it is iterated
                     if GEN in level:
@@ -574,7 +578,7 @@ class Package:
                     sink((key, mode), touch.text)
             for call, use, target, external in edges:
                 if call is not None and ((guarded and self.mlx_guarded(key, call.place.line))
-                                         or (once and fn.in_lazy_setup(call.place.line))):
+                                         or (once and self.preloaded(key, call.place.line))):
                     continue
                 if target is None:
                     if external == RETURNS and GEN in level:
@@ -713,6 +717,23 @@ class Package:
         if name in summary.names and not ref.startswith(":"):  # imported there from elsewhere
             return self._stream_origin(owner, summary.names[name], depth + 1)
         return None, None
+
+    def preloaded(self, key: Key, line: int) -> bool:
+        """Line `line` of `key` is in a lazy set-up branch (`Function.lazy`) that start-up code runs too (it calls
+        `key`, or a function the branch calls): by the time a request gets there, it has been set up, and the branch does nothing. A lazy
+        branch nothing sets up before serving runs on the first request, which waits for it (and so does
+        everything else on the loop): that one is judged."""
+        fn = self.function(key)
+        if fn is None or not fn.in_lazy_setup(line):
+            return False
+        if key in self.started:  # the def that sets up lazily is itself called at start-up
+            return True
+        for first, last in fn.lazy:
+            if first <= line <= last and any(
+                    first <= call.place.line <= last and self.callee(key[0], call.target)[0] in self.started
+                    for call in fn.calls):
+                return True
+        return False
 
     # --- code that cannot run (model/raises.py) -----------------------------------------------
     def can_run(self, key: Key, line: int) -> bool:

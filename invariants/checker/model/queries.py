@@ -62,7 +62,7 @@ def blocking_mlx_on_loop(package: Package, module: str) -> Iterator[ModelFinding
             continue
         owner = package.owns_on_loop((module, name))
         for call in fn.calls:
-            if (fn.in_fallback(call.place.line) or fn.in_lazy_setup(call.place.line)
+            if (fn.in_fallback(call.place.line) or package.preloaded((module, name), call.place.line)
                     or not package.can_run((module, name), call.place.line)):
                 continue  # the mode without the worker the other arm hands the work to, set-up done once, dead code
             if fn.before_serving(call.place.line):
@@ -334,7 +334,7 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
                     what=f"`{wait.text}()`", wait=wait.text))
         for call in fn.calls:
             node = _sync_reach(package, module, call, WAITING) if not (
-                fn.in_fallback(call.place.line) or fn.in_lazy_setup(call.place.line)) else None
+                fn.in_fallback(call.place.line) or package.preloaded((module, name), call.place.line)) else None
             if node is None:
                 continue
             _, text = package.links(WAITING, node)[-1]

@@ -172,7 +172,7 @@ class Function:
     # call's reference), the reference "" where it raises NameError for sure; the package judges the rest.
     raises: tuple[tuple[int, int, str], ...] = ()
     # The bodies of its lazy set-up branches (`if _engine is None:` on a `global` it declares, or on a name or
-    # `self.x` the branch assigns): work done once, the first time, as a load is (INV108 and INV130 leave it).
+    # `self.x` the branch assigns): work done once, the first time (graph.py, `preloaded`).
     lazy: tuple[tuple[int, int], ...] = ()
 
     def guarded(self, line: int, is_lock: Any) -> bool:

@@ -35,7 +35,7 @@ import mlx.core as mx
 
 
 async def step(model, tokens):
-    logits = prepare(tokens)
+    logits = mx.array(tokens)
     mx.eval(logits)
     return logits
 """
@@ -44,13 +44,13 @@ import mlx.core as mx
 
 
 async def step(owner, model, tokens):
-    logits = prepare(tokens)
+    logits = mx.array(tokens)
     await owner.run(lambda: mx.eval(logits))
     return logits
 
 
 async def warm(model, tokens):
-    logits = prepare(tokens)
+    logits = mx.array(tokens)
     mx.eval(logits)
     return logits
 """

@@ -15,7 +15,9 @@ for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured 
 measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
 for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, and set "i"
 (SERVERS_I) is five more, kept aside for the next session and measured as it began; set "j" (SERVERS_J) is
-eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules. Verdicts
+eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules; sets "k" and
+"l" (SERVERS_K, SERVERS_L) are nine more each, kept aside from their picking until they are measured at a session's
+start and again at its end. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -456,8 +458,64 @@ FIRST_K = "21 findings, 15 true, 6 arguable, 0 false (71 % true)"
 # abstract-method dispatch, code that cannot run): the nine new findings graded blind by two reviewers, who agreed.
 AFTER_K = "61a48ab24b7a5696df2f81d64b822908e7fbad5a"
 AFTER_K_FIGURE = "30 findings, 20 true, 6 arguable, 4 false (67 % true)"
+# Set l: picked 2026-11-28, after sets a to k had been studied, by code search, issue search, repository-name search
+# (names holding mlx-server, mlx-serve, mlx-api, mlx-audio, mlx-whisper, whisper-mlx, parakeet, mlx-stt, mlx-speech,
+# mlx-tts, tts-mlx, mlx-vlm, vlm-server, mlx-lm, mlx-llm, mlx-inference, mlx-engine, mlx-backend, mlx-chat, mlx-voice,
+# mlx-rag, mlx-openai, mlx-embed, mlx-studio, mlx-local, local-mlx, mflux-, qwen3-tts-server, speech-server,
+# apple-silicon, ...) and search by the paths such projects use (app/services/mlx_service.py,
+# backend/services/mlx_service.py, src/providers/mlx_provider.py, app/providers/mlx_provider.py,
+# backend/engines/mlx_engine.py, server/engines/mlx_engine.py, backend/llm/mlx.py, backend/mlx_llm.py, ...) for Python
+# projects that serve MLX models in-process (a chat app's FastAPI server on mlx-vlm with a generation lock and memory
+# threads, a real-time speech-to-text server over HTTP and WebSocket with its own MLX Whisper engine on worker
+# threads, a multi-model TTS server with per-backend locks, a browser extension's TTS backend streaming through
+# executors, a model studio's FastAPI backend with a locked runtime and download threads, a speech-to-speech
+# translation server over WebSocket, a dictation app's mlx-lm sidecar, an OpenAI-style Whisper server with a
+# single-thread inference worker, a TTS daemon over a Unix socket with a thread per connection and a job queue) with
+# asyncio or threads, and fetched that day (the newest snapshot of each default branch). Nobody had run the checker on
+# any of them, nor read a rule's code while picking them, when they were added. None is in sets a to k (nor among the
+# ones their comments reject), docs/corpus.md's HEAD servers or the corpus cases, none had a mirror here before it was
+# picked, and none is a fork or copy of one (no root commit shared with any mirror here, no copy of mlx-lm's server.py
+# or vllm-mlx). Rejected: forks or copies (vanloc1808/mlx-server-OAI-compat shares cubist38/mlx-openai-server's root,
+# zachmcd09/mlx-audio-ui Blaizzy/mlx-audio's, luisarn/qwen3-tts-server waybarrios/vllm-mlx's), serving code at the
+# repository's top (odnodn/parakeet-mlx-server, gwyntel/talkie-mlx-server, Jason-Queen/Qwen3-ASR-MLX-Server,
+# liwz-hz/qwen3-tts-mlx-studio, DeadfishShin/qwen3-tts-mlx-studio-cn, Muki369-Blue/MLX-Studio-Wirks,
+# norizou/mlx-embed-rerank-server, Orbiter/mflux-server, ai-agents-cybersecurity/local-mlx-responsesAPI-server,
+# itsbohara/mlx-stt-server), no MLX in-process or no MLX code at their HEADs (ENVERLEE/shsmexe's MLXService calls
+# hosted APIs, IbraheemTuffaha/nomusic's "MLX engine" runs demucs on torch, ThrownLemon/qwen3-tts-server runs torch and
+# vLLM-Omni, armandossrecife/mlx-openai-like-backend is a client of an MLX server, decay256/qwen3-tts-server,
+# Maolaohei/MLX-Agent, cavi-ai/mlx-agent), no server (nachoal/mlx-stt's and prog893/mlx-asr's CLIs,
+# drguptavivek/qwen3-asr-mlx-runtime's stdin JSON-lines worker, ethicalabs-ai/Kurtis-E1-MLX-Voice-Agent's SIP and
+# microphone agent, weklund/mlx-inference-workbench's benchmark, liwiii/mlx-speech2speech's model code,
+# g-aggarwal/mlx-hub's download CLI), no Python (panbanda/mlx-server, SharpAI/mlx-server, leeparayno/mlx-server), tiny
+# ones (Andrewwilliamross/imessage-mlx-chatbot, xiaokhkh/mlx-voiceops, blokhinnv/whispermlx-server,
+# qnguyen3/ragapp-2.0, sajennings79/apple-silicon-openbrain, rmnjaat/VEDIO_SUMMARY_GENERATOR) and thirty-one whose
+# snapshot could not be had. Several serve MLX beside other backends: voxtral-tts-mlx's TTS servers beside CoreML and
+# torch ones (its vibevoice_mlx/ is the MLX port of the VibeVoice model the server calls, left out like
+# indextts_mlx's model library), Realtime_mlx_STT's MLX Whisper engine (model and threads in one module, so it stays)
+# beside an OpenAI one. Apps are pinned to their serving folders: Lemma to server/ (its app.py at the top goes
+# unchecked), codictate to its python-backend/ sidecar (the Tauri app is Rust), hibiki-realtime-mlx to its backend
+# package (its static/ is a built web client), Realtime_mlx_STT to src/ (its realtime_mlx_stt/ is the client library
+# and its example_server/ scripts go unchecked), mlx-speechd to its package. Set l is kept aside from its picking
+# (helper, eighth session, 2026-11-28) until it is measured at the session's start commit MEASURED_L and again at its
+# end with the session's final rules, by blind reviewers, before anyone changing rules reads a finding of it.
+SERVERS_L = (
+    head.Server("1Pio/mlx-speechd", "07a9d79c980dca048739377baa06458d12abafd4", ("src/mlx_speechd",), _EXCLUDE),
+    head.Server("JakeJeong/Hugeus-MLX-Studio", "071253bdb637c9fd927fcb44a4b8eab028c8bb28", ("backend",), _EXCLUDE),
+    head.Server("aidynamicsolutions/codictate", "8c2474d5fb1a5898235e6aa83b3c760102b49b20", ("python-backend",),
+                _EXCLUDE),
+    head.Server("erikvullings/voxtral-tts-mlx", "8a3ab1c93c1cbfe5e6309c788e903c50306f4a7b", ("src",),
+                (*_EXCLUDE, "src/vibevoice_mlx/")),
+    head.Server("harveyzhang814/mlx-speech-server", "dee662ef8dda1d760d3ecdd54aceb106ab6fa590", ("app",), _EXCLUDE),
+    head.Server("koadegno/hibiki-realtime-mlx", "f2fe8b1c6f6058e922e1264e3ea0f216f23afef7",
+                ("backend/hibiki_mlx_realtime_api/hibiki_mlx_realtime_api",), _EXCLUDE),
+    head.Server("kristofferv98/Realtime_mlx_STT", "a952092749de6bcf629257d30e5dd08eaf01bc55", ("src",), _EXCLUDE),
+    head.Server("leolittig/Lemma", "04d1c66141e93797758f941335566045dbd1eab4", ("server",), _EXCLUDE),
+    head.Server("shersingh7/qwen-tts-mlx", "32498fd7ca234e69af1a612b662b9e54d7d9cb98", ("backend",), _EXCLUDE),
+)
+# Set l's first measure: the checker as the eighth session began (graded blind; its figure is added once graded).
+MEASURED_L = "e8f2e89365331a230540fe9e9dac8c34d0660c46"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
-        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K}
+        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K, "l": SERVERS_L}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -487,7 +545,7 @@ THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AF
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md",
-        "j": "docs/precision-j.md", "k": "docs/precision-k.md"}
+        "j": "docs/precision-j.md", "k": "docs/precision-k.md", "l": "docs/precision-l.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

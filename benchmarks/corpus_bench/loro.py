@@ -114,6 +114,13 @@ _HELDOUT11 = Studied(
     "HEAD when their cases (benchmarks/corpus_bench/cases/heldout11.json) were mined, recorded before anyone here "
     "read these repositories; no rule changed in that work")
 
+# HEAD when heldout12.json's cases were mined, recorded before that work read this repository or the rules' code; no
+# rule changed in that work.
+_HELDOUT12 = Studied(
+    "e8f2e89365331a230540fe9e9dac8c34d0660c46",
+    "HEAD when its cases (benchmarks/corpus_bench/cases/heldout12.json) were mined, recorded before anyone here "
+    "read this repository; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -144,6 +151,7 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "BuildItCode/MLX-Server": _HELDOUT10,
     "asher/gmlx": _HELDOUT11,
     "aperepel/claude-mlx-tts": _HELDOUT11,
+    "epheterson/immich-ml-metal": _HELDOUT12,
 }
 
 

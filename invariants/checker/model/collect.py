@@ -219,8 +219,23 @@ class _Resolver:
             cls = _annotation(value[1])
             ref = self.ref(cls, None if scope is self.module else scope) if cls is not None else None
             return f"{ref}()" if ref and not ref.startswith("$") else None
-        ref = self.ref(value, scope)
-        return ref
+        if isinstance(value, ast.Await):  # `gen = await asyncio.to_thread(engine.stream, prompt)`: what the call made
+            value = self._handed_call(value.value, scope)
+        return self.ref(value, scope)
+
+    def _handed_call(self, call: ast.AST, fn: Def) -> ast.Call | None:
+        """`f(*args)` for a handoff of `f` to another thread (`asyncio.to_thread(f, ...)`,
+        `loop.run_in_executor(pool, f, ...)`): awaiting it gives what that call returns."""
+        if not isinstance(call, ast.Call):
+            return None
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "run_in_executor":
+            target = _positional(call, 1)
+        elif self.ref(call.func, fn) in classify.TO_THREAD:
+            target = _positional(call, 0)
+        else:
+            return None
+        target = self._unwrap(target, fn)
+        return ast.Call(func=target, args=[], keywords=[]) if isinstance(target, ast.Name | ast.Attribute) else None
 
     def ref(self, expr: ast.AST | None, fn: Def | None) -> str | None:
         """The reference string of a name, attribute chain or call result, else None."""
@@ -457,13 +472,14 @@ class _Resolver:
         func = call.func
         target_expr: ast.AST | None = None
         pool = ""
+        after: int | None = None  # the position of the first argument the callable is given, where known
         how = dotted(func) or (func.attr if isinstance(func, ast.Attribute) else "a thread handoff")
         if isinstance(func, ast.Attribute) and func.attr == "run_in_executor":
             executor = _positional(call, 0)
             pool = DEFAULT_POOL if isinstance(executor, ast.Constant) and executor.value is None else (
                 OWNER if matches_name(dotted(executor), self.shared["owner-executors"]) else
                 ONE_THREAD if self._one_thread(executor, fn) else EXECUTOR)
-            target_expr = _positional(call, 1)
+            target_expr, after = _positional(call, 1), 2
         elif isinstance(func, ast.Attribute) and func.attr == "submit":
             receiver = self._deref(self.ref(func.value, fn)) or ""
             if not (receiver.endswith("()") and receiver[:-2] in classify.POOLS) and not matches_name(
@@ -472,11 +488,12 @@ class _Resolver:
                 return None
             owner = matches_name(dotted(func.value), self.shared["owner-executors"])
             pool = OWNER if owner else ONE_THREAD if self._one_thread(func.value, fn) else EXECUTOR
-            target_expr = _positional(call, 0)
+            target_expr, after = _positional(call, 0), 1
         else:
             qual = self.ref(func, fn)
             if qual in classify.TO_THREAD:
                 pool, target_expr = DEFAULT_POOL, _positional(call, 0)
+                after = 1
             elif qual in ("threading.Thread",):
                 pool = THREAD
                 target_expr = next((k.value for k in call.keywords if k.arg == "target"), None)
@@ -488,8 +505,26 @@ class _Resolver:
         if target is not None and target.startswith("$"):
             target = None
         serialized = self._serialized(call.lineno, fn)
+        stepped = self._stepped(target_expr, _positional(call, after) if after is not None else None, fn)
         return Offload(how, pool, target, param, self._place(call, stmt), dotted(target_expr) or "lambda"
-                       if target_expr is not None else "callable", serialized)
+                       if target_expr is not None else "callable", serialized, stepped)
+
+    def _stepped(self, target: ast.AST | None, first: ast.AST | None, fn: Def) -> str | None:
+        """The generator a handed-over callable steps, named as `fn` holds it: the builtin `next` handed over
+        with it (`run_in_executor(None, next, gen)`), or a lambda or a nested def of `fn` that calls `next` on a
+        name of `fn`'s or loops over it (`def get_next(): return next(gen)`). `$name` for a parameter; the
+        reference of the call that made it for a local (`engine.stream()`); None for anything else. Each
+        `next()` then runs the generator's body up to its next `yield` on the pool's thread of that call
+        (heylookitsanllm's stream wrapper, src/heylook_llm/streaming_utils.py@4ce23f9:56)."""
+        name: str | None = None
+        if isinstance(target, ast.Name) and target.id == "next" and self.lookup("next", fn) is None:
+            name = first.id if isinstance(first, ast.Name) else None
+        else:
+            inner = self._inner.get((id(fn), target.id)) if isinstance(target, ast.Name) else None
+            body = target.body if isinstance(target, ast.Lambda) else inner.node if inner is not None else None
+            name = _stepped_name(body) if body is not None else None
+        ref = self.lookup(name, fn) if name is not None else None
+        return ref if ref is not None and (ref == f"${name}" or ref.endswith("()")) else None
 
     def _one_thread(self, executor: ast.AST | None, fn: Def) -> bool:
         """`executor` is a thread pool this file builds with one worker (`ThreadPoolExecutor(max_workers=1)`),
@@ -569,14 +604,15 @@ class _Resolver:
         return tuple(found)
 
     def _arg_ref(self, expr: ast.AST, fn: Def) -> str | None:
+        """What an argument names: `$param`, a function or lambda, or a call's result (`engine.stream()`, or
+        a local bound to one), which a helper may step (`Offload.stepped`)."""
         expr = self._unwrap(expr, fn)  # type: ignore[assignment]
-        if not isinstance(expr, ast.Name | ast.Attribute | ast.Lambda):
+        if not isinstance(expr, ast.Name | ast.Attribute | ast.Lambda | ast.Call):
             return None
-        param = self._forwarded(expr, fn)
+        param = self._forwarded(expr, fn) if not isinstance(expr, ast.Call) else None
         if param is not None:
             return f"${param}"
-        ref = self.ref(expr, fn)
-        return None if ref is None or ref.endswith("()") else ref
+        return self.ref(expr, fn)
 
     def _class(self, name: str) -> Class:
         info = self.classes[name]
@@ -751,6 +787,21 @@ def _decorator_name(node: ast.AST) -> str:
     if isinstance(node, ast.Call):
         node = node.func
     return dotted(node) or "?"
+
+
+def _stepped_name(body: ast.AST) -> str | None:
+    """The one name `body` calls `next` on or loops over (`for chunk in gen`), else None."""
+    names = set()
+    for node in ast.walk(body):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next" and node.args:
+            first = node.args[0]
+        elif isinstance(node, ast.For):
+            first = node.iter
+        else:
+            continue
+        if isinstance(first, ast.Name):
+            names.add(first.id)
+    return names.pop() if len(names) == 1 else None
 
 
 def _positional(call: ast.Call, index: int) -> ast.AST | None:

@@ -96,6 +96,11 @@ class Forward:
     how: str
 
 
+def made_by(ref: str) -> str:
+    """The function whose call made `ref` (`engine.stream()` -> `engine.stream`); any other reference itself."""
+    return ref[:-2] if ref.endswith("()") else ref
+
+
 class Package:
     """The model of one package (the files of one run under one root)."""
 
@@ -125,6 +130,7 @@ class Package:
         self.edges: dict[Key, list[tuple[Call | None, str, Key | None, str]]] = {}
         self.reach: dict[frozenset[str], dict[Node, Step]] = {}
         self.forwards: dict[Key, dict[str, Forward]] = {}
+        self.steps: dict[Key, dict[str, Forward]] = {}  # helpers that step a generator they are handed on a pool
         self._via_class: set[int] = set()
         self.loaders: set[Key] = set()
         self._hands_off: dict[str, bool] = {}  # module -> it hands MLX to a thread somewhere
@@ -317,14 +323,15 @@ class Package:
                     if kind is not None:
                         edges.append((call, call.use, None, kind))
                 for _, ref in call.args:
-                    found, _ = self.callee(key[0], ref)
+                    found, _ = self.callee(key[0], made_by(ref))
                     if found is not None:
                         queue.append(found)
             for work in fn.offloads:
-                if work.target is not None and self.can_run(key, work.place.line):
-                    found, _ = self.callee(key[0], work.target)
-                    if found is not None:
-                        queue.append(found)
+                for ref in (work.target, work.stepped):
+                    if ref is not None and not ref.startswith("$") and self.can_run(key, work.place.line):
+                        found, _ = self.callee(key[0], made_by(ref))
+                        if found is not None:
+                            queue.append(found)
             if fn.stub:
                 for found in self.implementations(key):
                     edges.append((Call(f":{found[1]}", self.display(found), _place_of(fn), RETURNED), RETURNED, found, ""))
@@ -606,29 +613,39 @@ class Package:
         return reached
 
     def _forwarders(self) -> None:
-        """Helpers that hand a parameter to the default pool, directly or through another such helper.
+        """Helpers that hand a parameter to the default pool (`forwards`), or step the generator a parameter
+        holds there (`steps`), directly or through another such helper.
 
         A helper that takes a lock around the handoff (`async with self._generation_lock:
         await asyncio.to_thread(func)`) is the engine's one serialization point, its own design
         decision: INV105 and INV106 judge it there, and its callers are not reported one by one."""
         for key in self.edges:
             for work in self.functions[key].offloads:
-                if work.param is not None and work.pool == DEFAULT_POOL and not work.serialized:
+                if work.pool != DEFAULT_POOL or work.serialized:
+                    continue
+                if work.param is not None:
                     self.forwards.setdefault(key, {}).setdefault(work.param, Forward(work.pool, work.how))
+                if work.stepped is not None and work.stepped.startswith("$"):
+                    self.steps.setdefault(key, {}).setdefault(work.stepped[1:], Forward(work.pool, work.how))
+        for table in (self.forwards, self.steps):
+            self._pass_on(table)
+
+    def _pass_on(self, table: dict[Key, dict[str, Forward]]) -> None:
+        """A function that hands its own parameter to a helper's parameter of `table` does what the helper does."""
         changed = True
         while changed:
             changed = False
             for key, edges in self.edges.items():
                 for call, _use, target, _ in edges:
-                    if target is None or target not in self.forwards or call is None:
+                    if target is None or target not in table or call is None:
                         continue
                     for arg, ref in call.args:
                         if not ref.startswith("$"):
                             continue
                         param = self.parameter(target, arg, call)
-                        forward = self.forwards[target].get(param or "")
-                        if forward is not None and ref[1:] not in self.forwards.get(key, {}):
-                            self.forwards.setdefault(key, {})[ref[1:]] = Forward(forward.pool, call.text)
+                        forward = table[target].get(param or "")
+                        if forward is not None and ref[1:] not in table.get(key, {}):
+                            table.setdefault(key, {})[ref[1:]] = Forward(forward.pool, call.text)
                             changed = True
 
     def parameter(self, target: Key, arg: int | str, call: Call) -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mlx_invariants.checker.model.graph import (
-    ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, WAITING, Key, Package,
+    ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
 )
 from mlx_invariants.checker.model.summary import (
     DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, THREAD, Call, Function, Offload, Place,
@@ -94,7 +94,12 @@ def _any_lock(text: str) -> bool:
 def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelFinding]:
     """INV107: a callable that reaches MLX (through any module) handed to the default thread pool,
     by `asyncio.to_thread` / `run_in_executor(None, ...)` or by a package helper that forwards its
-    parameter there (`await self.run_blocking(self.engine.generate)`). Left out: a handoff at
+    parameter there (`await self.run_blocking(self.engine.generate)`); and a generator that reaches MLX
+    stepped there, one `next()` per handoff (`run_in_executor(None, next, gen)`, a lambda or nested def
+    calling `next(gen)`, or a package helper that steps the generator it is handed:
+    heylookitsanllm's `async_generator_with_abort(generator, ...)`,
+    src/heylook_llm/streaming_utils.py@4ce23f9:56, fixed in its next commits by one single-worker
+    executor per stream). Left out: a handoff at
     start-up (a lifespan before its `yield`, a start-up hook), as `_outside_inferred` leaves it out:
     nothing is served yet, so no request's MLX can be inside Metal beside it (the hazard before
     MLX 0.31.2; `requires` drops the finding from 0.31.2 on). Issue 23, set c: smart-home's lifespan
@@ -111,31 +116,48 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
             if fn.before_serving(call.place.line) or not package.can_run((module, name), call.place.line):
                 continue
             helper, _ = package.callee(module, call.target)
-            forwards = package.forwards.get(helper) if helper is not None else None
-            if not forwards:
+            if helper is None:
                 continue
-            for arg, ref in call.args:
-                param = package.parameter(helper, arg, call) if not ref.startswith("$") else None  # type: ignore[arg-type]
-                forward = forwards.get(param or "")
-                work, _ = package.callee(module, ref) if forward is not None else (None, None)
-                chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
-                locked = fn.guarded(call.place.line, _any_lock)
-                if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
-                    where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
-                    yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
-                        target=chain[0], what=" -> ".join(chain[1:]), where=where),
-                        requires(package.chain(GENERATION, (work, RUN)) is not None))  # type: ignore[arg-type]
+            locked = fn.guarded(call.place.line, _any_lock)
+            for table, made, mode in ((package.forwards, False, RUN), (package.steps, True, ITER)):
+                forwards = table.get(helper)
+                for arg, ref in call.args if forwards else ():
+                    if ref.startswith("$") or ref.endswith("()") is not made:
+                        continue
+                    forward = forwards.get(package.parameter(helper, arg, call) or "")  # type: ignore[union-attr]
+                    work, _ = package.callee(module, made_by(ref)) if forward is not None else (None, None)
+                    chain = package.chain(ANY_MLX, (work, mode)) if work is not None else None
+                    if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
+                        steps = "steps it" if made else "hands it"
+                        where = (f"the default thread pool via `{call.text}`, which {steps} to `{forward.how}` "  # type: ignore[union-attr]
+                                 "(a different thread each call)")
+                        yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
+                            target=f"{ref}" if made else chain[0], what=" -> ".join(chain[1:]), where=where),
+                            requires(package.chain(GENERATION, (work, mode)) is not None))  # type: ignore[arg-type]
         for work in fn.offloads:
-            if (work.pool != DEFAULT_POOL or work.target is None or fn.before_serving(work.place.line)
+            if (work.pool != DEFAULT_POOL or fn.before_serving(work.place.line)
                     or not package.can_run((module, name), work.place.line)):
                 continue
-            found, _ = package.callee(module, work.target)
-            chain = package.chain(ANY_MLX, (found, RUN)) if found is not None else None
+            found, mode, text = _offloaded(package, module, work)
+            chain = package.chain(ANY_MLX, (found, mode)) if found is not None else None
             if chain and not _one_at_a_time(package, found, work.serialized):  # type: ignore[arg-type]
                 where = f"the default thread pool via {work.how} (a different thread each call)"
                 yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
-                    target=work.text, what=" -> ".join(chain[1:]), where=where),
-                    requires(package.chain(GENERATION, (found, RUN)) is not None))
+                    target=text, what=" -> ".join(chain[1:]), where=where),
+                    requires(package.chain(GENERATION, (found, mode)) is not None))
+
+
+def _offloaded(package: Package, module: str, work: Offload) -> tuple[Key | None, str, str]:
+    """What a handoff runs, how, and how to name it: the callable it hands over, run; else the generator the
+    callable steps, iterated (`next` handed over with a generator a call of this function made)."""
+    found, _ = package.callee(module, work.target) if work.target is not None else (None, None)
+    if found is not None and package.chain(ANY_MLX, (found, RUN)):
+        return found, RUN, work.text
+    if work.stepped is not None and work.stepped.endswith("()"):
+        stepped, _ = package.callee(module, made_by(work.stepped))
+        if stepped is not None:
+            return stepped, ITER, f"next({work.stepped})"
+    return found, RUN, work.text
 
 
 def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:

@@ -70,8 +70,8 @@ class Place:
 @dataclass(frozen=True)
 class Call:
     """A call in a function's own body. `args` are the arguments that name something (a
-    function, a lambda, a parameter), keyed by position or keyword: what a helper may be
-    handed to run."""
+    function, a lambda, a parameter, or a call's result: `engine.stream()`), keyed by position or
+    keyword: what a helper may be handed to run, or to step."""
 
     target: str
     text: str
@@ -95,7 +95,10 @@ class Call:
 class Offload:
     """A callable handed to another thread. `target` is its reference (None when it cannot be
     named); `param` the parameter of this function it is, or calls (a helper that forwards);
-    `serialized`: made inside `with`/`async with` a lock (lock-names)."""
+    `serialized`: made inside `with`/`async with` a lock (lock-names); `stepped`: the generator the
+    callable steps (`next` handed over with it, or a lambda or nested def that calls `next` on it or
+    loops over it), as `$name` for a parameter (a helper that steps what it is handed) or as the
+    reference of the call that made it (`engine.stream()`): its body runs on that thread."""
 
     how: str
     pool: str
@@ -104,14 +107,16 @@ class Offload:
     place: Place
     text: str  # the callable as written
     serialized: bool = False
+    stepped: str | None = None
 
     def to_json(self) -> list[Any]:
-        return [self.how, self.pool, self.target, self.param, self.place.to_json(), self.text, self.serialized]
+        return [self.how, self.pool, self.target, self.param, self.place.to_json(), self.text, self.serialized,
+                self.stepped]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Offload:
-        how, pool, target, param, place, text, serialized = data
-        return cls(how, pool, target, param, Place.from_json(place), text, serialized)
+        how, pool, target, param, place, text, serialized, stepped = data
+        return cls(how, pool, target, param, Place.from_json(place), text, serialized, stepped)
 
 
 @dataclass(frozen=True)

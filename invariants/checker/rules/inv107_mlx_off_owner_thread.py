@@ -43,6 +43,39 @@ _PREVIEW = '''
 '''
 
 
+# A route that streams a generation through a stepping helper of another module (below).
+_STREAM_ROUTE = '''
+    from mlx_lm import stream_generate
+
+    from .streaming import chunks
+
+
+    def tokens(model, tokenizer, prompt):
+        for response in stream_generate(model, tokenizer, prompt):
+            yield response.text
+
+
+    async def completions(model, tokenizer, prompt):
+        async for text in chunks(tokens(model, tokenizer, prompt)):  # expect: INV107
+            yield text
+'''
+# The helper: each `next()` of the generator it is handed runs on the pool named by `pool`.
+_STEPPER = '''
+    import asyncio
+    {setup}
+
+
+    async def chunks(generator):
+        loop = asyncio.get_running_loop()
+
+        def get_next():
+            return next(generator, None)
+
+        while (chunk := await loop.run_in_executor({pool}, get_next)) is not None:
+            yield chunk
+'''
+
+
 @dataclass
 class _Candidate:
     work: Handoff
@@ -277,8 +310,15 @@ class MlxOffOwnerThread(Rule):
             def get_engine_manager():
                 return None
         '''}),
+        # A helper of another module that steps whatever generator it is handed on the default pool, one `next()`
+        # per chunk (heylookitsanllm's stream wrapper, src/heylook_llm/streaming_utils.py@4ce23f9:56): the
+        # generation hops threads from token to token, and two streams step at once.
+        Invalid(_STREAM_ROUTE, files={"app/streaming.py": _STEPPER.format(pool="None", setup="")}),
     ]
     VALID = [
+        # The same helper stepping every stream on one worker thread: the owner.
+        Valid(_STREAM_ROUTE.replace("  # expect: INV107", ""), files={"app/streaming.py": _STEPPER.format(
+            pool="_OWNER", setup="from concurrent.futures import ThreadPoolExecutor\n\n    _OWNER = ThreadPoolExecutor(1)")}),
         # Code that cannot run: the module never defines what the endpoint asks of it (AttributeError, caught), so
         # the handoff after it never happens (qwen3-tts-apple-silicon's voice lab, issue 23's set h, graded false).
         Valid(_PREVIEW.replace("  # expect: INV107", ""), files={"app/runtime.py": '''

@@ -95,7 +95,21 @@ class _Resolver:
                 names[name] = ref
         return FileSummary(self.imports_mlx, names, functions, classes, self.declared_locks,
                            {name: self._place(call, None) for name, call in made.items()},
-                           frozenset(self.module.bindings), self._star)
+                           frozenset(self.module.bindings), self._star, self._app_state())
+
+    def _app_state(self) -> dict[str, str]:
+        """What this file stores on a Starlette/FastAPI app's state (`app.state.engine = Engine()`, in a lifespan
+        or at import), by attribute: the one value every such store agrees on. A route reads it back as
+        `request.app.state.engine` (graph.py, `_member`); a store of None (a shutdown's) says nothing."""
+        found: dict[str, set[str | None]] = {}
+        for scope in (self.module, *self.defs):
+            where = None if scope is self.module else scope
+            for attr, base, value in scope.state_attrs:
+                if _is_none(value) or not _app_object(base, self.ref(base, where)):
+                    continue
+                ref = self.ref(value, where)
+                found.setdefault(attr, set()).add(None if ref is None or ref.startswith("$") else ref)
+        return {attr: refs.pop() for attr, refs in found.items() if len(refs) == 1 and None not in refs}
 
     def _module_body(self, body: list[ast.stmt]) -> None:
         for stmt in body:
@@ -121,7 +135,10 @@ class _Resolver:
 
     def _module_assign(self, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
         if not isinstance(target, ast.Name):
-            self.scanner.bind_target(self.module, target)
+            if isinstance(target, ast.Attribute) and value is not None:
+                self.scanner._assign(self.module, target, value)
+            else:
+                self.scanner.bind_target(self.module, target)
             return
         if annotation is not None:
             self.module.bindings.setdefault(target.id, []).append(("annotation", annotation))
@@ -787,6 +804,18 @@ def _decorator_name(node: ast.AST) -> str:
     if isinstance(node, ast.Call):
         node = node.func
     return dotted(node) or "?"
+
+
+# The web frameworks whose app (and request.app) carries a `state` namespace.
+_APP_FRAMEWORKS = ("fastapi.", "starlette.")
+
+
+def _app_object(base: ast.AST, ref: str | None) -> bool:
+    """`base` (what `.state` is read from) is an app of a web framework: typed so, or named `app` (a lifespan's
+    untyped `app` parameter, `request.app`)."""
+    if ref is not None and ref.startswith(_APP_FRAMEWORKS):
+        return True
+    return (dotted(base) or "").rpartition(".")[2] == "app"
 
 
 def _stepped_name(body: ast.AST) -> str | None:

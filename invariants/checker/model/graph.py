@@ -51,6 +51,7 @@ ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREA
 THREAD_ROLES = frozenset({*ROLE_OF_POOL.values(), PRIVATE_LOOP})  # not the thread that imported the modules
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
 _INERT_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})  # bases that add no attribute a call would use
+_WEB_APPS = ("fastapi.", "starlette.")  # an app (or a request's `.app`) of these carries a `state` namespace
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
 
 Key = tuple[str, str]  # (module, function's local name)
@@ -105,12 +106,15 @@ class Package:
     """The model of one package (the files of one run under one root)."""
 
     def __init__(self, modules: dict[str, bool], load: Callable[[str], FileSummary | None],
-                 shared: dict[str, Any] | None = None, classes: dict[str, dict[str, list[list[str]]]] | None = None) -> None:
+                 shared: dict[str, Any] | None = None, classes: dict[str, dict[str, list[list[str]]]] | None = None,
+                 state: dict[str, list[str]] | None = None) -> None:
         self.modules = modules  # module name -> is a package (`__init__.py`)
         self._load = load
         # Each module's top-level classes by name: [their bases' last names, their methods' names], read from the
         # text (phase.top_classes) so that the modules that may implement an abstract method are found unloaded.
         self._classes = classes or {}
+        # Each module's stores on a web app's state (`app.state.engine = ...`), read from the text likewise.
+        self._state = state or {}
         shared = shared or {}
         self._owner_names = list(shared.get("owner-functions", ()))
         self._configured_locks: list[str] = list(shared.get("mlx-locks", ()))
@@ -130,7 +134,6 @@ class Package:
         self.edges: dict[Key, list[tuple[Call | None, str, Key | None, str]]] = {}
         self.reach: dict[frozenset[str], dict[Node, Step]] = {}
         self.forwards: dict[Key, dict[str, Forward]] = {}
-        self.steps: dict[Key, dict[str, Forward]] = {}  # helpers that step a generator they are handed on a pool
         self._via_class: set[int] = set()
         self.loaders: set[Key] = set()
         self._hands_off: dict[str, bool] = {}  # module -> it hands MLX to a thread somewhere
@@ -159,7 +162,25 @@ class Package:
         head, called = parts[0]
         if head in self.modules and not called:
             return self._walk(Symbol("module", head), parts[1:], module, depth)
+        if ".state." in ref and ref.startswith(_WEB_APPS):  # a web app's state, which the package may have stored
+            return self._walk(Symbol("external", head + ("()" if called else "")), parts[1:], module, depth)
         return Symbol("external", ref)
+
+    def _app_state(self, attr: str, depth: int) -> Symbol | None:
+        """What `request.app.state.<attr>` holds: the value the package's modules store there
+        (`app.state.engine = Engine()` in a lifespan), when every module that stores it names the same thing.
+        heylookitsanllm's routes reach their provider as `request.app.state.router_instance.get_provider()`."""
+        found: set[Symbol] = set()
+        for module, attrs in self._state.items():
+            if attr not in attrs:
+                continue
+            summary = self.summary(module)
+            ref = summary.state.get(attr) if summary is not None else None
+            symbol = self.resolve(module, ref, depth + 1) if ref is not None else None
+            if symbol is None:
+                return None
+            found.add(symbol)
+        return found.pop() if len(found) == 1 else None
 
     def _local(self, module: str, path: str, depth: int) -> Symbol | None:
         summary = self.summary(module)
@@ -194,6 +215,10 @@ class Package:
 
     def _member(self, symbol: Symbol, name: str, depth: int) -> Symbol | None:
         if symbol.kind == "external":
+            if symbol.module.endswith(".state") and symbol.module.startswith(_WEB_APPS):
+                stored = self._app_state(name, depth)
+                if stored is not None:
+                    return stored
             return Symbol("external", f"{symbol.module}.{name}")
         if symbol.kind == "module":
             sub = f"{symbol.module}.{name}"
@@ -613,40 +638,57 @@ class Package:
         return reached
 
     def _forwarders(self) -> None:
-        """Helpers that hand a parameter to the default pool (`forwards`), or step the generator a parameter
-        holds there (`steps`), directly or through another such helper.
+        """Helpers that hand a parameter to the default pool, directly or through another such helper.
 
         A helper that takes a lock around the handoff (`async with self._generation_lock:
         await asyncio.to_thread(func)`) is the engine's one serialization point, its own design
         decision: INV105 and INV106 judge it there, and its callers are not reported one by one."""
         for key in self.edges:
             for work in self.functions[key].offloads:
-                if work.pool != DEFAULT_POOL or work.serialized:
-                    continue
-                if work.param is not None:
+                if work.param is not None and work.pool == DEFAULT_POOL and not work.serialized:
                     self.forwards.setdefault(key, {}).setdefault(work.param, Forward(work.pool, work.how))
-                if work.stepped is not None and work.stepped.startswith("$"):
-                    self.steps.setdefault(key, {}).setdefault(work.stepped[1:], Forward(work.pool, work.how))
-        for table in (self.forwards, self.steps):
-            self._pass_on(table)
-
-    def _pass_on(self, table: dict[Key, dict[str, Forward]]) -> None:
-        """A function that hands its own parameter to a helper's parameter of `table` does what the helper does."""
         changed = True
         while changed:
             changed = False
             for key, edges in self.edges.items():
                 for call, _use, target, _ in edges:
-                    if target is None or target not in table or call is None:
+                    if target is None or target not in self.forwards or call is None:
                         continue
                     for arg, ref in call.args:
                         if not ref.startswith("$"):
                             continue
                         param = self.parameter(target, arg, call)
-                        forward = table[target].get(param or "")
-                        if forward is not None and ref[1:] not in table.get(key, {}):
-                            table.setdefault(key, {})[ref[1:]] = Forward(forward.pool, call.text)
+                        forward = self.forwards[target].get(param or "")
+                        if forward is not None and ref[1:] not in self.forwards.get(key, {}):
+                            self.forwards.setdefault(key, {})[ref[1:]] = Forward(forward.pool, call.text)
                             changed = True
+
+    def stepping_modules(self) -> set[str]:
+        """The modules INV107 also reports in: those of the functions the calls reach that step a generator they
+        are handed on a pool (a module of stream helpers may mention no MLX, and so be no entry)."""
+        return {key[0] for key in self.edges
+                if any(o.stepped is not None and o.stepped.startswith("$") for o in self.functions[key].offloads)}
+
+    def handed_generators(self, key: Key, param: str, seen: set[tuple[Key, str]] | None = None
+                          ) -> Iterator[tuple[str, str, str]]:
+        """The generators the package's callers hand to parameter `param` of `key`, as (the caller's module,
+        the reference of the call that made it, the caller's name): made at the call (`chunks(engine.stream())`),
+        or handed to a parameter of the caller's own, followed up the same way."""
+        seen = set() if seen is None else seen
+        if (key, param) in seen:
+            return
+        seen.add((key, param))
+        for caller, edges in self.edges.items():
+            for call, _use, target, _ in edges:
+                if target != key or call is None:
+                    continue
+                for arg, ref in call.args:
+                    if self.parameter(key, arg, call) != param:
+                        continue
+                    if ref.startswith("$"):
+                        yield from self.handed_generators(caller, ref[1:], seen)
+                    elif ref.endswith("()"):
+                        yield caller[0], ref, self.display(caller)
 
     def parameter(self, target: Key, arg: int | str, call: Call) -> str | None:
         """The parameter of `target` that argument `arg` (a position or a keyword) of `call` binds.

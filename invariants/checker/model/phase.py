@@ -46,9 +46,10 @@ _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Z
 def text_facts(text: str) -> dict[str, Any]:
     """What the text alone says about a file, to pick the modules worth summarizing up front:
     whether it has an `async def` or a thread handoff, mentions MLX, and what it imports from
-    (the first part of each module name; "." for a relative import); and its top-level classes,
+    (the first part of each module name; "." for a relative import); its top-level classes,
     each with the last part of its bases' names and its methods' names, for the modules that may
-    implement an abstract method (graph.py, `implementations`)."""
+    implement an abstract method (graph.py, `implementations`); and the attributes it stores on a web
+    app's state, for the modules a route's `request.app.state.x` may come from (graph.py, `_member`)."""
     roots = set()
     for match in _IMPORTS.finditer(text):
         if match.group(1):
@@ -59,7 +60,14 @@ def text_facts(text: str) -> dict[str, Any]:
     classes = top_classes(text)
     if classes:
         facts["classes"] = classes
+    stored = sorted(set(_STATE_STORE.findall(text)))
+    if stored:
+        facts["state"] = stored
     return facts
+
+
+# `app.state.engine = ...`: a store on a web app's state, which a route in another module reads back.
+_STATE_STORE = re.compile(r"\.state\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
 
 
 _CLASS = re.compile(r"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
@@ -148,7 +156,8 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
     tops = {m.split(".", 1)[0] for m in modules}
     entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
     package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared,
-                      {m: summaries.facts(p).get("classes", {}) for m, p in modules.items()})
+                      {m: summaries.facts(p).get("classes", {}) for m, p in modules.items()},
+                      {m: summaries.facts(p).get("state", []) for m, p in modules.items()})
     cancellers = Cancellers(package, lambda m: summaries.text(modules[m]) if m in modules else None)
     withdrawn = _withdrawn(cancellers, modules, reports, rules)
     if not entries:

@@ -95,11 +95,11 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
     """INV107: a callable that reaches MLX (through any module) handed to the default thread pool,
     by `asyncio.to_thread` / `run_in_executor(None, ...)` or by a package helper that forwards its
     parameter there (`await self.run_blocking(self.engine.generate)`); and a generator that reaches MLX
-    stepped there, one `next()` per handoff (`run_in_executor(None, next, gen)`, a lambda or nested def
-    calling `next(gen)`, or a package helper that steps the generator it is handed:
-    heylookitsanllm's `async_generator_with_abort(generator, ...)`,
-    src/heylook_llm/streaming_utils.py@4ce23f9:56, fixed in its next commits by one single-worker
-    executor per stream). Left out: a handoff at
+    stepped there (`run_in_executor(None, next, gen)`, a lambda or nested def calling `next(gen)` or looping
+    over it), made in the same def or handed in by the package's callers: heylookitsanllm's stream wrapper
+    stepped every provider's generation on the default pool, one `next()` per chunk
+    (src/heylook_llm/streaming_utils.py@4ce23f9:56), fixed in its next commits by one single-worker executor
+    per stream; reported at that handoff, where the fix goes. Left out: a handoff at
     start-up (a lifespan before its `yield`, a start-up hook), as `_outside_inferred` leaves it out:
     nothing is served yet, so no request's MLX can be inside Metal beside it (the hazard before
     MLX 0.31.2; `requires` drops the finding from 0.31.2 on). Issue 23, set c: smart-home's lifespan
@@ -116,48 +116,55 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
             if fn.before_serving(call.place.line) or not package.can_run((module, name), call.place.line):
                 continue
             helper, _ = package.callee(module, call.target)
-            if helper is None:
+            forwards = package.forwards.get(helper) if helper is not None else None
+            if not forwards:
                 continue
-            locked = fn.guarded(call.place.line, _any_lock)
-            for table, made, mode in ((package.forwards, False, RUN), (package.steps, True, ITER)):
-                forwards = table.get(helper)
-                for arg, ref in call.args if forwards else ():
-                    if ref.startswith("$") or ref.endswith("()") is not made:
-                        continue
-                    forward = forwards.get(package.parameter(helper, arg, call) or "")  # type: ignore[union-attr]
-                    work, _ = package.callee(module, made_by(ref)) if forward is not None else (None, None)
-                    chain = package.chain(ANY_MLX, (work, mode)) if work is not None else None
-                    if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
-                        steps = "steps it" if made else "hands it"
-                        where = (f"the default thread pool via `{call.text}`, which {steps} to `{forward.how}` "  # type: ignore[union-attr]
-                                 "(a different thread each call)")
-                        yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
-                            target=f"{ref}" if made else chain[0], what=" -> ".join(chain[1:]), where=where),
-                            requires(package.chain(GENERATION, (work, mode)) is not None))  # type: ignore[arg-type]
+            for arg, ref in call.args:
+                param = package.parameter(helper, arg, call) if not ref.startswith("$") else None  # type: ignore[arg-type]
+                forward = forwards.get(param or "") if not ref.endswith("()") else None
+                work, _ = package.callee(module, ref) if forward is not None else (None, None)
+                chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
+                locked = fn.guarded(call.place.line, _any_lock)
+                if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
+                    where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
+                    yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
+                        target=chain[0], what=" -> ".join(chain[1:]), where=where),
+                        requires(package.chain(GENERATION, (work, RUN)) is not None))  # type: ignore[arg-type]
         for work in fn.offloads:
             if (work.pool != DEFAULT_POOL or fn.before_serving(work.place.line)
                     or not package.can_run((module, name), work.place.line)):
                 continue
-            found, mode, text = _offloaded(package, module, work)
-            chain = package.chain(ANY_MLX, (found, mode)) if found is not None else None
-            if chain and not _one_at_a_time(package, found, work.serialized):  # type: ignore[arg-type]
-                where = f"the default thread pool via {work.how} (a different thread each call)"
-                yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
-                    target=text, what=" -> ".join(chain[1:]), where=where),
-                    requires(package.chain(GENERATION, (found, mode)) is not None))
+            for found, mode, target, source in _offloaded(package, (module, name), work):
+                chain = package.chain(ANY_MLX, (found, mode))
+                if chain and not _one_at_a_time(package, found, work.serialized):
+                    where = f"the default thread pool via {work.how} (a different thread each call)"
+                    what = " -> ".join(chain[1:]) if source is None else f"the generator {source} hands it: {' -> '.join(chain)}"
+                    yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
+                        target=target, what=what, where=where),
+                        requires(package.chain(GENERATION, (found, mode)) is not None))
+                    break
 
 
-def _offloaded(package: Package, module: str, work: Offload) -> tuple[Key | None, str, str]:
-    """What a handoff runs, how, and how to name it: the callable it hands over, run; else the generator the
-    callable steps, iterated (`next` handed over with a generator a call of this function made)."""
-    found, _ = package.callee(module, work.target) if work.target is not None else (None, None)
+def _offloaded(package: Package, key: Key, work: Offload) -> Iterator[tuple[Key, str, str, str | None]]:
+    """What a handoff runs, how, how to name it and where it came from: the callable it hands over, run;
+    else the generator the callable steps, iterated: one a call of this function made (`next(gen)` of
+    `gen = engine.stream()`), or each the package's callers hand to the parameter it steps."""
+    found, _ = package.callee(key[0], work.target) if work.target is not None else (None, None)
     if found is not None and package.chain(ANY_MLX, (found, RUN)):
-        return found, RUN, work.text
-    if work.stepped is not None and work.stepped.endswith("()"):
-        stepped, _ = package.callee(module, made_by(work.stepped))
-        if stepped is not None:
-            return stepped, ITER, f"next({work.stepped})"
-    return found, RUN, work.text
+        yield found, RUN, work.text, None
+        return
+    stepped = work.stepped
+    if stepped is None:
+        return
+    if not stepped.startswith("$"):
+        made, _ = package.callee(key[0], made_by(stepped))
+        if made is not None:
+            yield made, ITER, f"next({stepped})", None
+        return
+    for module, ref, caller in package.handed_generators(key, stepped[1:]):
+        made, _ = package.callee(module, made_by(ref))
+        if made is not None:
+            yield made, ITER, stepped[1:], caller
 
 
 def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:
@@ -434,4 +441,5 @@ QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
 }
 # Queries asked of modules besides the entry modules (phase.py): INV131 reports where a stream is made,
 # which may be a module with no async def and no handoff of its own.
-BEYOND_ENTRIES: dict[str, Callable[[Package], set[str]]] = {"INV131": Package.stream_modules}
+BEYOND_ENTRIES: dict[str, Callable[[Package], set[str]]] = {"INV131": Package.stream_modules,
+                                                             "INV107": Package.stepping_modules}

@@ -62,6 +62,8 @@ class Def:
     locked: list[tuple[int, int, str]] = field(default_factory=list)  # lines of `with <lock>:` blocks, the lock
     entered: list[tuple[tuple[int, int], ast.AST]] = field(default_factory=list)  # `with f(...):` blocks, by f
     nonlocal_names: set[str] = field(default_factory=set)
+    # `app.state.engine = Engine()`: (attr, the object before `.state`, value), for Starlette's app state
+    state_attrs: list[tuple[str, ast.AST, ast.AST]] = field(default_factory=list)
 
 
 class Scanner:
@@ -204,6 +206,9 @@ class Scanner:
                 fn.bindings.setdefault(target.id, []).append(value)
                 if isinstance(value, ast.Call):
                     fn.assigned_calls[id(value)] = target.id
+        elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
+              and target.value.attr == "state" and value is not None):
+            fn.state_attrs.append((target.attr, target.value.value, value))
         elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
             if typed is not None:
                 fn.self_attrs.append((target.attr, typed))  # type: ignore[arg-type]

@@ -286,6 +286,7 @@ class FileSummary:
     streams: dict[str, Place] = field(default_factory=dict)
     defined: frozenset[str] = frozenset()  # every name its top level binds: another name read from it raises
     star: bool = False  # it has a star import: what it defines is unknown
+    state: dict[str, str] = field(default_factory=dict)  # what it stores on a web app's state, by attribute
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -297,6 +298,7 @@ class FileSummary:
             **({"streams": {k: p.to_json() for k, p in self.streams.items()}} if self.streams else {}),
             "defined": sorted(self.defined),
             **({"star": True} if self.star else {}),
+            **({"state": self.state} if self.state else {}),
         }
 
     @classmethod
@@ -307,5 +309,5 @@ class FileSummary:
             {k: Class.from_json(k, c) for k, c in data["classes"].items()},
             tuple(data.get("mlx_locks", ())),
             {k: Place.from_json(p) for k, p in data.get("streams", {}).items()},
-            frozenset(data.get("defined", ())), bool(data.get("star")),
+            frozenset(data.get("defined", ())), bool(data.get("star")), dict(data.get("state", {})),
         )

@@ -43,11 +43,11 @@ _PREVIEW = '''
 '''
 
 
-# A route that streams a generation through a stepping helper of another module (below).
+# A route module that streams a generation through the stepping helper of the main module (below).
 _STREAM_ROUTE = '''
     from mlx_lm import stream_generate
 
-    from .streaming import chunks
+    from .main import chunks
 
 
     def tokens(model, tokenizer, prompt):
@@ -56,14 +56,13 @@ _STREAM_ROUTE = '''
 
 
     async def completions(model, tokenizer, prompt):
-        async for text in chunks(tokens(model, tokenizer, prompt)):  # expect: INV107
+        async for text in chunks(tokens(model, tokenizer, prompt)):
             yield text
 '''
-# The helper: each `next()` of the generator it is handed runs on the pool named by `pool`.
+# The helper: each `next()` of the generator it is handed runs on the pool named by `pool`; it names no MLX.
 _STEPPER = '''
     import asyncio
     {setup}
-
 
     async def chunks(generator):
         loop = asyncio.get_running_loop()
@@ -71,7 +70,7 @@ _STEPPER = '''
         def get_next():
             return next(generator, None)
 
-        while (chunk := await loop.run_in_executor({pool}, get_next)) is not None:
+        while (chunk := await loop.run_in_executor({pool}, get_next)) is not None:{expect}
             yield chunk
 '''
 
@@ -310,15 +309,17 @@ class MlxOffOwnerThread(Rule):
             def get_engine_manager():
                 return None
         '''}),
-        # A helper of another module that steps whatever generator it is handed on the default pool, one `next()`
-        # per chunk (heylookitsanllm's stream wrapper, src/heylook_llm/streaming_utils.py@4ce23f9:56): the
-        # generation hops threads from token to token, and two streams step at once.
-        Invalid(_STREAM_ROUTE, files={"app/streaming.py": _STEPPER.format(pool="None", setup="")}),
+        # A helper that steps whatever generator it is handed on the default pool, one `next()` per chunk, and a
+        # route of another module that hands it an MLX generation (heylookitsanllm's stream wrapper,
+        # src/heylook_llm/streaming_utils.py@4ce23f9:56): the generation hops threads from token to token, and two
+        # streams step at once. Reported at the helper's handoff, where the fix goes.
+        Invalid(_STEPPER.format(pool="None", setup="", expect="  # expect: INV107"),
+                files={"app/routes.py": _STREAM_ROUTE}),
     ]
     VALID = [
         # The same helper stepping every stream on one worker thread: the owner.
-        Valid(_STREAM_ROUTE.replace("  # expect: INV107", ""), files={"app/streaming.py": _STEPPER.format(
-            pool="_OWNER", setup="from concurrent.futures import ThreadPoolExecutor\n\n    _OWNER = ThreadPoolExecutor(1)")}),
+        Valid(_STEPPER.format(pool="_OWNER", expect="", setup="from concurrent.futures import ThreadPoolExecutor\n\n"
+                              "    _OWNER = ThreadPoolExecutor(1)"), files={"app/routes.py": _STREAM_ROUTE}),
         # Code that cannot run: the module never defines what the endpoint asks of it (AttributeError, caught), so
         # the handoff after it never happens (qwen3-tts-apple-silicon's voice lab, issue 23's set h, graded false).
         Valid(_PREVIEW.replace("  # expect: INV107", ""), files={"app/runtime.py": '''

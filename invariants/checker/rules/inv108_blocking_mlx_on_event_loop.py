@@ -201,6 +201,45 @@ _MODEL_WARM_UP = '''
 '''
 
 
+
+# A route that reads its engine back from the app's state, which the lifespan below stores there.
+_STATE_ROUTE = '''
+    from fastapi import Request
+
+    from .server import MAX_PROMPT
+
+
+    async def complete(request: Request, prompt: str):
+        return request.app.state.engine.generate(prompt[:MAX_PROMPT])  # expect: INV108
+'''
+_STATE_LIFESPAN = '''
+    from contextlib import asynccontextmanager
+
+    import mlx.core as mx
+    from fastapi import FastAPI
+
+    MAX_PROMPT = 4096
+
+
+    class Engine:
+        def generate(self, prompt):
+            tokens = mx.array([1, 2, 3])
+            mx.eval(tokens)
+            return str(tokens)
+
+
+    class RemoteClient:
+        def generate(self, prompt):
+            return prompt
+
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI, remote: bool = False):
+        app.state.engine = {stored}
+        yield
+        app.state.engine = None
+'''
+
 class BlockingMlxOnEventLoop(Rule):
     """An async def body runs on the event loop. A whole generation, an
     `mx.eval`, or a loop over `stream_generate` there stops every other request,
@@ -745,8 +784,14 @@ class BlockingMlxOnEventLoop(Rule):
                     mx.eval(features)
                     return {"text": str(features)}
         '''}),
+        # The engine a lifespan of another module stores on the app's state, read back by the route from the
+        # request (heylookitsanllm's `request.app.state.router_instance`): a store the package makes is followed.
+        Invalid(_STATE_ROUTE, files={"app/server.py": _STATE_LIFESPAN.format(stored="Engine()")}),
     ]
     VALID = [
+        # The same route where two stores disagree on what the state holds: unknown, never MLX.
+        Valid(_STATE_ROUTE.replace("  # expect: INV108", ""), files={"app/server.py": _STATE_LIFESPAN.format(
+            stored="Engine()\n        if remote:\n            app.state.engine = RemoteClient()")}),
         # The lifespan sets the engine up (a warm-up transcription) before serving: a handler's `get_engine()`
         # finds it set up, and its lazy branch does nothing.
         Valid(_LAZY_HANDLER.replace("  # expect: INV108", "").replace("MLX = ", _PRELOAD + "MLX = "), files=_LAZY_ENGINE),

@@ -115,6 +115,7 @@ class Package:
         self._classes = classes or {}
         # Each module's stores on a web app's state (`app.state.engine = ...`), read from the text likewise.
         self._state = state or {}
+        self._states: dict[str, Symbol | None] = {}  # attribute -> what the package's stores put there
         shared = shared or {}
         self._owner_names = list(shared.get("owner-functions", ()))
         self._configured_locks: list[str] = list(shared.get("mlx-locks", ()))
@@ -169,18 +170,21 @@ class Package:
     def _app_state(self, attr: str, depth: int) -> Symbol | None:
         """What `request.app.state.<attr>` holds: the value the package's modules store there
         (`app.state.engine = Engine()` in a lifespan), when every module that stores it names the same thing.
-        heylookitsanllm's routes reach their provider as `request.app.state.router_instance.get_provider()`."""
-        found: set[Symbol] = set()
+        heylookitsanllm's routes reach their provider as `request.app.state.router_instance.get_provider()`.
+        Kept by attribute; a store that reads the state back (`app.state.a = app.state.b`) while its own
+        attribute is being resolved is unknown."""
+        if attr in self._states:
+            return self._states[attr]
+        self._states[attr] = None  # while resolving: a cycle through the state ends here
+        found: set[Symbol | None] = set()
         for module, attrs in self._state.items():
-            if attr not in attrs:
-                continue
-            summary = self.summary(module)
-            ref = summary.state.get(attr) if summary is not None else None
-            symbol = self.resolve(module, ref, depth + 1) if ref is not None else None
-            if symbol is None:
-                return None
-            found.add(symbol)
-        return found.pop() if len(found) == 1 else None
+            if attr in attrs:
+                summary = self.summary(module)
+                ref = summary.state.get(attr) if summary is not None else None
+                found.add(self.resolve(module, ref, depth + 1) if ref is not None else None)
+        symbol = found.pop() if len(found) == 1 else None
+        self._states[attr] = symbol
+        return symbol
 
     def _local(self, module: str, path: str, depth: int) -> Symbol | None:
         summary = self.summary(module)

@@ -516,10 +516,11 @@ SERVERS_L = (
 # agreed on all nine) before anyone changing rules had read one: FIRST_L is its held-out figure.
 MEASURED_L = "e8f2e89365331a230540fe9e9dac8c34d0660c46"
 FIRST_L = "9 findings, 8 true, 0 arguable, 1 false (89 % true)"
-# Measured again at AFTER_L, the session's last rules (INV107's stepped generators): the same nine findings, so the
-# same figure. The one who changed rules had read the reviewers' verdicts of the first measure by then, and changed
-# no rule for any of them (the false one, a start-up load whose MLX pin rules the hazard out, is left as it is).
-AFTER_L = "9b2ca3805263ce4cd25b77a4ba7fabf3ce81a753"
+# Measured again at AFTER_L, the session's last rules (INV107's stepped generators, a web app's state followed): the
+# same nine findings, so the same figure. The one who changed rules had read the reviewers' verdicts of the first
+# measure by then, and changed no rule for any of them (the false one, a start-up load whose MLX pin rules the hazard
+# out, is left as it is).
+AFTER_L = "b0cc0425d0d434374153f9ee0d6b7cdd13846140"
 AFTER_L_FIGURE = "9 findings, 8 true, 0 arguable, 1 false (89 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
         "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K, "l": SERVERS_L}

@@ -373,7 +373,9 @@ class Package:
                     if kind is not None:
                         edges.append((call, call.use, None, kind))
                 for _, ref in call.args:
-                    found, _ = self.callee(key[0], made_by(ref))
+                    if ref.endswith("()"):  # a value made here: its maker runs where the value is used, if at all
+                        continue
+                    found, _ = self.callee(key[0], ref)
                     if found is not None:
                         queue.append(found)
             for work in fn.offloads:

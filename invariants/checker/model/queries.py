@@ -440,6 +440,7 @@ QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV131": stream_off_its_thread,
 }
 # Queries asked of modules besides the entry modules (phase.py): INV131 reports where a stream is made,
-# which may be a module with no async def and no handoff of its own.
+# which may be a module with no async def and no handoff of its own; INV107 at a helper that steps the
+# generators it is handed, whose module may name no MLX.
 BEYOND_ENTRIES: dict[str, Callable[[Package], set[str]]] = {"INV131": Package.stream_modules,
                                                              "INV107": Package.stepping_modules}

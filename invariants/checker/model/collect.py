@@ -23,7 +23,7 @@ from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, chi
 from mlx_invariants.checker.model.scan import own_nodes as _own_nodes
 from mlx_invariants.checker.model.summary import (
     AWAITED, BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
-    Call, Class, FileSummary, Function, Offload, Place, Touch,
+    WEB_APPS, Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 from mlx_invariants.checker.startup import LIFESPAN, SERVES, STARTUP, startup_kind
 
@@ -136,7 +136,7 @@ class _Resolver:
     def _module_assign(self, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
         if not isinstance(target, ast.Name):
             if isinstance(target, ast.Attribute) and value is not None:
-                self.scanner._assign(self.module, target, value)
+                self.scanner.assign(self.module, target, value)
             else:
                 self.scanner.bind_target(self.module, target)
             return
@@ -806,14 +806,10 @@ def _decorator_name(node: ast.AST) -> str:
     return dotted(node) or "?"
 
 
-# The web frameworks whose app (and request.app) carries a `state` namespace.
-_APP_FRAMEWORKS = ("fastapi.", "starlette.")
-
-
 def _app_object(base: ast.AST, ref: str | None) -> bool:
     """`base` (what `.state` is read from) is an app of a web framework: typed so, or named `app` (a lifespan's
     untyped `app` parameter, `request.app`)."""
-    if ref is not None and ref.startswith(_APP_FRAMEWORKS):
+    if ref is not None and ref.startswith(WEB_APPS):
         return True
     return (dotted(base) or "").rpartition(".")[2] == "app"
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from mlx_invariants.checker.globs import matcher
@@ -27,8 +27,8 @@ from mlx_invariants.checker.model import waits
 from mlx_invariants.checker.model.locks import identity, infer
 from mlx_invariants.checker.model.streams import LIBRARY_STREAMS
 from mlx_invariants.checker.model.summary import (
-    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH, Call,
-    FileSummary, Function, Place,
+    BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, METAL, ONE_THREAD, OWNER, RETURNED, RETURNS, THREAD, TOUCH,
+    WEB_APPS, Call, FileSummary, Function, Place,
 )
 from mlx_invariants.checker.worker_loops import on_worker_loops
 
@@ -53,7 +53,6 @@ ROLE_OF_POOL = {DEFAULT_POOL: "the default pool", EXECUTOR: "an executor", THREA
 THREAD_ROLES = frozenset({*ROLE_OF_POOL.values(), PRIVATE_LOOP})  # not the thread that imported the modules
 _MLX_ROOTS = ("mlx.", "mlx_lm.", "mlx_vlm.")
 _INERT_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})  # bases that add no attribute a call would use
-_WEB_APPS = ("fastapi.", "starlette.")  # an app (or a request's `.app`) of these carries a `state` namespace
 _DEPTH = 24  # alias chains, base classes: deeper is a cycle or not worth following
 
 Key = tuple[str, str]  # (module, function's local name)
@@ -184,7 +183,7 @@ class Package:
         head, called = parts[0]
         if head in self.modules and not called:
             return self._walk(Symbol("module", head), parts[1:], module, depth)
-        if ".state." in ref and ref.startswith(_WEB_APPS):  # a web app's state, which the package may have stored
+        if ".state." in ref and ref.startswith(WEB_APPS):  # a web app's state, which the package may have stored
             return self._walk(Symbol("external", head + ("()" if called else "")), parts[1:], module, depth)
         return Symbol("external", ref)
 
@@ -240,7 +239,7 @@ class Package:
 
     def _member(self, symbol: Symbol, name: str, depth: int) -> Symbol | None:
         if symbol.kind == "external":
-            if symbol.module.endswith(".state") and symbol.module.startswith(_WEB_APPS):
+            if symbol.module.endswith(".state") and symbol.module.startswith(WEB_APPS):
                 stored = self._app_state(name, depth)
                 if stored is not None:
                     return stored

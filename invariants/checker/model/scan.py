@@ -147,11 +147,11 @@ class Scanner:
             return out
         elif isinstance(node, ast.Assign):
             for target in node.targets:
-                self._assign(fn, target, node.value)
+                self.assign(fn, target, node.value)
             plain(node.value)
             return out
         elif isinstance(node, ast.AnnAssign):
-            self._assign(fn, node.target, node.value, node.annotation)
+            self.assign(fn, node.target, node.value, node.annotation)
             if node.value is not None:
                 plain(node.value)
             return out
@@ -197,7 +197,7 @@ class Scanner:
             fn.name_iterations.append((value.id, site or value, stmt))
         out.append((value, ITERATED, site, stmt))
 
-    def _assign(self, fn: Def, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
+    def assign(self, fn: Def, target: ast.AST, value: ast.AST | None, annotation: ast.AST | None = None) -> None:
         typed = ("annotation", annotation) if annotation is not None else None
         if isinstance(target, ast.Name):
             if typed is not None:

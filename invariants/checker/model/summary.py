@@ -48,6 +48,10 @@ OWNER = "owner"           # an executor declared to own MLX (owner-executors): i
 ONE_THREAD = "one-thread"  # an executor this file builds with one worker (offload.is_owner_executor): its one thread
 
 
+# The web frameworks whose app (and a request's `.app`) carries a `state` namespace: what the package stores there
+# (collect.py) is what a route reads back (graph.py).
+WEB_APPS = ("fastapi.", "starlette.")
+
 @dataclass(frozen=True)
 class Place:
     """Where a finding would point: 1-based line and column, and the statement's lines

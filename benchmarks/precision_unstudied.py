@@ -15,9 +15,9 @@ for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured 
 measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
 for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, and set "i"
 (SERVERS_I) is five more, kept aside for the next session and measured as it began; set "j" (SERVERS_J) is
-eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules; sets "k" and
-"l" (SERVERS_K, SERVERS_L) are nine more each, kept aside from their picking until they are measured at a session's
-start and again at its end. Verdicts
+eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules; sets "k", "l"
+and "m" (SERVERS_K, SERVERS_L, SERVERS_M) are nine more each, kept aside from their picking until they are measured at a
+session's start and again at its end. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -522,8 +522,69 @@ FIRST_L = "9 findings, 8 true, 0 arguable, 1 false (89 % true)"
 # out, is left as it is).
 AFTER_L = "b0cc0425d0d434374153f9ee0d6b7cdd13846140"
 AFTER_L_FIGURE = "9 findings, 8 true, 0 arguable, 1 false (89 % true)"
+# Set m: picked 2026-11-28, after sets a to l had been studied, by code search, issue search, web-page search,
+# repository-name search (names holding mlx-serve, mlx-server, mlx-llm-server, mlx-lm-, mlx-api, mlx-inference,
+# mlx-engine, mlx-backend, mlx-openai, mlx-studio, mlx-local, mlx-embed, mlx-whisper, whisper-mlx, mlx-tts, mlx-audio,
+# mlx-speech, mlx-stt, mlx-asr, mlx-voice, mlx-chat, mlx-rag, mlx-agent, mlx-vlm, mlx-ocr, mlx-vllm, mlx-gateway,
+# mlx-proxy, mlx-mcp, parakeet-mlx, qwen3-tts-mlx, kokoro-mlx, unlimited-ocr, typeless, ...) and search by the paths
+# such projects use (src/mlx_server/, mlx_server/model.py, server/utils/mlx_lock.py, src/mlx_lock.py,
+# backend/services/mlx_service.py, app/backends/mlx_backend.py, app/services/mlx_whisper_service.py,
+# src/asr/whisper_model.py, ...) for Python projects that serve MLX models in-process (a model manager's FastAPI router
+# with mlx-embeddings, mlx-audio and mlx-whisper on executors beside an mlx-lm subprocess, a distributed OpenAI-style
+# server over JACCL with a queue worker and monitor threads, an mlx-lm server wrapper with its own prompt cache, Metal
+# lock and maintenance thread, REST and WebSocket TTS servers with batch and real-time Whisper servers, an OCR web app
+# on mlx-vlm under locks and worker threads, a dictation service's HTTP and WebSocket ASR with a job queue on an
+# executor, a meeting transcriber's WebSocket server, a small continuous-batching engine stepped on an executor, a
+# Whisper transcription server for vCon documents) with asyncio or threads, and fetched that day (the newest snapshot of
+# each default branch). Nobody had run the checker on any of them, nor read a rule's code while picking them, when they
+# were added. None is in sets a to l (nor among the ones their comments reject), docs/corpus.md's HEAD servers or the
+# corpus cases, none had a mirror here before it was picked, and none is a fork or copy of one (no root commit shared
+# with any mirror here, no copy of mlx-lm's server.py or vllm-mlx). Rejected: forks or copies (CerebralCoding's,
+# bitworks-io's, ujwal-setlur's and DaviRain-Su's mlx-serve share ddalcu/mlx-serve's root, a Zig server;
+# trillionmonster/mlx-lm-batch-server and timjamello/mlx-lm-streaming ml-explore/mlx-lm's; mlx-chat/mlx-chat-app vendors
+# mlx-lm's utils and model code around a single-threaded HTTPServer), serving code at the repository's top
+# (icelaglace/mlx-gpt-oss, ruvido/whisper-mlx-api-server, melorium/mlx-whisperer-setup), no MLX in-process or no MLX
+# code at their HEADs (Curano-AI/whisper_server runs WhisperX, hsuyungfeng/SoapVoice, deresolution20/mlx-mcp-server and
+# rizquuula/mlx-openai-gateway are clients of MLX servers, laurencepalmer/valid8's MLX provider is a sideline of a
+# paper-audit tool), no server (DavidFarrell/muesli's stdin framed-audio backend, TatsuyaKakamu/mlx-audio-transcriptor's
+# desktop app, KBLLR/mlx-rag-lab's CLIs, shuuul/mlx-ocr's and vignesh-kumar-v/mlx-ocr-unlimited's model code,
+# ttieli/DeepSeek-OCR-macOS's CLI, sethdford/csm-mlx's streaming script), no Python (gastonmorixe/mlx-server,
+# defilantech/mlx-server, kibotu/mlx-llm-server-mac-m-series, stevenatkin/mlx-lm-gui, sergioverde90/mlx-studio,
+# abayomipopoola/mlx-chat, cosformula/openclaw-mlx-audio, element1999/TypelessMLX, GoToBoy/localTypeless,
+# TinyTrashLabs/gloam-voice-studio), tiny ones (ethanlee928/mlx-embeddings-server, RaphaelMitas/wyoming-parakeet-mlx,
+# HCharlie/mlx-serve, groxaxo/qwen3-tts-mlx-lazy-server, vincent861223/wyoming-mlx-whisper, Joshuajaeger/llm-stack,
+# EndlessReform/smoltts's server) and sixty-two whose snapshot could not be had. Several serve MLX beside other
+# backends: unlimited-ocr-mac's mlx-vlm engine beside a torch one, vibe_typeless's MLX Whisper beside SenseVoice,
+# mlx-serve's in-process engines beside an mlx-lm server it spawns. Apps are pinned to their serving folders: lbrxVoice
+# to tts_servers/ and whisper_servers/ (its vendored mlx_whisper/ and scripts at the top go unchecked, and
+# tts_servers/dia/pure_mlx_model.py, a Dia port no server imports, is left out like indextts_mlx's model library),
+# unlimited-ocr-mac to web/ (its patches/ are model code, its mcp_server/ an MCP tool over the run_mac.py command line,
+# and web/stress_check.py a command-line checker, left out), vibe_typeless to PythonService/src (the demo and test
+# scripts beside it go unchecked, the macOS app is Swift), whisper-meetings to its package (the Electron app is
+# JavaScript), mlx-jaccl-cluster to server/ (its scripts/ are benchmarks and probes). Set m is kept aside from its
+# picking (helper, ninth session, 2026-11-28) until it is measured at the session's start commit MEASURED_M and again at
+# its end with the session's final rules, by blind reviewers, before anyone changing rules reads a finding of it.
+SERVERS_M = (
+    head.Server("JlMoreno00/whisper-meetings", "b2d8983ada231c8a5501ea504b827376478e52ee", ("src/whisper_meetings",),
+                _EXCLUDE),
+    head.Server("LibraxisAI/lbrxVoice", "363a01a7b314c2a37e6ea3344ec287476035975b", ("tts_servers", "whisper_servers"),
+                (*_EXCLUDE, "tts_servers/dia/pure_mlx_model.py")),
+    head.Server("Pzmpdm/unlimited-ocr-mac", "a89f33465ba9a3735981f1ca50301ffcba55250a", ("web",),
+                (*_EXCLUDE, "web/stress_check.py")),
+    head.Server("andrewrong/vibe_typeless", "41bde0bbade8e0264545340ae57f1a0edc4ed38a", ("PythonService/src",),
+                _EXCLUDE),
+    head.Server("eligotts/mlx-vllm", "eaacdd36dad0e4315d2b0346e2baa44f123a776d", ("src/mlx_vllm",), _EXCLUDE),
+    head.Server("hotwa/mlx-jaccl-cluster", "c110f9a4331acecb0d62e9f9efba94987ad733f8", ("server",), _EXCLUDE),
+    head.Server("raspoli/mlx-serve", "6156c2944d813f88bb23ce270751ba2f447a024c", ("src/mlx_serve",), _EXCLUDE),
+    head.Server("savior714/mymlx", "c42b7e7736f7ae33a43c9f94fbe8a9c07d71b3f1", ("src/mlx_server",), _EXCLUDE),
+    head.Server("vcon-dev/vcon-mac-wtf", "7e1f53d277e72f8fc0731d4c7a3800885b7a344e", ("src/vcon_mac_wtf",), _EXCLUDE),
+)
+# Set m's first measure: the checker as the ninth session began (graded blind; its figure is added once graded).
+MEASURED_M = "61006780f370064afd71de16261aadb83d673242"
+FIRST_M = "not measured yet"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
-        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K, "l": SERVERS_L}
+        "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K, "l": SERVERS_L,
+        "m": SERVERS_M}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -556,7 +617,8 @@ THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AF
 DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precision-c.md",
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md",
-        "j": "docs/precision-j.md", "k": "docs/precision-k.md", "l": "docs/precision-l.md"}
+        "j": "docs/precision-j.md", "k": "docs/precision-k.md", "l": "docs/precision-l.md",
+        "m": "docs/precision-m.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

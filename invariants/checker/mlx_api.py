@@ -340,6 +340,11 @@ def makes_generator(site: CallSite, ctx: FileContext) -> bool:
     return _makes_generator(site.node.func, site.qual, ctx)
 
 
+def makes_generator_call(call: cst.Call, ctx: FileContext) -> bool:
+    """`call` (an expression, not yet a recorded call site) makes an MLX generator."""
+    return _makes_generator(call.func, ctx.call_qual(call), ctx)
+
+
 def _makes_generator(func: cst.BaseExpression, qual: str | None, ctx: FileContext) -> bool:
     """Calling `func` (resolved to `qual`) makes an MLX generator: mlx-lm's or mlx-vlm's, or a model's stream method."""
     if qual in GENERATORS:

@@ -34,6 +34,7 @@ from mlx_invariants.checker.rules.inv128_cleanup_skipped_on_cancel import Cleanu
 from mlx_invariants.checker.rules.inv129_stop_flag_cannot_wake_wait import StopFlagCannotWakeWait
 from mlx_invariants.checker.rules.inv130_blocking_wait_on_event_loop import BlockingWaitOnEventLoop
 from mlx_invariants.checker.rules.inv131_stream_used_off_its_thread import StreamUsedOffItsThread
+from mlx_invariants.checker.rules.inv132_generator_closed_while_stepped import GeneratorClosedWhileStepped
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -67,6 +68,7 @@ RULES: list[type[Rule]] = [
     StopFlagCannotWakeWait,
     BlockingWaitOnEventLoop,
     StreamUsedOffItsThread,
+    GeneratorClosedWhileStepped,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -99,6 +99,15 @@ GENERATOR_MLX_METHODS = frozenset({
     "insert", "insert_segments", "extract_cache", "remove", "next", "next_generated", "close", "step", "prefill",
 })
 BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
+# `mx.eval()` with no arrays evaluates nothing and waits for nothing, not even work `mx.async_eval` has in flight
+# (measured on mlx 0.32.4: 10 us with five seconds of queued matmuls). Set m's hotwa/mlx-jaccl-cluster called it on
+# the loop after each token (server/openai_cluster_server.py@c110f9a:1676, 1805, graded false blind).
+NO_OP_CORE = frozenset({"mlx.core.eval"})
+
+
+def no_op(qual: str | None, arguments: int) -> bool:
+    """A call of `qual` with `arguments` arguments (star ones included) that does no MLX work: `mx.eval()`."""
+    return arguments == 0 and qual in NO_OP_CORE
 # Other MLX libraries' calls that run a whole task on the calling thread before returning: mlx-whisper's
 # `transcribe` loads (or reuses) its model and decodes the whole audio (ml-explore/mlx-examples
 # whisper/mlx_whisper/__init__.py re-exports transcribe.transcribe).
@@ -310,6 +319,8 @@ def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None
     `loads=False` leaves out loading weights: at start-up nothing else is served yet.
     """
     qual = site.qual
+    if no_op(qual, len(site.node.args)):
+        return None
     if qual in GENERATE or qual in BLOCKING_CORE or qual in BATCH_GENERATORS or qual in LIBRARY_TASKS:
         return site.text or qual
     if loads and is_load(site) and not ctx.facts.by_key.get(site.key or ""):
@@ -392,6 +403,8 @@ def reaches(site: CallSite, ctx: FileContext) -> str | None:
     if found:
         return found
     qual = site.qual
+    if no_op(qual, len(site.node.args)):
+        return None
     if qual:
         if core_work(qual):
             return site.text or qual

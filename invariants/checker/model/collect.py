@@ -308,6 +308,8 @@ class _Resolver:
                 continue
             if target in classify.STREAM_BINDING or self.binders(text):
                 touches.append(Touch(BIND, text, call.lineno))
+            if mlx_api.no_op(target, len(call.args) + len(call.keywords)):
+                continue  # `mx.eval()`: nothing runs, nothing to follow
             kind = self._mlx(call, target, text, fn, use)
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))

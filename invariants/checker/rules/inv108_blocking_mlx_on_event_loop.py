@@ -789,6 +789,31 @@ class BlockingMlxOnEventLoop(Rule):
         Invalid(_STATE_ROUTE, files={"app/server.py": _STATE_LIFESPAN.format(stored="Engine()")}),
     ]
     VALID = [
+        # `mx.eval()` with no arrays returns at once: nothing is evaluated, nothing waited for.
+        Valid('''
+            import asyncio
+
+            import mlx.core as mx
+
+            async def stream(queue, send):
+                while (token := await queue.get()) is not None:
+                    mx.eval()
+                    await send(token)
+        '''),
+        # The same, in a helper of another module the package model follows.
+        Valid('''
+            from .engine import settle
+
+            async def stream(queue, send):
+                while (token := await queue.get()) is not None:
+                    settle()
+                    await send(token)
+        ''', files={"app/engine.py": '''
+            import mlx.core as mx
+
+            def settle():
+                mx.eval()
+        '''}),
         # The same route where two stores disagree on what the state holds: unknown, never MLX.
         Valid(_STATE_ROUTE.replace("  # expect: INV108", ""), files={"app/server.py": _STATE_LIFESPAN.format(
             stored="Engine()\n        if remote:\n            app.state.engine = RemoteClient()")}),

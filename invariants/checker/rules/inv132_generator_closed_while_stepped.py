@@ -407,9 +407,9 @@ class GeneratorClosedWhileStepped(Rule):
         return False
 
     def _catches_timeout(self, handler: cst.ExceptHandler) -> bool:
-        kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type] if handler.type else []
-        return any((self.ctx.resolve(k.value if isinstance(k, cst.Element) else k)
-                    or dotted(k.value if isinstance(k, cst.Element) else k)) in _TIMEOUTS for k in kinds)
+        kind = handler.type
+        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind] if kind else []
+        return any((self.ctx.resolve(k) or dotted(k)) in _TIMEOUTS for k in kinds)
 
     def _known_generator(self, expr: cst.BaseExpression, function: cst.FunctionDef) -> bool:
         """`expr` is bound, in `function` or on `self`, only to what a call returned (and `None`, the placeholder

@@ -35,6 +35,7 @@ from mlx_invariants.checker.rules.inv129_stop_flag_cannot_wake_wait import StopF
 from mlx_invariants.checker.rules.inv130_blocking_wait_on_event_loop import BlockingWaitOnEventLoop
 from mlx_invariants.checker.rules.inv131_stream_used_off_its_thread import StreamUsedOffItsThread
 from mlx_invariants.checker.rules.inv132_generator_closed_while_stepped import GeneratorClosedWhileStepped
+from mlx_invariants.checker.rules.inv133_loop_object_used_off_loop import LoopObjectUsedOffLoop
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -69,6 +70,7 @@ RULES: list[type[Rule]] = [
     BlockingWaitOnEventLoop,
     StreamUsedOffItsThread,
     GeneratorClosedWhileStepped,
+    LoopObjectUsedOffLoop,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -104,6 +104,11 @@ class Facts:
 
         `into_async=False` stops at an `async def` that `fn` (or a def it calls) calls: that call only
         makes a coroutine, whose body runs where it is awaited or scheduled, not in the caller."""
+        return next((what for _, site in self.reached_calls(fn, into_async) if (what := direct(site))), None)
+
+    def reached_calls(self, fn: FunctionFacts, into_async: bool = True) -> Iterator[tuple[FunctionFacts, CallSite]]:
+        """Each call `fn` makes, and the file's own functions it calls make (each function once), with the
+        function that makes it; `into_async` as in first_reaching."""
         seen: set[int] = set()
         stack = [fn]
         while stack:
@@ -114,11 +119,8 @@ class Facts:
             if not into_async and current is not fn and _is_async(current.node):
                 continue
             for site in current.calls:
-                what = direct(site)
-                if what:
-                    return what
+                yield current, site
             stack.extend(self.callees(current))
-        return None
 
 
 def _is_async(node: cst.CSTNode) -> bool:

@@ -19,6 +19,17 @@ _WRAPPERS = frozenset({"wait_for", "shield"})
 _TIMEOUTS = frozenset({"TimeoutError", "asyncio.TimeoutError", "asyncio.exceptions.TimeoutError",
                        "builtins.TimeoutError", "concurrent.futures.TimeoutError"})
 _OWN_SCOPE = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+# The examples' generator: an engine's decode, whose `finally` frees the request's batch entry.
+_DECODE = '''
+            def decode(engine, prompt):
+                handle = engine.insert(prompt)
+                try:
+                    while not handle.finished:
+                        yield engine.step(handle)
+                finally:
+                    engine.remove(handle)
+'''
+
 # Calls that return an object with a `close` of its own (a file, a socket), not a generator.
 _NOT_GENERATORS = frozenset({"open", "io.open", "os.fdopen", "socket.socket", "urllib.request.urlopen", "urlopen",
                              "popen", "os.popen", "makefile"})
@@ -96,14 +107,7 @@ class GeneratorClosedWhileStepped(Rule):
         Invalid('''
             import asyncio
 
-            def decode(engine, prompt):
-                handle = engine.insert(prompt)
-                try:
-                    while not handle.finished:
-                        yield engine.step(handle)
-                finally:
-                    engine.remove(handle)
-
+''' + _DECODE + '''
             async def tokens(engine, prompt):
                 gen = decode(engine, prompt)
                 try:
@@ -168,14 +172,7 @@ class GeneratorClosedWhileStepped(Rule):
         Valid('''
             import asyncio
 
-            def decode(engine, prompt):
-                handle = engine.insert(prompt)
-                try:
-                    while not handle.finished:
-                        yield engine.step(handle)
-                finally:
-                    engine.remove(handle)
-
+''' + _DECODE + '''
             async def tokens(engine, prompt):
                 loop = asyncio.get_running_loop()
                 gen = decode(engine, prompt)
@@ -206,14 +203,7 @@ class GeneratorClosedWhileStepped(Rule):
 
             WORKER = ThreadPoolExecutor(max_workers=1)
 
-            def decode(engine, prompt):
-                handle = engine.insert(prompt)
-                try:
-                    while not handle.finished:
-                        yield engine.step(handle)
-                finally:
-                    engine.remove(handle)
-
+''' + _DECODE + '''
             async def tokens(engine, prompt):
                 loop = asyncio.get_running_loop()
                 gen = decode(engine, prompt)
@@ -227,14 +217,7 @@ class GeneratorClosedWhileStepped(Rule):
         Valid('''
             import anyio
 
-            def decode(engine, prompt):
-                handle = engine.insert(prompt)
-                try:
-                    while not handle.finished:
-                        yield engine.step(handle)
-                finally:
-                    engine.remove(handle)
-
+''' + _DECODE + '''
             async def tokens(engine, prompt):
                 gen = decode(engine, prompt)
                 try:
@@ -262,14 +245,7 @@ class GeneratorClosedWhileStepped(Rule):
 
             app = FastAPI()
 
-            def decode(engine, prompt):
-                handle = engine.insert(prompt)
-                try:
-                    while not handle.finished:
-                        yield engine.step(handle)
-                finally:
-                    engine.remove(handle)
-
+''' + _DECODE + '''
             @app.post("/v1/completions")
             async def complete(body: dict):
                 gen = decode(ENGINE, body["prompt"])
@@ -315,14 +291,7 @@ class GeneratorClosedWhileStepped(Rule):
         Valid('''
             import asyncio
 
-            def decode(engine, prompt):
-                handle = engine.insert(prompt)
-                try:
-                    while not handle.finished:
-                        yield engine.step(handle)
-                finally:
-                    engine.remove(handle)
-
+''' + _DECODE + '''
             async def tokens(engine, prompt, limit):
                 gen = decode(engine, prompt)
                 for _ in range(limit):

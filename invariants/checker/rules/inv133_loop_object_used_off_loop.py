@@ -334,25 +334,15 @@ class LoopObjectUsedOffLoop(Rule):
         return f"in `{name(reached)}`, which `{name(start)}` calls, {how}"
 
     def _touches(self, start: FunctionFacts) -> list[tuple[FunctionFacts, CallSite, cst.BaseExpression, str]]:
-        """Each call `start` makes, or the file's sync defs it calls make, that completes a loop object."""
+        """Each call `start` makes, or the file's sync defs it calls make, that completes a loop object (a
+        coroutine it calls only makes a coroutine)."""
         found = []
-        seen: set[int] = set()
-        stack = [start]
-        while stack:
-            current = stack.pop()
-            if id(current.node) in seen:
-                continue
-            seen.add(id(current.node))
-            if current is not start and isinstance(current.node, cst.FunctionDef) and current.node.asynchronous:
-                continue
-            for site in current.calls:
-                func = site.node.func
-                if not isinstance(func, cst.Attribute):
-                    continue
+        for current, site in self.ctx.facts.reached_calls(start, into_async=False):
+            func = site.node.func
+            if isinstance(func, cst.Attribute):
                 kind = self._loop_object(func.value, current)
                 if kind is not None and func.attr.value in _WAKERS[kind]:
                     found.append((current, site, func.value, kind))
-            stack.extend(self.ctx.facts.callees(current))
         return found
 
     def _loop_object(self, expr: cst.BaseExpression, function: FunctionFacts) -> str | None:

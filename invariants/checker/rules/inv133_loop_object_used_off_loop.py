@@ -46,7 +46,8 @@ class LoopObjectUsedOffLoop(Rule):
     `get()`. Engines meet this when the step that produces outputs moves to a worker: Rapid-MLX's
     MLLM scheduler ran `step()` on an executor, and `step()` pushed each request's outputs into
     its `asyncio.Queue` (vllm_mlx/mllm_scheduler.py@10a4c3f^:585, 611, 685), fixed in 10a4c3f by
-    stepping without the queues on the worker and distributing the outputs on the loop; vmlx,
+    stepping without the queues on the worker and distributing the outputs on the loop. vllm-mlx's
+    own scheduler, which Rapid-MLX forked, had the same lines (mllm_scheduler.py@99a5d5c:691); vmlx,
     moving the same scheduler's step to a thread (d191923), moved the pushes to the loop in the
     same commit for that reason. The loop itself is the same: of its methods only
     `call_soon_threadsafe` may be called from another thread; `call_soon`, `create_task` and

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.cancellers import caught
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 if TYPE_CHECKING:
@@ -173,8 +173,7 @@ class Awaiters:
     def _catches_cancellation(self, kind: cst.BaseExpression | None) -> bool:
         if kind is None:
             return True
-        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
-        return any((self.ctx.resolve(k) or dotted(k)) in _CANCELLATION for k in kinds)
+        return any(qual in _CANCELLATION for qual in caught(kind, self.ctx))
 
     def _timed(self) -> bool:
         return self._timeouts.get(id(self.ctx.scope.top.node), 0) > 0

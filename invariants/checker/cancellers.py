@@ -28,16 +28,21 @@ ROUTE_DECORATORS = frozenset({"get", "post", "put", "patch", "delete", "head", "
 DEADLINES = ("timeout", "timeout_at", "wait_for", "move_on_after", "fail_after", "move_on_at", "fail_at")
 
 
+def caught(kind: cst.BaseExpression | None, ctx) -> list[str]:
+    """The names an `except` clause's type names (`except (A, b.C):`), qualified through the imports where
+    they resolve, else as written; none for a bare `except:`, which each caller judges for itself."""
+    if kind is None:
+        return []
+    kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
+    return [ctx.resolve(k) or dotted(k) or "" for k in kinds]
+
+
 def catches_cancellation(handler: cst.ExceptHandler, ctx) -> bool:
     """`except:`, `except BaseException`, or an except naming CancelledError."""
     if handler.type is None:
         return True
-    types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
-    for kind in types:
-        qual = ctx.resolve(kind) or dotted(kind)
-        if qual in CANCELLED or qual == "BaseException" or (qual or "").endswith("CancelledError"):
-            return True
-    return False
+    return any(qual in CANCELLED or qual == "BaseException" or qual.endswith("CancelledError")
+               for qual in caught(handler.type, ctx))
 
 
 def decorator_parts(expr: cst.BaseExpression) -> tuple[str, str | None]:

@@ -105,11 +105,6 @@ BLOCKING_CORE = frozenset({"mlx.core.eval", "mlx.core.synchronize"})
 # hotwa/mlx-jaccl-cluster called it on the loop after each token (server/openai_cluster_server.py@c110f9a:1676, 1805,
 # graded false blind). Projects on MLX older than 0.17.2 are not told apart (a version fact would).
 NO_OP_CORE = frozenset({"mlx.core.eval"})
-
-
-def no_op(qual: str | None, arguments: int) -> bool:
-    """A call of `qual` with `arguments` arguments (star ones included) that does no MLX work: `mx.eval()`."""
-    return arguments == 0 and qual in NO_OP_CORE
 # Other MLX libraries' calls that run a whole task on the calling thread before returning: mlx-whisper's
 # `transcribe` loads (or reuses) its model and decodes the whole audio (ml-explore/mlx-examples
 # whisper/mlx_whisper/__init__.py re-exports transcribe.transcribe).
@@ -313,6 +308,11 @@ def is_load_name(text: str | None, qual: str | None) -> bool:
 def is_load(site: CallSite) -> bool:
     """Loading model weights: mlx-lm's `load`, or a call named like a model loader."""
     return is_load_name(site.text, site.qual)
+
+
+def no_op(qual: str | None, arguments: int) -> bool:
+    """A call of `qual` with `arguments` arguments (star ones included) that does no MLX work: `mx.eval()`."""
+    return arguments == 0 and qual in NO_OP_CORE
 
 
 def blocking(site: CallSite, ctx: FileContext, loads: bool = True) -> str | None:

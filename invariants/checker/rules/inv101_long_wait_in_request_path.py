@@ -7,6 +7,7 @@ import libcst as cst
 from mlx_invariants.checker.facts import number
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.locks import TIMEOUT_SCOPES, WAIT_FOR, acquired_lock
+from mlx_invariants.checker.cancellers import caught
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import keyword, positional
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
@@ -423,5 +424,4 @@ class LongWaitInRequestPath(Rule):
     def _catches(self, kind: cst.BaseExpression | None, names: frozenset[str]) -> bool:
         if kind is None:
             return names is _CANCELLATION
-        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
-        return any((self.ctx.resolve(k) or dotted(k)) in names for k in kinds)
+        return any(qual in names for qual in caught(kind, self.ctx))

@@ -7,7 +7,7 @@ import libcst as cst
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
-from mlx_invariants.checker.cancellers import CANCELLED
+from mlx_invariants.checker.cancellers import CANCELLED, caught
 from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
@@ -383,14 +383,10 @@ class CancellationDrainHidesErrors(Rule):
     def _catches_any_cancel(self, kind: cst.BaseExpression | None) -> bool:
         if kind is None:
             return True
-        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
-        return any((self.ctx.resolve(k) or dotted(k)) in CANCELLED | {"BaseException"} for k in kinds)
+        return any(qual in CANCELLED | {"BaseException"} for qual in caught(kind, self.ctx))
 
     def _catches_cancelled(self, handler: cst.ExceptHandler) -> bool:
-        if handler.type is None:
-            return False
-        kinds = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
-        return any((self.ctx.resolve(k) or dotted(k)) in CANCELLED for k in kinds)
+        return any(qual in CANCELLED for qual in caught(handler.type, self.ctx))
 
     def _broad(self, kind: cst.BaseExpression | None) -> bool:
         if kind is None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mlx_invariants.checker.awaiters import AWAITED, TASK, Awaiters
+from mlx_invariants.checker.cancellers import caught
 from mlx_invariants.checker.continuation import Continuation, Next
 from mlx_invariants.checker.globs import matches_name
 from mlx_invariants.checker.names import dotted, terminal
@@ -830,8 +831,7 @@ class CancellationSwallowed(Rule):
     def _catches_cancellation(self, kind: cst.BaseExpression | None) -> bool:
         if kind is None:
             return True
-        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
-        return any((self.ctx.resolve(k) or dotted(k)) in _CANCELLATION for k in kinds)
+        return any(qual in _CANCELLATION for qual in caught(kind, self.ctx))
 
     def _callers_reraise(self, key: str | None) -> bool:
         """Every call of this def in the file is cleanup under a cancellation that goes on afterwards

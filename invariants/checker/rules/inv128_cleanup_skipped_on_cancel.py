@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from mlx_invariants.checker.cancellers import catches_cancellation, shutdown_only
+from mlx_invariants.checker.cancellers import catches_cancellation, caught, shutdown_only
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
@@ -353,9 +353,7 @@ class CleanupSkippedOnCancel(Rule):
 
     def _catches_exception(self, handler: cst.ExceptHandler) -> bool:
         """`except Exception` (alone or in a tuple): the catch-all the author meant for every failure."""
-        kind = handler.type
-        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind] if kind else []
-        return any((self.ctx.resolve(k) or dotted(k)) in ("Exception", "builtins.Exception") for k in kinds)
+        return any(qual in ("Exception", "builtins.Exception") for qual in caught(handler.type, self.ctx))
 
 
 def _ordered(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from mlx_invariants.checker.cancellers import DEADLINES, catches_cancellation, shutdown_only
+from mlx_invariants.checker.cancellers import DEADLINES, catches_cancellation, caught, shutdown_only
 from mlx_invariants.checker.mlx_api import makes_generator_call
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import generator_defs, handoff, positional, unwrap_callable
@@ -376,9 +376,7 @@ class GeneratorClosedWhileStepped(Rule):
         return False
 
     def _catches_timeout(self, handler: cst.ExceptHandler) -> bool:
-        kind = handler.type
-        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind] if kind else []
-        return any((self.ctx.resolve(k) or dotted(k)) in _TIMEOUTS for k in kinds)
+        return any(qual in _TIMEOUTS for qual in caught(handler.type, self.ctx))
 
     def _known_generator(self, expr: cst.BaseExpression, function: cst.FunctionDef) -> bool:
         """`expr` is bound, in `function` or on `self`, only to what a call returned (and `None`, the placeholder

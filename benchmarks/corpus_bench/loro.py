@@ -130,6 +130,13 @@ _HELDOUT13 = Studied(
     "of this repository's fixes (73af334, Studio's routes/inference.py), a commit none of its cases names, so "
     "today's figures on it are no longer unseen ones")
 
+# HEAD when heldout14.json's cases were mined, recorded before that work read this repository or the rules' code; no
+# rule changed in that work.
+_HELDOUT14 = Studied(
+    "679753b6f5389a7e394f9d21df12ff7de82a88f7",
+    "HEAD when its cases (benchmarks/corpus_bench/cases/heldout14.json) were mined, recorded before anyone here "
+    "read this repository; no rule changed in that work")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -162,6 +169,7 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "aperepel/claude-mlx-tts": _HELDOUT11,
     "epheterson/immich-ml-metal": _HELDOUT12,
     "unslothai/unsloth": _HELDOUT13,
+    "firstbatchxyz/dnet": _HELDOUT14,
 }
 
 

@@ -15,9 +15,9 @@ for the end of a day; set "f" (SERVERS_F) is eleven more, kept aside unmeasured 
 measured once with a day's final rules; set "g" (SERVERS_G) is twelve more, kept aside in the same way
 for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, and set "i"
 (SERVERS_I) is five more, kept aside for the next session and measured as it began; set "j" (SERVERS_J) is
-eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules; sets "k", "l"
-and "m" (SERVERS_K, SERVERS_L, SERVERS_M) are nine more each, kept aside from their picking until they are measured at a
-session's start and again at its end. Verdicts
+eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules; sets "k", "l",
+"m" and "n" (SERVERS_K, SERVERS_L, SERVERS_M, SERVERS_N) are nine more each, kept aside from their picking until they
+are measured at a session's start and again at its end. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -586,9 +586,41 @@ FIRST_M = "16 findings, 8 true, 5 arguable, 3 false (50 % true)"
 # Measured again at 09288a6, the session's last rules (INV132 and INV133 new, `mx.eval()` with no arrays no MLX work):
 # 14 findings, 8 true, 5 arguable, 1 false (57 % true). Not a held-out figure, so not in THEN: the two findings on
 # `mx.eval()` are gone because that rule was changed after reading their blind verdicts; nothing new is reported.
+# Picked by a helper who read no rule (tenth session, 2026-11-28), among MLX servers in none of the sets above, the
+# corpus or the repositories they reject, none a fork of one (root commits compared): each runs MLX in-process behind
+# asyncio or threads. Folders: a root of "." checks the repository (its tests, scripts, demos and examples left out as
+# listed); ACE-Step-1.5 leaves out its vendored third_parts/ and training/, MinerU its model/ library and resources/
+# (MinerU and ACE-Step serve MLX as one backend among several); local-whisper serves over Unix sockets with threads.
+# Set n is kept aside from its picking until it is measured at the session's start commit MEASURED_N, by blind
+# reviewers, before anyone changing rules reads a finding of it.
+SERVERS_N = (
+    head.Server("zqigolden/TranslateGemma-MLX-Server", "3d35ff17e12f5a92871bd36ec263a7c93bfd31f9",
+                (".",), (*_EXCLUDE, "test_call.py")),
+    head.Server("AndyRightNow/pocket-tts-mlx-serve", "fb2b4bb02f74bd31bbd8514a289ca7f7df38ee07",
+                ("src/pocket_tts_mlx_serve",), _EXCLUDE),
+    head.Server("nxxxsooo/siliconlm", "17f9c881286f6af31294aa4daa4f011e7ac00318",
+                (".",), _EXCLUDE),
+    head.Server("ace-step/ACE-Step-1.5", "f30aee4c186c33b7b8a6ea59a4b7fc36f795b49f",
+                ("acestep", "openrouter"), (*_EXCLUDE, "acestep/third_parts", "acestep/training",
+                                            "openrouter/client_test.py", "openrouter/stress_test.py")),
+    head.Server("LocallyAI/locallyai-public", "19eecbe9e896a324b7a06dd1accd340ced02b390",
+                (".",), (*_EXCLUDE, "scripts", "demo", "test.py")),
+    head.Server("jakedahn/qwen3-embeddings-mlx", "5b96e37bf9d892ba9cde255e5c31d7a8ee962901",
+                (".",), (*_EXCLUDE, "examples")),
+    head.Server("opendatalab/MinerU", "79d6d8d79fb8f3ddba5cc34c07a16f0ec36f56c7",
+                ("mineru",), (*_EXCLUDE, "mineru/model", "mineru/resources")),
+    head.Server("briansunter/paratran", "e6c903d97614d42890fd3325d22571c962eb8d54",
+                ("paratran",), _EXCLUDE),
+    head.Server("gabrimatic/local-whisper", "6ff31ffb99cfce6858ddf50f259ac1109010beb5",
+                ("src/whisper_voice",), _EXCLUDE),
+)
+# Set n's first measure: the checker as the tenth session began, every finding graded blind by two reviewers (who
+# agreed on all eight) before anyone changing rules had read one: FIRST_N is its held-out figure.
+MEASURED_N = "679753b6f5389a7e394f9d21df12ff7de82a88f7"
+FIRST_N = "8 findings, 3 true, 2 arguable, 3 false (38 % true)"
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
         "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K, "l": SERVERS_L,
-        "m": SERVERS_M}
+        "m": SERVERS_M, "n": SERVERS_N}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -615,6 +647,8 @@ HELD_OUT = {
           "session began", MEASURED_L, FIRST_L),
     "m": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
           "session began", MEASURED_M, FIRST_M),
+    "n": ("servers kept aside while a session's rules changed, first measured at checker commit `{commit}`, as the "
+          "session began", MEASURED_N, FIRST_N),
 }
 # A kept-aside set's second measure: the commit after the day's rule changes, and its figure then.
 THEN = {"e": (AFTER_E, AFTER_E_FIGURE), "g": (AFTER_G, AFTER_G_FIGURE), "h": (AFTER_H, AFTER_H_FIGURE),
@@ -624,7 +658,7 @@ DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precisi
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md",
         "j": "docs/precision-j.md", "k": "docs/precision-k.md", "l": "docs/precision-l.md",
-        "m": "docs/precision-m.md"}
+        "m": "docs/precision-m.md", "n": "docs/precision-n.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

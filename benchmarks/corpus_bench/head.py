@@ -201,11 +201,12 @@ def _export(mirror: mirrors.Mirror, server: Server, dest: Path) -> None:
     checked = git(["cat-file", "--batch-check"], "".join(f"{server.commit}:{p}\n" for p in paths).encode())
     paths = [p for p, line in zip(paths, checked.decode(errors="replace").splitlines()) if not line.endswith("missing")]
     for folder in server.packages:
-        suffixes = sorted({s for p in present if p.startswith(f"{folder}/") for s in mirrors.SOURCE_SUFFIXES
+        top = "" if folder == "." else f"{folder}/"  # ".": a project whose modules lie at the repository's top
+        suffixes = sorted({s for p in present if p.startswith(top) for s in mirrors.SOURCE_SUFFIXES
                            if p.endswith(s)})
         if not suffixes:
             raise mirrors.MirrorError(f"{server.repo}: commit {server.commit} has no Python files under {folder}/")
-        paths += [f":(glob){folder}/**/*{suffix}" for suffix in suffixes]
+        paths += [f":(glob){top}**/*{suffix}" for suffix in suffixes]
     dest.mkdir(parents=True)
     with tempfile.TemporaryFile() as archive:
         archive.write(git(["archive", "--format=tar", server.commit, "--", *paths]))

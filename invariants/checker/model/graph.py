@@ -560,7 +560,10 @@ class Package:
             roles.add(role)
             for _call, _use, target, _ in self.edges.get(key, ()):
                 if target is not None:
-                    queue.append((target, role))
+                    # Calling a thread worker's coroutine function (`@work(thread=True)`) only starts it on its
+                    # thread, with a loop of its own, whatever runs the caller.
+                    own = (fn := self.function(target)) is not None and fn.own_loop
+                    queue.append((target, PRIVATE_LOOP if own else role))
 
     def _privately_run(self) -> set[Key]:
         """Coroutine functions that run only on an event loop of their own: one its decorator runs

@@ -98,6 +98,12 @@ class ThreadJoinUnchecked(Rule):
         "whole file that imports pytest or unittest (test modules, conftest.py); a test helper module that "
         "imports neither is judged like any other code."
     )
+    # Opt-in: on the servers kept aside from the rules (issue 23, sets k, m and n) none of its four findings was
+    # graded true blind (one arguable, three false): what the join releases was, each time, something the thread
+    # no longer needed (a progress thread's clock, a loop asyncio refuses to close while it runs, a cache's disk
+    # layer) or teardown at exit. Whether a release hurts a thread still running is more than the code around the
+    # join says.
+    default_enabled = False
     triggers = ((".join(",), ("thread", "Thread"))
 
     INVALID = [

@@ -187,6 +187,24 @@ class StopFlagCannotWakeWait(Rule):
                     self.running = False
                     self.sock.close()
         '''),
+        # The loop accepts on a local that the def also keeps on `self`: closing the attribute closes that socket.
+        Valid('''
+            import socket
+
+            class IpcServer:
+                def _serve(self):
+                    server = socket.socket(socket.AF_UNIX)
+                    server.listen(1)
+                    self._server = server
+                    while self._running:
+                        client, _ = server.accept()
+                        self.handle(client)
+
+                def stop(self):
+                    self._running = False
+                    if self._server is not None:
+                        self._server.close()
+        '''),
         # Waiting on the stop event itself returns when it is set; an unknown `wait()` is no thread wait.
         Valid('''
             import sounddevice as sd
@@ -207,6 +225,9 @@ class StopFlagCannotWakeWait(Rule):
         # the `while` loops the walk is in: (loop, its stop flag's key or None, test text, the plain def it is in)
         self.loops: list[tuple[cst.While, str | None, str, cst.FunctionDef | None]] = []
         self.timed: set[str] = set()  # keys of sockets given a timeout (`sock.settimeout(1.0)`): accept() returns
+        # per def: the keys one of its plain assignments makes name the same object (`self._server = server`), both
+        # ways: a wake or timeout said on either reaches the wait on the other
+        self.aliases: dict[int, dict[str, set[str]]] = {}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.ctx.resolve(node.value.func) in _THREAD_WAITABLES:
@@ -218,7 +239,13 @@ class StopFlagCannotWakeWait(Rule):
         for inner in descendants(node.body, OWN_BODY_STOP):
             kind = type(inner)  # exact classes: isinstance against libcst's ABC is slow, and this sees every node
             if kind is cst.Assign:
-                sets.update(k for t in inner.targets if (k := self.ctx.key(t.target)))
+                targets = {k for t in inner.targets if (k := self.ctx.key(t.target))}
+                sets.update(targets)
+                if (value := self.ctx.key(inner.value)) is not None:
+                    for target in targets:
+                        aliases = self.aliases.setdefault(id(node), {})
+                        aliases.setdefault(target, set()).add(value)
+                        aliases.setdefault(value, set()).add(target)
             elif kind is cst.Call and type(inner.func) is cst.Attribute:
                 method, receiver = inner.func.attr.value, self.ctx.key(inner.func.value)
                 if receiver is None:
@@ -285,11 +312,12 @@ class StopFlagCannotWakeWait(Rule):
 
     def end(self) -> None:
         for block in self.blocks:
-            if block.wait == "wait" and block.receiver not in self.waitables:
+            receivers = {block.receiver, *self.aliases.get(id(block.owner), {}).get(block.receiver, ())}
+            if block.wait == "wait" and not receivers & self.waitables:
                 continue
-            if block.wait == "accept" and block.receiver in self.timed:
+            if block.wait == "accept" and receivers & self.timed:
                 continue
-            if any(owner != id(block.owner) and (block.wait, block.receiver) in wakes
+            if any(owner != id(block.owner) and any((block.wait, receiver) in wakes for receiver in receivers)
                    and (block.flag in sets or name.lower().lstrip("_").split("_")[0] in _STOPPERS)
                    for owner, (name, sets, wakes) in self.defs.items()):
                 continue

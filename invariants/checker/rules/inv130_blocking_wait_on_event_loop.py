@@ -90,7 +90,8 @@ class BlockingWaitOnEventLoop(Rule):
     # Opt-in: on the two sets of servers kept aside from it (issue 23, sets g and h) both its findings were false,
     # each a coroutine on an event loop of its own that the model did not see as one (a GPU-pool worker's
     # `asyncio.run` behind a runtime check, VoiceStudio model_manager.py@98c9e68:2664; a Textual `@work(thread=True)`
-    # worker, mlx-chat screens/stt.py@8b5fca1:90, now recognised).
+    # worker, mlx-chat screens/stt.py@8b5fca1:90, recognised since the tenth session: its caller, a handler on the
+    # app's loop, no longer hands the worker that loop's role).
     default_enabled = False
     triggers = PACKAGE_ONLY
 
@@ -253,7 +254,8 @@ class BlockingWaitOnEventLoop(Rule):
                 async def receive(self, payload, buffers):
                     return self.copy_in(payload, buffers)
         '''),
-        # A worker its framework runs on a thread of its own, with a loop of its own (Textual's thread workers).
+        # A worker its framework runs on a thread of its own, with a loop of its own (Textual's thread workers),
+        # whoever calls it: the call only starts it there.
         Valid('''
             import queue
 
@@ -267,6 +269,9 @@ class BlockingWaitOnEventLoop(Rule):
 
                 def next_chunk(self):
                     return self.chunks.get()
+
+                async def on_record(self, model):
+                    self.transcribe(model)
 
                 @work(thread=True)
                 async def transcribe(self, model):

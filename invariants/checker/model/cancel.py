@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable
 
 from mlx_invariants.checker.model.graph import Key, Package
-from mlx_invariants.checker.model.summary import AWAITED, Call, Function
+from mlx_invariants.checker.model.summary import AWAITED, Call, Function, Offload
 
 _DEFINES = re.compile(r"(?:def|class)\s+$")
 # Frameworks whose handlers are cancelled when their client goes away (aiohttp before 3.9 and with
@@ -64,6 +64,21 @@ class Cancellers:
         """`line` of `module` runs before the server serves anyone: in start-up code, or in a coroutine that
         only start-up code awaits (through plain awaits only)."""
         return self._chains_end(module, line, self._started, shutdown=False)
+
+    def handed_by_shutdown_only(self, module: str, line: int) -> bool:
+        """The sync def of `module` around `line` is handed to a thread by coroutines of the package alone, each
+        of them cancelled only by the server's shutdown (`shutdown_only` at the hand-off): nobody stops waiting
+        for what it computes before it ends, so its loop need not check for a cancellation. False when the def
+        is a coroutine, or nothing in the package hands it over by name."""
+        index = self._index(module)
+        name = index.innermost(line) if index is not None else None
+        fn = self.package.function((module, name)) if name is not None else None
+        if fn is None or fn.is_async:
+            return False
+        sites = [(caller, work) for caller in self.package.modules
+                 for work in _offloads(self.package, caller)
+                 if work.target is not None and self.package.callee(caller, work.target)[0] == (module, name)]
+        return bool(sites) and all(self.shutdown_only(caller, work.place.line) for caller, work in sites)
 
     def _chains_end(self, module: str, line: int, known: dict[Key, bool], shutdown: bool) -> bool:
         """`line` runs at start-up, or every chain of plain awaits from the innermost coroutine around it ends
@@ -149,6 +164,12 @@ class Cancellers:
             return False
         return (other[0], second) in set(self.package.mro(one[0], first)) or \
             (one[0], first) in set(self.package.mro(other[0], second))
+
+
+def _offloads(package: Package, module: str) -> list[Offload]:
+    """Every hand-off to a thread that `module`'s functions make."""
+    summary = package.summary(module)
+    return [work for fn in summary.functions.values() for work in fn.offloads] if summary is not None else []
 
 
 def _functions(package: Package, module: str) -> dict[str, Function] | None:

@@ -205,11 +205,14 @@ _ALWAYS_SHOWN = frozenset({"INV000", "INV001"})  # an unreadable file, an unused
 # pass the same test): INV105's lock freed by a cancelled await is no hazard where only the server's shutdown
 # can cancel the coroutine; INV107's pool thread cannot meet a request's MLX in Metal at start-up, before the
 # server serves anyone, in start-up code or a coroutine only start-up code awaits (model/cancel.py); INV132's close
-# can meet a step still running only where a cancellation or the coroutine's own deadline cuts the await short.
+# can meet a step still running only where a cancellation or the coroutine's own deadline cuts the await short;
+# INV121's worker loop wastes work only once its caller stops waiting, which a caller only the shutdown cancels
+# never does.
 WITHDRAWALS: dict[str, Callable[[Cancellers, str, int], bool]] = {
     "INV105": Cancellers.shutdown_only,
     "INV132": Cancellers.shutdown_only,
     "INV107": Cancellers.at_startup,
+    "INV121": Cancellers.handed_by_shutdown_only,
 }
 
 

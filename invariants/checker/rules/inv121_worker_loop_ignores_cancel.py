@@ -104,7 +104,10 @@ class WorkerLoopIgnoresCancel(Rule):
         "once and kept, or one that loops for more work, is not judged). A worker fed from other sync code, "
         "or a `while` loop, is not judged; nor is a hand-off made inside a `while` loop of its def (an engine "
         "loop handing over one tick at a time), so a coroutine that loops taking requests off a queue and "
-        "hands each one's whole decode over is missed."
+        "hands each one's whole decode over is missed. Through the package model, a worker that only coroutines "
+        "cancelled by the server's shutdown alone hand over (a plain route, which a disconnect does not cancel, "
+        "and what only such routes await: model/cancel.py) is not reported: nobody stops waiting for it before it "
+        "ends. A worker handed over anywhere by an expression the model cannot name (a lambda) is still judged."
     )
     triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking", ".put",
                              "Thread"))
@@ -415,6 +418,28 @@ class WorkerLoopIgnoresCancel(Rule):
                         outputs.append(self.scheduler.step())
                     return outputs
         '''),
+        # Only a plain route hands it over, and a client that goes away does not cancel one: the route waits for the
+        # whole answer either way (issue 23, sets a and k: a non-streaming path's decode, graded arguable blind).
+        Valid('''
+            import asyncio
+
+            from fastapi import FastAPI
+            from mlx_lm import stream_generate
+
+            app = FastAPI()
+
+
+            def complete(model, tokenizer, prompt):
+                text = ""
+                for response in stream_generate(model, tokenizer, prompt):
+                    text += response.text
+                return text
+
+
+            @app.post("/v1/completions")
+            async def completions(body: dict):
+                return {"text": await asyncio.to_thread(complete, app.state.model, app.state.tokenizer, body["prompt"])}
+        ''', files={"requirements.txt": "mlx-lm>=0.31.3\n"}),  # any thread may generate there (INV107)
     ]
 
     def __init__(self, ctx, options):

@@ -327,13 +327,14 @@ class _Resolver:
         guards = tuple(fn.locked)
         fallbacks = _fallbacks(node, set(fn.params), [o.place.line for o in offloads]) if offloads else ()
         is_async = isinstance(node, ast.AsyncFunctionDef)
+        own = _own_nodes(node)
         return Function(fn.name, line, is_async, fn.generator,
                         tuple(fn.params), fn.opaque, tuple(calls), tuple(offloads), tuple(touches), owner, guards,
-                        fallbacks, is_async and _loops(node), _startup(node, self._serves(fn)) if is_async else None, tuple(blocked),
-                        is_async and any(_runs_on_thread(d) for d in node.decorator_list),
+                        fallbacks, is_async and _loops(own), _startup(node, own, self._serves(fn)) if is_async else None,
+                        tuple(blocked), is_async and any(_runs_on_thread(d) for d in node.decorator_list),
                         getattr(node, "end_lineno", None) or line, is_async and any(map(_route, node.decorator_list)),
-                        deadline, self._returns(fn), _is_property(node), self._streams(fn),
-                        fn.cls is not None and _is_stub(node), self._raises(fn), _lazy_setup(node, fn.nonlocal_names))
+                        deadline, self._returns(fn), _is_property(node), self._streams(fn, own),
+                        fn.cls is not None and _is_stub(node), self._raises(fn), _lazy_setup(own, fn.nonlocal_names))
 
     def _raises(self, fn: Def) -> tuple[tuple[int, int, str], ...]:
         """The calls of `fn` that may raise each time their statement runs, with the lines they would keep from
@@ -364,12 +365,12 @@ class _Resolver:
                 found.extend((*after, ref) for ref in refs)
         return tuple(found)
 
-    def _streams(self, fn: Def) -> tuple[tuple[str, Place], ...]:
-        """The module-level streams `fn`'s own body reads, where first (model/streams.py)."""
+    def _streams(self, fn: Def, own: list[ast.AST]) -> tuple[tuple[str, Place], ...]:
+        """The module-level streams `fn`'s own body (its nodes: `own`) reads, where first (model/streams.py)."""
         if not self._stream_names and not self._library_streams:
             return ()
         first: dict[str, Place] = {}
-        for ref, node in streams.read(self, fn, self._stream_names, self._library_streams):
+        for ref, node in streams.read(self, fn, own, self._stream_names, self._library_streams):
             place = self._place(node, None)
             if ref not in first or (place.line, place.col) < (first[ref].line, first[ref].col):
                 first[ref] = place
@@ -729,19 +730,20 @@ def _runs_on_thread(decorator: ast.AST) -> bool:
         k.arg == "thread" and isinstance(k.value, ast.Constant) and k.value.value is True for k in decorator.keywords)
 
 
-def _loops(node: ast.AST) -> bool:
-    """A def's own body has a `while` (nested defs and classes are theirs)."""
-    return any(isinstance(n, ast.While) for n in _own_nodes(node))
+def _loops(own: list[ast.AST]) -> bool:
+    """A def's own body (its nodes: `own`) has a `while` (nested defs and classes are theirs)."""
+    return any(isinstance(n, ast.While) for n in own)
 
 
-def _lazy_setup(node: ast.AST, declared: set[str]) -> tuple[tuple[int, int], ...]:
+def _lazy_setup(own: list[ast.AST], declared: set[str]) -> tuple[tuple[int, int], ...]:
     """The bodies of `if X is None:` / `if not X:` branches of the def's own body that set X up once: X is a
     `global` the def declares (a module singleton: `if _engine is None: load_engine()`), or the branch
     assigns it (`if self._model is None: self._model = load(...)`). wadyatalkinabewt/koe's handlers call
     `get_engine()`, which loads and warms the engine only while `_engine` is None, and the server loads it
-    before serving (src/server.py@db357b7:306, four INV108 findings graded false blind, set k)."""
+    before serving (src/server.py@db357b7:306, four INV108 findings graded false blind, set k). `own`: the
+    def's own nodes."""
     found: list[tuple[int, int]] = []
-    for branch in _own_nodes(node):
+    for branch in own:
         if not isinstance(branch, ast.If) or not branch.body:
             continue
         test = branch.test
@@ -778,10 +780,11 @@ def _fallbacks(node: ast.AST, params: set[str], handoffs: list[int]) -> tuple[tu
     return tuple(found)
 
 
-def _startup(node: ast.AsyncFunctionDef, serves: int | None) -> tuple[int, int] | None:
+def _startup(node: ast.AsyncFunctionDef, own: list[ast.AST], serves: int | None) -> tuple[int, int] | None:
     """The lines a start-up coroutine (checker/startup.py) runs before serving: a lifespan's up to its first
     `yield`, a start-up hook's whole body, and a coroutine's up to the statement on line `serves` that starts
-    its server (above the outermost loop around it: a restart loop's top runs again after serving)."""
+    its server (above the outermost loop around it: a restart loop's top runs again after serving). `own`: the
+    coroutine's own nodes."""
     decorators = []
     for decorator in node.decorator_list:
         first = decorator.args[0] if isinstance(decorator, ast.Call) and decorator.args else None
@@ -794,11 +797,11 @@ def _startup(node: ast.AsyncFunctionDef, serves: int | None) -> tuple[int, int] 
     if kind != LIFESPAN:
         if serves is None:
             return None
-        loops = [n.lineno for n in _own_nodes(node) if isinstance(n, ast.For | ast.AsyncFor | ast.While)
+        loops = [n.lineno for n in own if isinstance(n, ast.For | ast.AsyncFor | ast.While)
                  and n.lineno <= serves <= (n.end_lineno or n.lineno)]
         last = min([serves, *loops]) - 1
         return (node.lineno, last) if last > node.lineno else None
-    yields = [n.lineno for n in _own_nodes(node) if isinstance(n, ast.Yield | ast.YieldFrom)]
+    yields = [n.lineno for n in own if isinstance(n, ast.Yield | ast.YieldFrom)]
     return (node.lineno, min(yields) - 1) if yields else None
 
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 import ast
 import builtins
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from mlx_invariants.checker.model.scan import child_nodes
 
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__package__",
                                         "__loader__", "__builtins__", "__class__", "__annotations__", "__dict__"}
@@ -32,26 +35,35 @@ NOT_THE_PACKAGE = frozenset(sys.stdlib_module_names) | {"mlx", "mlx_lm", "mlx_vl
 _ALWAYS = (ast.With, ast.AsyncWith)
 
 
+# The names each kind of node binds (None for one that binds none: `except E:`), looked up by its type:
+# `bound_anywhere` meets every node of the file, and a chain of isinstance tests on each cost as much as the
+# walk itself.
+_BINDS: dict[type, Callable[[Any], Iterable[str | None]]] = {
+    ast.Name: lambda node: () if isinstance(node.ctx, ast.Load) else (node.id,),
+    ast.FunctionDef: lambda node: (node.name,),
+    ast.AsyncFunctionDef: lambda node: (node.name,),
+    ast.ClassDef: lambda node: (node.name,),
+    ast.arg: lambda node: (node.arg,),
+    ast.alias: lambda node: ((node.asname or node.name).partition(".")[0],),
+    ast.Global: lambda node: node.names,
+    ast.Nonlocal: lambda node: node.names,
+    ast.ExceptHandler: lambda node: (node.name,),
+    ast.MatchAs: lambda node: (node.name,),
+    ast.MatchStar: lambda node: (node.name,),
+    ast.MatchMapping: lambda node: (node.rest,),
+}
+
+
 def bound_anywhere(tree: ast.Module) -> frozenset[str]:
     """Every name the file binds in any scope, with the builtins: a name outside it raises NameError."""
     names = set(_BUILTINS)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).partition(".")[0])
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            names.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            names.add(node.rest)
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        bound = _BINDS.get(type(node))
+        if bound is not None:
+            names.update(name for name in bound(node) if name)
+        stack.extend(child_nodes(node))
     return frozenset(names)
 
 
@@ -74,7 +86,7 @@ def evaluated(stmt: ast.stmt) -> Iterator[ast.AST]:
         if isinstance(node, ast.Compare):
             stack.extend((node.left, node.comparators[0]))
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
 
 
 class Blocks:

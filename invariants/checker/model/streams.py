@@ -20,7 +20,6 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from mlx_invariants.checker.model.scan import own_nodes
 
 NEW_STREAM = "mlx.core.new_stream()"
 # The generation libraries' module-level streams: made at import before their thread-local releases.
@@ -44,11 +43,12 @@ def candidates(resolver: Any, streams: dict[str, ast.Call]) -> frozenset[str]:
     return frozenset(streams) | frozenset(imported)
 
 
-def read(resolver: Any, fn: Any, names: frozenset[str], library: bool) -> Iterator[tuple[str, ast.AST]]:
-    """(reference, node) of each module-level stream `fn`'s own body reads: `:NAME` for the file's own,
-    the import's reference for an imported one; with `library`, also `mlx_lm.generate.generation_stream`
-    written out as an attribute."""
-    for node in own_nodes(fn.node):
+def read(resolver: Any, fn: Any, own: list[ast.AST], names: frozenset[str], library: bool
+         ) -> Iterator[tuple[str, ast.AST]]:
+    """(reference, node) of each module-level stream `fn`'s own body (its nodes: `own`, scan.own_nodes)
+    reads: `:NAME` for the file's own, the import's reference for an imported one; with `library`, also
+    `mlx_lm.generate.generation_stream` written out as an attribute."""
+    for node in own:
         if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
             if _bound_in(fn, node.id):
                 continue

@@ -83,7 +83,8 @@ class _Resolver:
         self._stream_names = streams.candidates(self, made)
         self._library_streams = any("generation_stream" in line for line in self.lines)
         self._star = any("import *" in line for line in self.lines)
-        self._bound = raises.bound_anywhere(tree)
+        self._tree = tree
+        self._bound: frozenset[str] | None = None  # every name the file binds (raises.bound_anywhere), when asked
         functions: dict[str, Function] = {}
         for fn in self.defs:
             functions[fn.name] = self._function(fn)
@@ -348,8 +349,8 @@ class _Resolver:
             seen.add(id(stmt))
             refs = []
             for node in raises.evaluated(stmt):
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in self._bound \
-                        and not self._star:
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and not self._star \
+                        and self._unbound(node.id, fn):
                     refs = [""]  # NameError, whatever else the statement calls
                     break
                 if isinstance(node, ast.Call):
@@ -364,6 +365,23 @@ class _Resolver:
             if after is not None:
                 found.extend((*after, ref) for ref in refs)
         return tuple(found)
+
+    def _unbound(self, name: str, fn: Def) -> bool:
+        """`name`, read in `fn`, is bound nowhere in the file: reading it raises NameError. A builtin, or a name
+        a scope around `fn` binds (every binding a def or the module keeps is one the file makes), is bound;
+        only another name needs the walk over every node of the file (raises.bound_anywhere), made once."""
+        if name in raises.BUILTINS:
+            return False
+        scope: Def | None = fn
+        while scope is not None:
+            if name in scope.bindings:
+                return False
+            scope = scope.parent
+        if name in self.module.bindings:
+            return False
+        if self._bound is None:
+            self._bound = raises.bound_anywhere(self._tree)
+        return name not in self._bound
 
     def _streams(self, fn: Def, own: list[ast.AST]) -> tuple[tuple[str, Place], ...]:
         """The module-level streams `fn`'s own body (its nodes: `own`) reads, where first (model/streams.py)."""

@@ -27,8 +27,8 @@ from typing import Any
 
 from mlx_invariants.checker.model.scan import child_nodes
 
-_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__package__",
-                                        "__loader__", "__builtins__", "__class__", "__annotations__", "__dict__"}
+BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__package__",
+                                       "__loader__", "__builtins__", "__class__", "__annotations__", "__dict__"}
 # Modules a call's reference may start with that are never the checked package's: the standard library and MLX.
 NOT_THE_PACKAGE = frozenset(sys.stdlib_module_names) | {"mlx", "mlx_lm", "mlx_vlm", "numpy", "torch"}
 # Statements whose body runs whenever they do: a raise inside ends the statement around it too.
@@ -56,7 +56,7 @@ _BINDS: dict[type, Callable[[Any], Iterable[str | None]]] = {
 
 def bound_anywhere(tree: ast.Module) -> frozenset[str]:
     """Every name the file binds in any scope, with the builtins: a name outside it raises NameError."""
-    names = set(_BUILTINS)
+    names = set(BUILTINS)
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()

@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 # Bases that call nothing of a subclass by name.
 _INERT_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})
 _DEFINES = re.compile(r"(?:def|class)\s+$")
+_WORD_CHARACTER = re.compile(r"\w")
 
 
 @dataclass(frozen=True)
@@ -231,8 +233,8 @@ class Unreferenced:
                 continue
             homes = []
             if name:
-                statement = re.compile(rf"^[ \t]*class[ \t]+{re.escape(name)}\b", re.M)
-                homes = [p for p in self._packages[folder] if name in self._text(p) and statement.search(self._text(p))]
+                statement = re.compile(rf"class[ \t]+{re.escape(name)}\b")
+                homes = [p for p in self._packages[folder] if name in self._text(p) and _declares(self._text(p), statement)]
             if not homes:
                 return True
             for home in homes:
@@ -246,18 +248,18 @@ class Unreferenced:
         and outside a def or class line of that name, at a place that runs: module or class
         level, or inside a live def."""
         path, first, last = (own.path, own.first, own.last) if isinstance(own, _Def) else own
-        pattern = re.compile(rf"\b{re.escape(name)}\b")
+        pattern = re.compile(rf"{re.escape(name)}\b")
         for other in self._packages[folder]:
             text = self._text(other)
             if name not in text:
                 continue
             defs = None
             line, counted = 1, 0  # the line of offset `counted`: matches come in order, so count on from there
-            for match in pattern.finditer(text):
-                if _DEFINES.search(text, max(0, match.start() - 12), match.start()):
+            for start in _whole_words(text, pattern):
+                if _DEFINES.search(text, max(0, start - 12), start):
                     continue
-                line += text.count("\n", counted, match.start())
-                counted = match.start()
+                line += text.count("\n", counted, start)
+                counted = start
                 if other == path and first <= line <= last:
                     continue
                 if defs is None:
@@ -277,6 +279,28 @@ def _bound(path: str, found: Outline) -> list[_Def]:
         defs.append(_Def(path, d.name, d.first, d.last, defs[d.parent] if d.parent >= 0 else None,
                          found.classes[d.cls] if d.cls >= 0 else None, d.decorated))
     return defs
+
+
+def _whole_words(text: str, word: re.Pattern[str]) -> Iterator[int]:
+    """Where `word` (a name and `\\b`) starts as a whole word in `text`, in order: where no word character
+    is right before it. The pattern leaves that test out: one that starts with `\\b` is tried at every offset
+    of the text (80 ms to find a common name in all of vllm-mlx's 2.5 MB), one that starts with the name's
+    letters is searched for them (4 ms)."""
+    for match in word.finditer(text):
+        start = match.start()
+        if not start or not _WORD_CHARACTER.match(text, start - 1):
+            yield start
+
+
+def _declares(text: str, statement: re.Pattern[str]) -> bool:
+    """A line of `text` starts with `statement` (`class Name`) after its indentation. The words are searched
+    first: a pattern that starts with a line's indentation (`^[ \\t]*class ...`, multiline) is tried at every
+    offset of the text, 1 ms per file of vllm-mlx that names a base class."""
+    for match in statement.finditer(text):
+        line = text.rfind("\n", 0, match.start()) + 1
+        if not text[line:match.start()].strip(" \t"):
+            return True
+    return False
 
 
 def _innermost(defs: list[_Def], line: int) -> _Def | None:

@@ -70,26 +70,39 @@ class Cancellers:
         of them cancelled only by the server's shutdown (`shutdown_only` at the hand-off): nobody stops waiting
         for what it computes before it ends, so its loop need not check for a cancellation. False when the def
         is a coroutine, or nothing in the package hands it over by name."""
-        index = self._index(module)
-        name = index.innermost(line) if index is not None else None
-        fn = self.package.function((module, name)) if name is not None else None
-        if fn is None or fn.is_async:
+        around = self._around(module, line)
+        if around is None or around[1].is_async:
             return False
-        sites = [(caller, work) for caller in self.package.modules
-                 for work in _offloads(self.package, caller)
-                 if work.target is not None and self.package.callee(caller, work.target)[0] == (module, name)]
+        sites = self._handoffs.get((module, around[0]), [])
         return bool(sites) and all(self.shutdown_only(caller, work.place.line) for caller, work in sites)
 
     def _chains_end(self, module: str, line: int, known: dict[Key, bool], shutdown: bool) -> bool:
         """`line` runs at start-up, or every chain of plain awaits from the innermost coroutine around it ends
         in start-up code (and, with `shutdown`, in plain routes too, none of its links under a deadline)."""
-        index = self._index(module)
-        name = index.innermost(line) if index is not None else None
-        if name is None:
+        around = self._around(module, line)
+        if around is None:
             return False
-        fn = self.package.summary(module).functions[name]  # type: ignore[union-attr]
+        name, fn = around
         return fn.is_async and (fn.before_serving(line) or self._awaited_only((module, name), frozenset(), known,
                                                                                 shutdown))
+
+    def _around(self, module: str, line: int) -> tuple[str, Function] | None:
+        """The innermost function of `module` whose body holds `line`, by name, with its summary."""
+        index = self._index(module)
+        name = index.innermost(line) if index is not None else None
+        fn = self.package.function((module, name)) if name is not None else None
+        return (name, fn) if name is not None and fn is not None else None
+
+    @functools.cached_property
+    def _handoffs(self) -> dict[Key, list[tuple[str, Offload]]]:
+        """Every hand-off to a thread in the package, by the def it hands over (those it names), with the module
+        making it: built once, not per finding."""
+        handoffs: dict[Key, list[tuple[str, Offload]]] = {}
+        for caller in self.package.modules:
+            for work in _offloads(self.package, caller):
+                if work.target is not None and (target := self.package.callee(caller, work.target)[0]) is not None:
+                    handoffs.setdefault(target, []).append((caller, work))
+        return handoffs
 
     def _awaited_only(self, key: Key, visiting: frozenset[Key], known: dict[Key, bool], shutdown: bool) -> bool:
         found = known.get(key)

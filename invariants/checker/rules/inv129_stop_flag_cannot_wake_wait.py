@@ -241,9 +241,9 @@ class StopFlagCannotWakeWait(Rule):
             if kind is cst.Assign:
                 targets = {k for t in inner.targets if (k := self.ctx.key(t.target))}
                 sets.update(targets)
-                if (value := self.ctx.key(inner.value)) is not None:
+                if (value := self.ctx.key(inner.value)) is not None and targets:
+                    aliases = self.aliases.setdefault(id(node), {})
                     for target in targets:
-                        aliases = self.aliases.setdefault(id(node), {})
                         aliases.setdefault(target, set()).add(value)
                         aliases.setdefault(value, set()).add(target)
             elif kind is cst.Call and type(inner.func) is cst.Attribute:

@@ -59,7 +59,7 @@ Key = tuple[str, str]  # (module, function's local name)
 Node = tuple[Key, str]  # (function, RUN or ITER)
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)  # not frozen, for speed, as summary.py's classes (see there)
 class Symbol:
     """What a reference names: a module, a class, a function, an instance of a class (all of
     the package), or an external dotted name (`mlx.core.eval`, `asyncio.to_thread`)."""
@@ -82,7 +82,7 @@ class StreamUse:
     roles: frozenset[str]
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)  # not frozen, for speed, as summary.py's classes (see there)
 class Step:
     """One link of a chain: the text shown for it, and the next node (None: the MLX call itself)."""
 

@@ -97,8 +97,7 @@ class Call:
     @classmethod
     def from_json(cls, data: list[Any]) -> Call:
         target, text, place, use, iterated_at, args = data
-        return cls(target, text, Place.from_json(place), use, Place.from_json(iterated_at) if iterated_at else None,
-                   tuple((k, r) for k, r in args))
+        return cls(target, text, Place(*place), use, Place(*iterated_at) if iterated_at else None, tuple(map(tuple, args)))
 
 
 @dataclass(unsafe_hash=True)
@@ -126,7 +125,7 @@ class Offload:
     @classmethod
     def from_json(cls, data: list[Any]) -> Offload:
         how, pool, target, param, place, text, serialized, stepped = data
-        return cls(how, pool, target, param, Place.from_json(place), text, serialized, stepped)
+        return cls(how, pool, target, param, Place(*place), text, serialized, stepped)
 
 
 @dataclass(unsafe_hash=True)
@@ -145,7 +144,7 @@ class Touch:
     @classmethod
     def from_json(cls, data: list[Any]) -> Touch:
         kind, text, line, place = data
-        return cls(kind, text, line, Place.from_json(place) if place else None)
+        return cls(kind, text, line, Place(*place) if place else None)
 
 
 @dataclass(unsafe_hash=True)
@@ -242,17 +241,17 @@ class Function:
         flags = data.get("flags", "")
         return cls(
             name, data["line"], "a" in flags, "g" in flags, tuple(data["params"]), "o" in flags,
-            tuple(Call.from_json(c) for c in data.get("calls", ())),
-            tuple(Offload.from_json(o) for o in data.get("offloads", ())),
-            tuple(Touch.from_json(t) for t in data.get("mlx", ())),
-            "w" in flags, tuple((a, b, c) for a, b, c in data.get("guards", ())),
-            tuple((a, b) for a, b in data.get("fallbacks", ())), "l" in flags,
+            tuple(map(Call.from_json, data.get("calls", ()))),
+            tuple(map(Offload.from_json, data.get("offloads", ()))),
+            tuple(map(Touch.from_json, data.get("mlx", ()))),
+            "w" in flags, tuple(map(tuple, data.get("guards", ()))),
+            tuple(map(tuple, data.get("fallbacks", ()))), "l" in flags,
             tuple(data["startup"]) if "startup" in data else None,  # type: ignore[arg-type]
-            tuple(Touch.from_json(t) for t in data.get("waits", ())), "t" in flags, data.get("end", 0),
+            tuple(map(Touch.from_json, data.get("waits", ()))), "t" in flags, data.get("end", 0),
             "r" in flags, "d" in flags, data.get("returns"), "p" in flags,
-            tuple((ref, Place.from_json(place)) for ref, place in data.get("streams", ())), "s" in flags,
-            tuple((a, b, c) for a, b, c in data.get("raises", ())),
-            tuple((a, b) for a, b in data.get("lazy", ())),
+            tuple((ref, Place(*place)) for ref, place in data.get("streams", ())), "s" in flags,
+            tuple(map(tuple, data.get("raises", ()))),
+            tuple(map(tuple, data.get("lazy", ()))),
         )
 
 

@@ -55,5 +55,5 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     for name in child_fields(type(node)):
         value = getattr(node, name)
         items = value if type(value) is tuple or type(value) is list else (value,)
-        found.extend(child for child in items if IS_NODE[type(child)])
+        found.extend([child for child in items if IS_NODE[type(child)]])
     return found

@@ -207,7 +207,8 @@ def test_server_step_disconnects_a_non_streaming_client_while_the_server_decodes
     trace = _served(f"{sys.executable} tests/fuzz/gone_server.py {{port}} --keeps-decoding", GONE_MID_GENERATION)
     steps = [p.info["index"] for p in trace.of("point", "SERVER_STEP", "r0")]
     fault = trace.first("fault", "disconnect", "r0")
-    assert steps == [0, 1, 2, 3] and fault.info["delivered"], (steps, fault)
+    # the server goes on decoding while the disconnect is delivered: on a loaded box more steps come before it
+    assert steps[:4] == [0, 1, 2, 3] and fault.info == {"at": "r0@SERVER_STEP(3)", "delivered": True}, (steps, fault)
     assert fault.seq > trace.first("point", "ADMITTED", "r0").seq
     assert trace.of("request", "end", "r0")[-1].info["outcome"] == "disconnected"
     assert [v.kind for v in judge(trace)] == ["compute-after-disconnect"]
@@ -231,7 +232,7 @@ HALF_A_BODY = Scenario((RequestSpec("r0", 3, 4, False),), (FaultSpec("disconnect
 @pytest.mark.parametrize("flags, found", [("", []), ("--waits-for-cut-body", ["cut-body-blocks"])])
 def test_a_client_gone_with_half_its_body_sent_must_not_hold_the_server(flags, found):
     """The server is sent the full Content-Length and half the body, then the client goes. One that keeps its
-    slot waiting for the rest (2 s) makes the follow-up wait past the admission bound (1 s here)."""
+    slot waiting for the rest (5 s) makes the follow-up wait past the admission bound (1 s here)."""
     command = f"{sys.executable} tests/fuzz/cut_body_server.py {{port}} {flags}"
     trace = _served(command, HALF_A_BODY, busy_bound_s=1.0)
     assert trace.first("fault", "disconnect", "r0").info == {"at": "r0@BODY_PART", "delivered": True}

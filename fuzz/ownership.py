@@ -177,9 +177,11 @@ def _cancellers(kinds: list[str]) -> str:
     why="When a dropped generator is finalized, and on which thread, depends on the garbage collector and "
         "on which thread drops the last reference, so it counts once it replays. One the harness's own "
         "collection finalizes (its rest sample, fuzz/collect.py) is recorded apart and never counted: that "
-        "thread is the harness's choice.",
+        "thread is the harness's choice. So is one made in an earlier scenario and finalized while a later one "
+        "runs: the thread is whichever that scenario's collection fell on.",
     known_problems="Only generators the sentinel wraps; an array or stream whose last reference drops on "
-                   "another thread is not seen."))
+                   "another thread is not seen. A generator that outlives its scenario is never judged, even "
+                   "where a server that goes on across scenarios really drops it off its thread."))
 def mlx_finalized_where_it_lives(trace: Trace) -> Iterator[Violation]:
     """An MLX generator (e.g. mlx-lm's generate_step) was dropped mid-body on another thread than made it."""
     for event in trace.of("mlx-gc", "finalized-off-thread"):

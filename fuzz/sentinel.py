@@ -351,6 +351,7 @@ class _GuardedGenerator:
         self._sentinel, self._label, self._inner = sentinel, label, inner
         self._born = thread_token()
         self._born_name = threading.current_thread().name
+        self._born_in = sentinel.trace  # the scenario it belongs to (`Sentinel.attach` starts another)
 
     def __iter__(self) -> "_GuardedGenerator":
         return self
@@ -363,8 +364,10 @@ class _GuardedGenerator:
         if not self._sentinel._active or not getattr(self._inner, "gi_suspended", False):
             return
         if thread_token() != self._born:
-            # Inside the harness's own collection, the thread and the moment are the harness's (fuzz/collect.py).
-            name = "collected-suspended" if collecting() else "finalized-off-thread"
+            # Inside the harness's own collection, the thread and the moment are the harness's (fuzz/collect.py);
+            # after its own scenario ended, they are whichever later scenario runs then, on another engine.
+            name = "collected-suspended" if collecting() else \
+                "outlived-its-scenario" if self._sentinel.trace is not self._born_in else "finalized-off-thread"
             event = self._sentinel.trace.record(
                 "mlx-gc", name, info={"target": self._label, "created_by": self._born_name}, stack=capture_stack(1))
             self._sentinel._publish(event)

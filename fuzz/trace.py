@@ -72,7 +72,9 @@ EVENTS: dict[str, EventKind] = {
     "mlx-gc": EventKind("an MLX object was finalized (the sentinel's wrapped generators)", {
         "finalized-off-thread": "a wrapped generator dropped mid-body on another thread than made it",
         "collected-suspended": "a wrapped generator left mid-body in a reference cycle, finalized by the harness's "
-                               "own collection (fuzz/collect.py): its thread is the harness's, not judged"}),
+                               "own collection (fuzz/collect.py): its thread is the harness's, not judged",
+        "outlived-its-scenario": "a wrapped generator made in an earlier scenario, finalized mid-body while a later "
+                                 "one runs: its thread and moment are that scenario's, not judged"}),
     "fault": EventKind("a fault or arrival was delivered, or found nothing to hit (info: at, delivered)", {
         **{kind.value: f"a `{kind.value}` fault delivered (or, `delivered: false`, nothing to hit)"
            for kind in FaultKind},

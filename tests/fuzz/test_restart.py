@@ -57,11 +57,12 @@ def test_what_a_stop_leaves_behind_is_found_through_restart_and_no_other_fault(m
     factory = getattr(restart_engine, make)
     expected = _followup(factory)
     one = (RequestSpec("r0", 3, 4, True),)
-    found = {kind: [v.kind for v in judge(run_scenario(factory, Scenario(one, (FaultSpec(kind, At("r0", "BEFORE_DECODE", 1)),)),
-                                                       expected_followup=expected))]
+    found = {kind: judge(run_scenario(factory, Scenario(one, (FaultSpec(kind, At("r0", "BEFORE_DECODE", 1)),)),
+                                      expected_followup=expected))
              for kind in DEFAULT_KINDS}  # the opt-in kinds judge the worker's loss, another bar
-    assert found.pop("restart")[:1] == [finds]
-    assert all(kinds == [] for kinds in found.values()), {k: v for k, v in found.items() if v}
+    assert [v.kind for v in found.pop("restart")][:1] == [finds]
+    # the whole violation on a failure, stacks included: a loaded CI box once found one no quiet run repeats
+    assert all(violations == [] for violations in found.values()), {k: v for k, v in found.items() if v}
 
 
 @pytest.mark.slow  # two searches with shrinking; the scenario test above finds the same lock in the default run

@@ -278,8 +278,8 @@ def _aims(kind: TargetKind) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class Engines:
     """Builds a fresh adapter for `target` each time it is called (once per engine the run starts).
 
-    An HTTP target's server starts on first use and serves every adapter; `close()` stops it
-    (it is also stopped at exit), and `retire_server()` stops it so that the next adapter starts a new one.
+    An HTTP target's server starts on first use and serves every adapter; `close()` stops it and removes its
+    log (it is also stopped at exit), and `retire_server()` stops it so that the next adapter starts a new one.
     """
 
     def __init__(self, target: Target, make: Callable[[], Adapter], server: Optional[ServerProcess] = None):
@@ -325,7 +325,7 @@ class Engines:
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.stop()
+            self._server.close()
 
 
 def _module_factory(spec: str) -> Callable[[], Adapter]:

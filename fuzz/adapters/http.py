@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,7 +83,8 @@ def check_loopback(url: str) -> str:
 
 class ServerProcess:
     """A server command on a free 127.0.0.1 port, with the sentinel injected; stopped at exit, and when this
-    process is killed (`fuzz.lifeline`)."""
+    process is killed (`fuzz.lifeline`). Its log and sentinel records live in a temporary folder that
+    `close()` (and the exit) removes: a run copies the log into its report folder before it closes."""
 
     def __init__(self, command: str, owner: Optional[str] = None, startup_s: float = FIRST_START_S,
                  switch: bool = False):
@@ -123,7 +125,7 @@ class ServerProcess:
                 self.process = self.lifeline.process
         except OSError as exc:
             raise ServerError(f"the server command {self.command!r} could not be started: {exc}") from None
-        atexit.register(self.stop)
+        atexit.register(self.close)
         self.starts += 1
         self.rest = RestSeries()
         self.url = f"http://127.0.0.1:{port}"
@@ -162,6 +164,11 @@ class ServerProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def close(self) -> None:
+        """Stop the server and remove its folder (log, records); safe to call twice."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def stop(self) -> None:
         process, self.process = self.process, None

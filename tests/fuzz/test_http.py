@@ -94,7 +94,7 @@ def test_a_url_target_replays_from_its_scenario_file_alone(tmp_path, capsys):
         # Nothing is injected into a server found by URL, so its race goes unseen; the request still runs.
         assert main(["fuzz", "--replay", str(case), "--replays", "1"]) == 0
     finally:
-        server.stop()
+        server.close()
     assert "violations in 0/1 run(s)" in capsys.readouterr().out
 
 
@@ -216,12 +216,23 @@ def test_server_step_disconnects_a_non_streaming_client_while_the_server_decodes
     assert clean.first("fault", "disconnect", "r0").info["delivered"] and judge(clean) == []
 
 
+def test_a_launched_server_leaves_nothing_behind_once_its_engines_close():
+    """Its log and sentinel records are copied into a report before the run closes; then the folder goes, or a
+    runner's temporary folder would fill with one per fuzz run."""
+    engines = Target.server(f"{sys.executable} tests/fuzz/gone_server.py {{port}}").build()
+    engines.prepare()
+    folder = engines.server_log.parent
+    assert engines.log_tail() is not None and folder.is_dir()
+    engines.close()
+    assert not folder.exists()
+
+
 def test_server_step_never_comes_on_a_url_target_so_its_fault_is_not_delivered():
     server = ServerProcess(f"{sys.executable} tests/fuzz/gone_server.py {{port}}")
     try:
         trace = run_scenario(Target.url(server.ensure()).build(), GONE_MID_GENERATION, settings=REMOTE)
     finally:
-        server.stop()
+        server.close()
     assert not trace.of("point", "SERVER_STEP") and not trace.of("fault", "disconnect")
     assert trace.of("request", "end", "r0")[-1].info["outcome"] == "completed"
 

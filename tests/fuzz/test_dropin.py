@@ -334,40 +334,40 @@ def test_mlx_off_the_thread_that_loaded_the_model(owner, second_thread, version,
     assert kinds(mlx_only_on_loader, sentinel.trace) == found
 
 
+STEPS = DEFAULT_TARGETS + ("tests.fuzz.mlx_work:steps",)  # the sentinel's targets, with a generator to wrap
+
+
+def _start_one(held: list) -> None:
+    """Make a wrapped MLX generator on this thread and leave it suspended mid-body, kept in `held`."""
+    generator = mlx_work.steps(3)
+    next(generator)
+    held.append(generator)
+
+
+def _start_one_on_another_thread(held: list) -> None:
+    maker = threading.Thread(target=_start_one, args=(held,))
+    maker.start()
+    maker.join()
+
+
 def test_an_mlx_generator_finalized_off_the_thread_that_made_it():
-    held = []
-
-    def start_one() -> None:
-        generator = mlx_work.steps(3)
-        next(generator)
-        held.append(generator)
-
-    with Sentinel(DEFAULT_TARGETS + ("tests.fuzz.mlx_work:steps",)) as sentinel:
-        maker = threading.Thread(target=start_one)
-        maker.start()
-        maker.join()
+    held: list = []
+    with Sentinel(STEPS) as sentinel:
+        _start_one_on_another_thread(held)
         held.clear()  # the last reference goes here, on the main thread, mid-generation
-        start_one()
+        _start_one(held)
         held.clear()  # made and dropped on the same thread
     assert kinds(mlx_finalized_where_it_lives, sentinel.trace) == ["mlx-finalized-off-thread"]
 
 
 @pytest.mark.parametrize("same_scenario, found", [(True, ["mlx-finalized-off-thread"]), (False, [])])
 def test_a_generator_made_in_an_earlier_scenario_is_not_judged_in_a_later_one(same_scenario, found):
-    """A generator an earlier scenario left alive (a traceback pytest keeps, a cycle no collection reached yet)
-    may be finalized while the next scenario runs, on whichever thread that scenario's collection falls: its
-    thread then says nothing about either engine (a reference engine's restart test failed so on a loaded box)."""
-    held = []
-
-    def start_one() -> None:
-        generator = mlx_work.steps(3)
-        next(generator)
-        held.append(generator)
-
-    with Sentinel(DEFAULT_TARGETS + ("tests.fuzz.mlx_work:steps",)) as sentinel:
-        maker = threading.Thread(target=start_one)
-        maker.start()
-        maker.join()
+    """One sentinel records a whole fuzz run, a fresh trace per scenario (`Sentinel.attach`). A generator an
+    earlier scenario left alive (a cycle no collection reached yet) may be finalized while a later one runs, on
+    whichever thread that scenario's collection falls: its thread says nothing about the later scenario."""
+    held: list = []
+    with Sentinel(STEPS) as sentinel:
+        _start_one_on_another_thread(held)
         if not same_scenario:
             sentinel.attach(Trace())
         held.clear()  # the last reference goes here, on the main thread, mid-generation
@@ -386,21 +386,14 @@ def test_a_generator_finalized_in_a_collection_is_judged_only_where_the_harness_
     would finalize a cycle's objects in."""
     from mlx_invariants.fuzz.collect import harness_collect
 
-    held = []
-
-    def start_one() -> None:
-        generator = mlx_work.steps(3)
-        next(generator)
-        held.append(generator)
+    held: list = []
 
     def drop(phase: str, info: dict) -> None:
         if phase == "start":
             held.clear()
 
-    with Sentinel(DEFAULT_TARGETS + ("tests.fuzz.mlx_work:steps",)) as sentinel:
-        maker = threading.Thread(target=start_one)
-        maker.start()
-        maker.join()
+    with Sentinel(STEPS) as sentinel:
+        _start_one_on_another_thread(held)
         gc.callbacks.append(drop)
         try:
             harness_collect() if collector == "the harness's" else gc.collect()

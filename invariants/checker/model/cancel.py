@@ -10,8 +10,11 @@ served: only the server's shutdown cancels either, and so anything they await in
 
 `Cancellers.shutdown_only(module, line)` answers for the coroutine whose body holds `line`: True
 only when every chain of awaiters from it ends in such handlers or such start-up code, each link
-a plain `await f(...)` in a coroutine with no deadline of its own. Anything else keeps it
-cancellable: a call handed on (`create_task(f())`, `wait_for(f(), ...)`, `gather(f())`), a
+a plain `await f(...)` in a coroutine with no deadline of its own. A task nobody keeps
+(`asyncio.create_task(f())` as a statement, its result dropped) ends a chain there too: no one holds
+it to cancel it, so only the loop's end does (a TaskGroup's task is not such a task: the group cancels
+it when a sibling fails). Anything else keeps it
+cancellable: a call handed on (a task kept, `wait_for(f(), ...)`, `gather(f())`), a
 generator on the way, a coroutine nothing in the package awaits (code outside calls it), or any
 mention of its name the model cannot account for. The last is a wide net, as in
 unreferenced.py: every whole-word occurrence of the name in the package's files, other than its
@@ -35,11 +38,27 @@ import bisect
 import functools
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mlx_invariants.checker.model.graph import Key, Package
-from mlx_invariants.checker.model.summary import AWAITED, Call, Function, Offload
+from mlx_invariants.checker.model.summary import AWAITED, DETACHED, Call, Function, Offload
 
 _DEFINES = re.compile(r"(?:def|class)\s+$")
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """Where a chain of awaiters may end for a question to hold. `shutdown`: in plain routes and start-up code,
+    no link under a deadline (what only the server's shutdown cancels); without it, in start-up code alone.
+    `detached`: in a task nobody keeps too (no one can cancel it, but no one waits for it either)."""
+
+    shutdown: bool
+    detached: bool
+
+
+_SHUTDOWN = _Ends(shutdown=True, detached=True)   # `shutdown_only`: cancelled by the server's shutdown alone
+_WAITED = _Ends(shutdown=True, detached=False)    # ... and awaited to its end (`handed_by_shutdown_only`)
+_STARTUP = _Ends(shutdown=False, detached=False)  # `at_startup`: run before serving
 # Frameworks whose handlers are cancelled when their client goes away (aiohttp before 3.9 and with
 # `handler_cancellation=True`; grpc.aio cancels the servicer's task on a client cancel or deadline).
 _CANCELLING_FRAMEWORKS = ("aiohttp", "grpc")
@@ -51,40 +70,40 @@ class Cancellers:
     def __init__(self, package: Package, text: Callable[[str], str | None]) -> None:
         self.package = package
         self.text = text  # a module's text, None when it cannot be read
-        self._known: dict[Key, bool] = {}
-        self._started: dict[Key, bool] = {}
+        self._known: dict[_Ends, dict[Key, bool]] = {ends: {} for ends in (_SHUTDOWN, _WAITED, _STARTUP)}
         self._indexes: dict[str, _Index | None] = {}
 
     def shutdown_only(self, module: str, line: int) -> bool:
         """The innermost coroutine of `module` around `line` is cancelled only by the server's shutdown,
         or `line` itself runs at start-up."""
-        return self._chains_end(module, line, self._known, shutdown=True)
+        return self._chains_end(module, line, _SHUTDOWN)
 
     def at_startup(self, module: str, line: int) -> bool:
         """`line` of `module` runs before the server serves anyone: in start-up code, or in a coroutine that
         only start-up code awaits (through plain awaits only)."""
-        return self._chains_end(module, line, self._started, shutdown=False)
+        return self._chains_end(module, line, _STARTUP)
 
     def handed_by_shutdown_only(self, module: str, line: int) -> bool:
         """The sync def of `module` around `line` is handed to a thread by coroutines of the package alone, each
-        of them cancelled only by the server's shutdown (`shutdown_only` at the hand-off): nobody stops waiting
-        for what it computes before it ends, so its loop need not check for a cancellation. False when the def
-        is a coroutine, or nothing in the package hands it over by name."""
+        of them cancelled only by the server's shutdown (`shutdown_only` at the hand-off) and awaited to its end by
+        its callers: nobody stops waiting for what it computes before it ends, so its loop need not check for a
+        cancellation. A task nobody keeps is no such caller: whoever reads what it makes (a stream's queue) can
+        leave while it runs on (TDevViper/MLX-Serve scheduler/worker.py@326aae3:108, graded true). False when the
+        def is a coroutine, or nothing in the package hands it over by name."""
         around = self._around(module, line)
         if around is None or around[1].is_async:
             return False
         sites = self._handoffs.get((module, around[0]), [])
-        return bool(sites) and all(self.shutdown_only(caller, work.place.line) for caller, work in sites)
+        return bool(sites) and all(self._chains_end(caller, work.place.line, _WAITED) for caller, work in sites)
 
-    def _chains_end(self, module: str, line: int, known: dict[Key, bool], shutdown: bool) -> bool:
+    def _chains_end(self, module: str, line: int, ends: _Ends) -> bool:
         """`line` runs at start-up, or every chain of plain awaits from the innermost coroutine around it ends
-        in start-up code (and, with `shutdown`, in plain routes too, none of its links under a deadline)."""
+        where `ends` says."""
         around = self._around(module, line)
         if around is None:
             return False
         name, fn = around
-        return fn.is_async and (fn.before_serving(line) or self._awaited_only((module, name), frozenset(), known,
-                                                                                shutdown))
+        return fn.is_async and (fn.before_serving(line) or self._awaited_only((module, name), frozenset(), ends))
 
     def _around(self, module: str, line: int) -> tuple[str, Function] | None:
         """The innermost function of `module` whose body holds `line`, by name, with its summary."""
@@ -104,7 +123,8 @@ class Cancellers:
                     handoffs.setdefault(target, []).append((caller, work))
         return handoffs
 
-    def _awaited_only(self, key: Key, visiting: frozenset[Key], known: dict[Key, bool], shutdown: bool) -> bool:
+    def _awaited_only(self, key: Key, visiting: frozenset[Key], ends: _Ends) -> bool:
+        known, shutdown = self._known[ends], ends.shutdown
         found = known.get(key)
         if found is not None:
             return found
@@ -117,10 +137,11 @@ class Cancellers:
         else:
             sites = self._awaits_of(key)
             found = bool(sites) and all(
-                call.use == AWAITED and (caller_fn := self.package.function(caller)) is not None
-                and not (shutdown and caller_fn.deadline)
-                and (caller_fn.before_serving(call.place.line)
-                     or self._awaited_only(caller, visiting | {key}, known, shutdown))
+                (ends.detached and call.use == DETACHED)  # a task nobody keeps: only the loop's end cancels it
+                or (call.use == AWAITED and (caller_fn := self.package.function(caller)) is not None
+                    and not (shutdown and caller_fn.deadline)
+                    and (caller_fn.before_serving(call.place.line)
+                         or self._awaited_only(caller, visiting | {key}, ends)))
                 for caller, call in sites or ())
         known[key] = found
         return found

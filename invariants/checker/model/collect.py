@@ -22,7 +22,7 @@ from mlx_invariants.checker.model import classify, raises, streams, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.scan import own_nodes as _own_nodes
 from mlx_invariants.checker.model.summary import (
-    AWAITED, BIND, BLOCK, DEFAULT_POOL, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
+    AWAITED, BIND, BLOCK, DEFAULT_POOL, DETACHED, EXECUTOR, GEN, ITERATED, LOAD, MODEL, ONE_THREAD, OWNER, PLAIN, RETURNED, RETURNS, THREAD,
     WEB_APPS, Call, Class, FileSummary, Function, Offload, Place, Touch,
 )
 from mlx_invariants.checker.startup import LIFESPAN, SERVES, STARTUP, startup_kind
@@ -39,6 +39,10 @@ _PLAIN_DECORATORS = frozenset({
     "torch.no_grad", "torch.inference_mode", "wraps",
 })
 _UNWRAP = frozenset({"functools.partial", "partial"})
+# What makes a task of a coroutine on the running loop; a TaskGroup's `create_task` is not here (the group cancels
+# its tasks when one fails, so a task dropped there is still cancelled by its siblings).
+_TASK_MAKERS = frozenset({"asyncio.create_task", "asyncio.ensure_future", "asyncio.get_running_loop().create_task",
+                          "asyncio.get_event_loop().create_task"})
 # What a class body may hold for its attributes to be known from the summary (Class.names).
 _CLOSED_BODY = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Expr, ast.Pass)
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
@@ -286,6 +290,7 @@ class _Resolver:
         touches: list[Touch] = []
         blocked: list[Touch] = []
         deadline = False
+        detached: set[int] = set()  # the coroutine calls handed to a task nobody keeps
         for call, use, site, stmt in fn.calls:
             deadline = deadline or (dotted(call.func) or "").rpartition(".")[2] in DEADLINES
             iter_place = None
@@ -300,6 +305,11 @@ class _Resolver:
                 offloads.append(work)
                 continue
             target = self.ref(call.func, fn)
+            if target in _TASK_MAKERS and isinstance(stmt, ast.Expr) and stmt.value is call and call.args \
+                    and isinstance(call.args[0], ast.Call):
+                detached.add(id(call.args[0]))  # the task is dropped: nothing can cancel it but the loop's end
+            elif id(call) in detached:
+                use = DETACHED
             if mlx_api.rejected_generation(target, (k.arg for k in call.keywords), self.rejected):
                 target = None  # it raises before any MLX runs
             text = dotted(call.func) or (target or "")
@@ -320,7 +330,7 @@ class _Resolver:
                     continue
             if target is None or (use == "await" and target.startswith("$")):
                 continue
-            calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED, AWAITED) else PLAIN,
+            calls.append(Call(target, text, self._place(call, stmt), use if use in (ITERATED, RETURNED, AWAITED, DETACHED) else PLAIN,
                               iter_place, self._args(call, fn)))
         line = getattr(node, "lineno", 0)
         owner = not isinstance(node, ast.Lambda | ast.ClassDef) and bool(

@@ -45,6 +45,8 @@ PLAIN = "call"
 ITERATED = "iter"    # iterated here: `for x in f()`, `next(g)` of `g = f()`, `list(f())`, `yield from f()`
 RETURNED = "return"  # `return f()` from a def that is not a generator
 AWAITED = "await"    # awaited where it is made (`await f()`): run by its caller's task, cancelled with it
+DETACHED = "detached"  # the coroutine of a task nobody keeps (`asyncio.create_task(f())` as a statement): the
+                       # loop's own shutdown is all that can cancel it
 
 # Where an offload runs its callable (Offload.pool).
 DEFAULT_POOL = "default"  # asyncio.to_thread, run_in_executor(None, ...): a different thread each call

@@ -107,7 +107,9 @@ class WorkerLoopIgnoresCancel(Rule):
         "hands each one's whole decode over is missed. Through the package model, a worker that only coroutines "
         "cancelled by the server's shutdown alone hand over (a plain route, which a disconnect does not cancel, "
         "and what only such routes await: model/cancel.py) is not reported: nobody stops waiting for it before it "
-        "ends. A worker handed over anywhere by an expression the model cannot name (a lambda) is still judged."
+        "ends. A task nobody keeps (`asyncio.create_task(run())` as a statement) is no such waiter, though nothing "
+        "cancels it: whoever reads what it makes can leave. A worker handed over anywhere by an expression the "
+        "model cannot name (a lambda) is still judged."
     )
     triggers = (("async",), ("to_thread", "run_in_executor", "submit", "run_sync", "_serialized", "blocking", ".put",
                              "Thread"))
@@ -213,6 +215,39 @@ class WorkerLoopIgnoresCancel(Rule):
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self._mlx_executor, decode, y)
         '''),
+        # A task nobody keeps hands it over: nothing cancels the task, but the stream reading its queue can end (a
+        # client that goes away) while it generates on (TDevViper/MLX-Serve scheduler/worker.py@326aae3:108, true).
+        Invalid('''
+            import asyncio
+
+            from fastapi import FastAPI
+            from fastapi.responses import StreamingResponse
+            from mlx_lm import stream_generate
+
+            app = FastAPI()
+
+
+            def produce(model, tokenizer, prompt, queue, loop):
+                for response in stream_generate(model, tokenizer, prompt):  # expect: INV121
+                    loop.call_soon_threadsafe(queue.put_nowait, response.text)
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+
+            async def run(prompt, queue):
+                loop = asyncio.get_running_loop()
+                await asyncio.to_thread(produce, app.state.model, app.state.tokenizer, prompt, queue, loop)
+
+
+            @app.post("/v1/completions")
+            async def completions(body: dict):
+                queue = asyncio.Queue()
+                asyncio.create_task(run(body["prompt"], queue))
+
+                async def tokens():
+                    while (text := await queue.get()) is not None:
+                        yield text
+                return StreamingResponse(tokens())
+        ''', files={"requirements.txt": "mlx-lm>=0.31.3\n"}, options={"select": ["INV121"]}),
     ]
     VALID = [
         # A loop that breaks after its first step (a warm-up's one token) has nothing left to run after a cancel.

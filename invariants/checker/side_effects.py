@@ -11,6 +11,11 @@ known to read: huggingface_hub's fetch of one file into its own cache, which tha
 A method of another object is taken to read unless it is named like a mutator; `next(it)` steps an
 iterator, which changes it and runs whatever the generator behind it runs.
 
+A thread handed an Event's own `wait` (`asyncio.to_thread(done.wait, 30)`, `done` bound in the file to
+`threading.Event()` and nothing else) only waits. Rapid-MLX's diffusion lane waits so, under its
+generation lock, for the one worker thread that runs all its GPU work to finish a cancelled job
+(vllm_mlx/runtime/diffusion_lane.py@7222ca7:1276, graded false blind).
+
 A lambda that only makes an MLX generator (`lambda: iter(model.stream_chat(...))`) runs none of it:
 calling a generator function runs nothing until the generator is stepped, so the MLX runs on the
 thread that steps it, where that hand-off is judged.
@@ -59,6 +64,8 @@ def only_computes(target: cst.BaseExpression | None, ctx: FileContext) -> bool:
     MLX and writes no state; False when unknown (a library's function, a def of another module)."""
     if target is None:
         return False
+    if isinstance(target, cst.Attribute) and target.attr.value == "wait" and _events_only(target.value, ctx):
+        return True  # a thread that waits for an Event changes nothing
     if isinstance(target, cst.Lambda) and _makes_generator(target.body, ctx):
         return True
     if isinstance(target, cst.Lambda):
@@ -81,6 +88,12 @@ def only_computes(target: cst.BaseExpression | None, ctx: FileContext) -> bool:
             return False
         stack.extend(ctx.facts.callees(function))
     return True
+
+
+def _events_only(receiver: cst.BaseExpression, ctx: FileContext) -> bool:
+    """Every value the file assigns to `receiver` is a `threading.Event()` (and it assigns one)."""
+    made = ctx.facts.constructed_by(ctx.key(receiver))
+    return bool(made) and made <= {"threading.Event"}
 
 
 def _makes_generator(body: cst.BaseExpression, ctx: FileContext) -> bool:

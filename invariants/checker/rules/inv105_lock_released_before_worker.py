@@ -92,7 +92,10 @@ class LockReleasedBeforeWorker(Rule):
     writing, and calls nothing imported from outside the standard library but
     huggingface_hub's fetch of one file into its cache (side_effects.py).
     Running on after its waiter left, it changes nothing the lock guards; its
-    result is dropped. olmlx's model manager reads a model's config.json off the
+    result is dropped. A thread handed an Event's own `wait` (`done` bound in
+    the file to `threading.Event()` alone) is left out too: it only waits
+    (Rapid-MLX's diffusion lane, runtime/diffusion_lane.py@7222ca7:1276, graded
+    false). olmlx's model manager reads a model's config.json off the
     loop under its manager lock (`await asyncio.to_thread(self._detect_model_kind,
     hf_path)`, olmlx/engine/model_manager.py@11b1dd4:1663, the fix of a
     blocked loop): not reported. Two awaits later in the same manager,
@@ -317,6 +320,19 @@ class LockReleasedBeforeWorker(Rule):
                     async with self._generation_lock:
                         return await loop.run_in_executor(self._mlx_executor, step)
         ''', options={"owner-executors": ["self._mlx_executor"]}),
+        # The thread only waits for an Event that the lane's one worker thread sets: it changes nothing the lock
+        # guards (Rapid-MLX's diffusion lane, runtime/diffusion_lane.py@7222ca7:1276, graded false).
+        Valid('''
+            import asyncio
+            import threading
+
+            class Lane:
+                async def run(self, job):
+                    done = threading.Event()
+                    async with self._generation_lock:
+                        self._jobs.put((job, done))
+                        await asyncio.to_thread(done.wait, 30.0)
+        '''),
         Valid('''
             import asyncio
 

@@ -323,6 +323,17 @@ def print_floor(rows: list[FloorRow], repeats: int) -> None:
           + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + ".")
 
 
+def git_dir(folder: Path, parser: argparse.ArgumentParser) -> Path:
+    """The git directory at `folder`: a bare mirror, or the `repo/` (`repo/.git`) inside it that `fetch` lays
+    out; anything else is a usage error (exit 2), not a traceback."""
+    for candidate in (folder, folder / "repo", folder / "repo" / ".git", folder / ".git"):
+        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+            return candidate
+    parser.error(f"--vllm-mlx {folder}: no git directory there (nor in its repo/ or .git/); "
+                 "get one with `git clone --mirror https://github.com/waybarrios/vllm-mlx`")
+    raise AssertionError  # parser.error exits
+
+
 def default_trees() -> list[Path]:
     site = Path(sysconfig.get_paths()["purelib"])
     return [site / name for name in ("mlx_lm", "transformers") if (site / name).is_dir()]
@@ -337,7 +348,7 @@ def main() -> int:
     parser.add_argument("--skip-competitors", action="store_true", help="time invariants only")
     parser.add_argument("--floor", action="store_true",
                         help="compare a cold check with a bare libcst parse of the same files instead")
-    parser.add_argument("--vllm-mlx", type=Path, metavar="GITDIR", help="with --floor: a vllm-mlx git mirror; checks HEAD's vllm_mlx/")
+    parser.add_argument("--vllm-mlx", type=Path, metavar="GITDIR", help="with --floor: a vllm-mlx git mirror (or the folder holding it as repo/); checks HEAD's vllm_mlx/")
     parser.add_argument("--floor-tree", action="append", type=Path, metavar="PATH", help="with --floor: another folder (repeatable)")
     parser.add_argument("--repeats", type=int, default=3, help="with --floor: interleaved rounds (default 3)")
     parser.add_argument("--edit", metavar="RELPATH",
@@ -345,6 +356,8 @@ def main() -> int:
                              "(default, or where a tree lacks it: its first file with an async def)")
     args = parser.parse_args()
     if args.floor:
+        if args.vllm_mlx is not None:
+            args.vllm_mlx = git_dir(args.vllm_mlx, parser)
         rows = bench_floor(args)
         print(f"\nMachine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}\n")

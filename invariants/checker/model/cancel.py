@@ -44,6 +44,9 @@ from mlx_invariants.checker.model.graph import Key, Package
 from mlx_invariants.checker.model.summary import AWAITED, DETACHED, Call, Function, Offload
 
 _DEFINES = re.compile(r"(?:def|class)\s+$")
+# Frameworks whose handlers are cancelled when their client goes away (aiohttp before 3.9 and with
+# `handler_cancellation=True`; grpc.aio cancels the servicer's task on a client cancel or deadline).
+_CANCELLING_FRAMEWORKS = ("aiohttp", "grpc")
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,6 @@ class _Ends:
 _SHUTDOWN = _Ends(shutdown=True, detached=True)   # `shutdown_only`: cancelled by the server's shutdown alone
 _WAITED = _Ends(shutdown=True, detached=False)    # ... and awaited to its end (`handed_by_shutdown_only`)
 _STARTUP = _Ends(shutdown=False, detached=False)  # `at_startup`: run before serving
-# Frameworks whose handlers are cancelled when their client goes away (aiohttp before 3.9 and with
-# `handler_cancellation=True`; grpc.aio cancels the servicer's task on a client cancel or deadline).
-_CANCELLING_FRAMEWORKS = ("aiohttp", "grpc")
 
 
 class Cancellers:

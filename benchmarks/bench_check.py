@@ -323,17 +323,6 @@ def print_floor(rows: list[FloorRow], repeats: int) -> None:
           + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + ".")
 
 
-def git_dir(folder: Path, parser: argparse.ArgumentParser) -> Path:
-    """The git directory at `folder`: a bare mirror, or the `repo/` (`repo/.git`) inside it that `fetch` lays
-    out; anything else is a usage error (exit 2), not a traceback."""
-    for candidate in (folder, folder / "repo", folder / "repo" / ".git", folder / ".git"):
-        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
-            return candidate
-    parser.error(f"--vllm-mlx {folder}: no git directory there (nor in its repo/ or .git/); "
-                 "get one with `git clone --mirror https://github.com/waybarrios/vllm-mlx`")
-    raise AssertionError  # parser.error exits
-
-
 def default_trees() -> list[Path]:
     site = Path(sysconfig.get_paths()["purelib"])
     return [site / name for name in ("mlx_lm", "transformers") if (site / name).is_dir()]
@@ -357,7 +346,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.floor:
         if args.vllm_mlx is not None:
-            args.vllm_mlx = git_dir(args.vllm_mlx, parser)
+            from corpus_bench.mirrors import git_dir_at  # beside this script, as corpus.py finds its mirrors
+
+            found = git_dir_at(args.vllm_mlx)
+            if found is None:
+                parser.error(f"--vllm-mlx {args.vllm_mlx}: no git directory there (nor in its repo/ or .git/); "
+                             "get one with `git clone --mirror https://github.com/waybarrios/vllm-mlx`")
+            args.vllm_mlx = found
         rows = bench_floor(args)
         print(f"\nMachine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}\n")

@@ -24,12 +24,21 @@ def default_root() -> Path:
     return Path(os.environ.get(ENV) or DEFAULT_ROOT)
 
 
+def git_dir_at(folder: Path) -> Path | None:
+    """The git directory at `folder`: a bare mirror, the `repo/` (`repo/.git`) inside it that `fetch` lays out, or
+    a clone's `.git`; None when there is none."""
+    for candidate in (folder, folder / "repo", folder / "repo" / ".git", folder / ".git"):
+        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+            return candidate
+    return None
+
+
 def find(root: Path, repo: str) -> Mirror:
     """The mirror of OWNER/NAME: a git directory at ROOT/OWNER+NAME (or its repo/, repo/.git)."""
     folder = root / repo.replace("/", "+")
-    for candidate in (folder, folder / "repo", folder / "repo" / ".git", folder / ".git"):
-        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
-            return Mirror(repo, candidate)
+    found = git_dir_at(folder)
+    if found is not None:
+        return Mirror(repo, found)
     raise MirrorError(
         f"no mirror of {repo} under {root} (looked for a git directory at {folder}); get it with "
         f"`git clone --mirror https://github.com/{repo} {folder}`, or point --mirrors (or {ENV}) at "

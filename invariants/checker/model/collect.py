@@ -554,8 +554,10 @@ class _Resolver:
             target = None
         serialized = self._serialized(call.lineno, fn)
         stepped = self._stepped(target_expr, _positional(call, after) if after is not None else None, fn)
+        body = target_expr.body if isinstance(target_expr, ast.Lambda) else None
         return Offload(how, pool, target, param, self._place(call, stmt), dotted(target_expr) or "lambda"
-                       if target_expr is not None else "callable", serialized, stepped)
+                       if target_expr is not None else "callable", serialized, stepped,
+                       dotted(body.func) if isinstance(body, ast.Call) else None)
 
     def _stepped(self, target: ast.AST | None, first: ast.AST | None, fn: Def) -> str | None:
         """The generator a handed-over callable steps, named as `fn` holds it: the builtin `next` handed over

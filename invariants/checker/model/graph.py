@@ -163,12 +163,17 @@ class Package:
         self._dead: dict[Key, list[tuple[int, int]]] = {}
         self._sync_callers: list[tuple[Key, Function, str, list[Touch], list[Any]]] | None = None  # `_callers`
         self.started: set[Key] = set()  # functions start-up code calls before the server serves (`prepare`)
+        self.memo: dict[str, Any] = {}  # what a query derives once for the whole package (model/handed.py)
 
     # --- modules and names -----------------------------------------------------------------
     def summary(self, module: str) -> FileSummary | None:
         if module not in self._summaries:
             self._summaries[module] = self._load(module) if module in self.modules else None
         return self._summaries[module]
+
+    def loaded(self) -> Iterator[tuple[str, FileSummary]]:
+        """The modules read so far (the entry modules and those their calls lead to), with their summaries."""
+        return ((module, summary) for module, summary in self._summaries.items() if summary is not None)
 
     def resolve(self, module: str, ref: str, depth: int = 0) -> Symbol | None:
         """The symbol `ref` names, seen from `module`; None when unknown."""

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from mlx_invariants.checker.model.graph import (
     ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
 )
+from mlx_invariants.checker.model.handed import handed, serves_no_one
 from mlx_invariants.checker.model.summary import (
-    DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, THREAD, Call, Function, Offload, Place,
+    DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, PLAIN, RETURNED, THREAD, Call, Function, Offload, Place,
 )
 
 # The rules' own messages: the classes of INV107 and INV108 use them.
@@ -339,8 +340,6 @@ WAIT_ON_LOOP_MESSAGE = (
 # engines give them (`start`, `_get_or_start_scheduler`, `shutdown`, `__aexit__`, xinference's `__pre_destroy__`).
 _SET_UP_OR_DOWN = re.compile(r"(^|_)(start|startup|warmup|init|initialize|load|shutdown|stop|close|aclose|cleanup|teardown|"
                              r"terminate|dispose|destroy|aexit|exit|del)(_|$)")
-# Modules that serve no one: tests, benchmarks, evaluations, scripts, command lines (a part of the module's name).
-_SERVES_NO_ONE = re.compile(r"^(tests?|conftest|bench\w*|evals?|scripts?|examples?|cli|__main__)$|^(test|bench|eval)_")
 
 
 def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
@@ -350,12 +349,10 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
     arm of a mode `if` whose other arm hands the same work to a thread (the mode without that
     worker, as INV108 leaves it); modules that serve no one (tests, benchmarks, scripts, a CLI)."""
     summary = package.summary(module)
-    if summary is None or any(_SERVES_NO_ONE.search(part) for part in module.split(".")):
+    if summary is None or serves_no_one(module):
         return
     for name, fn in summary.functions.items():
-        leaf = name.rsplit(".", 1)[-1]
-        if (not fn.is_async or not package.on_loop((module, name)) or fn.startup is not None
-                or _SET_UP_OR_DOWN.search(leaf.lower().strip("_")) or leaf.startswith("test") or name.startswith("Test")):
+        if not _serving_coroutine(package, module, name, fn):
             continue
         for wait in fn.waits:
             if not fn.in_fallback(wait.line):
@@ -369,6 +366,88 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
             _, text = package.links(WAITING, node)[-1]
             what, place = _described(call, node, " -> ".join([name, *(package.chain(WAITING, node) or [])]))
             yield ModelFinding("INV130", place, WAIT_ON_LOOP_MESSAGE.format(what=what, wait=text))
+
+
+def _serving_coroutine(package: Package, module: str, name: str, fn: Function) -> bool:
+    """`fn` is a coroutine the server's event loop runs while it serves: not one on a loop of its own, not
+    start-up or teardown (a lifespan, a start-up hook, a def named for starting or shutting down), not a test."""
+    leaf = name.rsplit(".", 1)[-1]
+    return (fn.is_async and package.on_loop((module, name)) and fn.startup is None
+            and not _SET_UP_OR_DOWN.search(leaf.lower().strip("_")) and not leaf.startswith("test")
+            and not name.startswith("Test"))
+
+
+def _run_at_startup_only(package: Package, key: Key) -> bool:
+    """Every call of `key` the package makes is start-up work: on a line a start-up coroutine runs before serving,
+    or in a def named for starting (`init_db`) or itself run at start-up only, and there is one. tumma72/mlx-manager
+    scans its model cache in `sync_models_from_cache`, which only `init_db` awaits, from its lifespan
+    (backend/mlx_manager/services/model_registry.py@cffa5f2:23, database.py:312)."""
+    callers = package.memo.get("callers")
+    if callers is None:
+        callers = package.memo["callers"] = {}
+        for caller, edges in package.edges.items():
+            for call, _use, target, _ in edges:
+                if target is not None and call is not None:
+                    callers.setdefault(target, []).append((caller, call.place.line))
+    seen: set[Key] = set()
+
+    def startup(key: Key) -> bool:
+        if key in seen:
+            return True  # a cycle adds no caller that serves
+        seen.add(key)
+        sites = callers.get(key, [])
+        return bool(sites) and all(
+            package.function(caller).before_serving(line)  # type: ignore[union-attr]
+            or _STARTS.search(caller[1].rsplit(".", 1)[-1].lower().strip("_")) or startup(caller)
+            for caller, line in sites)
+
+    return startup(key)
+
+
+_STARTS = re.compile(r"(^|_)(start|startup|warmup|init|initialize|setup|bootstrap|prewarm)(_|$)")
+
+
+OFFLOADED_ON_LOOP_MESSAGE = (
+    "`{call}()` runs on the event loop thread, but this package hands the same call to a thread at {where} "
+    "(`{how}`): work its own code keeps off the loop stalls every request of it here; hand it over here too"
+)
+
+
+def offloaded_call_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV134: a sync call in a serving coroutine of what another function of the package hands to the default
+    pool (model/handed.py): its own handoff says the call blocks. Only the coroutine's own calls: followed into
+    a sync helper, the evidence met calls the helper makes only on a branch that never runs in service
+    (unslothai/unsloth's `_peek_inference_backend` calls the getter the package offloads only when a test has
+    patched it, studio/backend/routes/inference.py@015bdef:4819, and sixteen coroutines reached it). Left out as
+    INV130 leaves them: start-up and teardown coroutines, the arm of a mode `if` whose other arm hands work to a
+    thread, set-up done once, lines that cannot run, modules that serve no one; a coroutine only start-up code
+    awaits; and a call INV108 reports (it blocks with MLX)."""
+    summary = package.summary(module)
+    if summary is None or serves_no_one(module):
+        return
+    for name, fn in summary.functions.items():
+        key = (module, name)
+        if not _serving_coroutine(package, module, name, fn) or _run_at_startup_only(package, key):
+            continue
+        for call in fn.calls:
+            line = call.place.line
+            if (call.use not in (PLAIN, RETURNED, ITERATED) or fn.in_fallback(line) or fn.in_lazy_setup(line)
+                    or package.preloaded(key, line) or not package.can_run(key, line)):
+                continue
+            target, _ = package.callee(module, call.target)
+            callee = package.function(target) if target is not None else None
+            if callee is not None and (callee.is_async or callee.opaque):
+                continue
+            modes = [ITER] if call.use == ITERATED else []
+            if callee is None or not callee.is_generator:
+                modes.append(RUN)
+            found = next(((m, h) for m in modes if (h := handed(package, key, call, m)) is not None), None)
+            if found is None or _sync_reach(package, module, call, BLOCKING) is not None:
+                continue
+            mode, handoff = found
+            place = call.iterated_at if mode == ITER and call.iterated_at is not None else call.place
+            yield ModelFinding("INV134", place, OFFLOADED_ON_LOOP_MESSAGE.format(
+                call=call.text, where=f"{handoff.module}:{handoff.place.line}", how=handoff.how))
 
 
 def _sync_reach(package: Package, module: str, call: Call, level: frozenset[str]) -> tuple[Key, str] | None:
@@ -438,6 +517,7 @@ QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV125": mlx_outside_mlx_lock,
     "INV130": blocking_wait_on_loop,
     "INV131": stream_off_its_thread,
+    "INV134": offloaded_call_on_loop,
 }
 # Queries asked of modules besides the entry modules (phase.py): INV131 reports where a stream is made,
 # which may be a module with no async def and no handoff of its own; INV107 at a helper that steps the

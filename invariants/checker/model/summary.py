@@ -119,15 +119,16 @@ class Offload:
     text: str  # the callable as written
     serialized: bool = False
     stepped: str | None = None
+    body: str | None = None  # a lambda's body, where it is a call of a dotted name: that name as written
 
     def to_json(self) -> list[Any]:
         return [self.how, self.pool, self.target, self.param, self.place.to_json(), self.text, self.serialized,
-                self.stepped]
+                self.stepped, self.body]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Offload:
-        how, pool, target, param, place, text, serialized, stepped = data
-        return cls(how, pool, target, param, Place(*place), text, serialized, stepped)
+        how, pool, target, param, place, text, serialized, stepped, body = data
+        return cls(how, pool, target, param, Place(*place), text, serialized, stepped, body)
 
 
 @dataclass(unsafe_hash=True)

@@ -36,6 +36,7 @@ from mlx_invariants.checker.rules.inv130_blocking_wait_on_event_loop import Bloc
 from mlx_invariants.checker.rules.inv131_stream_used_off_its_thread import StreamUsedOffItsThread
 from mlx_invariants.checker.rules.inv132_generator_closed_while_stepped import GeneratorClosedWhileStepped
 from mlx_invariants.checker.rules.inv133_loop_object_used_off_loop import LoopObjectUsedOffLoop
+from mlx_invariants.checker.rules.inv134_offloaded_call_on_event_loop import OffloadedCallOnEventLoop
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -71,6 +72,7 @@ RULES: list[type[Rule]] = [
     StreamUsedOffItsThread,
     GeneratorClosedWhileStepped,
     LoopObjectUsedOffLoop,
+    OffloadedCallOnEventLoop,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -7,16 +7,18 @@ while it runs, and nothing at that call site says so: the evidence is in another
 a call, whether the package hands the same callable to a thread somewhere, and where.
 
 What counts as the same callable (`identity`): a function of the package, by its key; a function of a
-third-party module, by its dotted name (`librosa.load`); a method of an object the model cannot type, by its
-reference text within one module (`self.pipeline.transcribe` in the methods of one class). The standard
-library and builtins are left out: `json.dumps`, `shutil.rmtree` or `open` are offloaded for a large argument in
-one place and called for a small one in another, and nothing says which is which.
+third-party module, by its dotted name (`librosa.load`); a reference the model cannot follow to its end, by
+the longest part of it that it can and the rest as written (`self.pipeline.transcribe` in the methods of one
+class; `get_backend().unload_model` from any module, `get_backend` unannotated). The standard library,
+builtins and MLX are left out: `json.dumps`, `shutil.rmtree` or `open` are offloaded for a large argument in one
+place and called for a small one in another, and nothing says which is which.
 
 What counts as handed over: a callable handed to the default pool (`to_thread`, `run_in_executor(None, ...)`)
 anywhere in the modules the model has read, a package helper's forwarded parameter (`await
-run_blocking(engine.generate, prompt)`), the one call a lambda handed over makes (`run_in_executor(None, lambda:
+run_blocking(engine.generate, prompt)`), the call a lambda handed over is (`run_in_executor(None, lambda:
 engine.transcribe(path))`), and a generator stepped there (`to_thread(next, gen)` of `gen = engine.stream()`:
-then iterating `engine.stream()` on the loop is the same work). Handoffs in modules that serve no one (tests, benchmarks, scripts) are no evidence.
+then iterating `engine.stream()` on the loop is the same work). Handoffs in modules that serve no one (tests,
+benchmarks, scripts) are no evidence.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 
 # Modules that serve no one: tests, benchmarks, evaluations, scripts, command lines (a part of the module's name).
 SERVES_NO_ONE = re.compile(r"^(tests?|conftest|bench\w*|evals?|scripts?|examples?|cli|__main__)$|^(test|bench|eval)_")
-# No evidence: the standard library and builtins (above), the web frameworks' own helpers, and MLX, whose calls are
+# No evidence: the standard library and builtins, the web frameworks' own helpers, and MLX, whose calls are
 # handed to a thread as often to keep them on the thread that owns MLX as because they are slow (`mx.clear_cache`):
 # INV108 judges MLX that blocks the loop, INV107 and INV119 MLX on the wrong thread.
 _NOT_EVIDENCE = frozenset(sys.stdlib_module_names) | {"builtins", "anyio", "starlette", "fastapi", "uvicorn", "mlx",
@@ -79,8 +81,6 @@ def identity(package: Package, module: str, ref: str) -> tuple[str, ...] | None:
     lead = ref[: len(ref) - len(ref.lstrip(":."))]
     tokens = _TOKEN.findall(ref[len(lead):])
     for cut in range(len(tokens) - 1, 0, -1):
-        if tokens[cut] == "()" and tokens[cut - 1] == "()":
-            continue
         prefix = lead + "".join(t if t == "()" or i == 0 else "." + t for i, t in enumerate(tokens[:cut]))
         found = package.resolve(module, prefix)
         if found is not None:

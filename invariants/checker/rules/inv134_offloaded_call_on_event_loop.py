@@ -59,6 +59,26 @@ _TEMPLATES = {"app/templates.py": '''
     def template_kwargs(backend):
         return {"enable_thinking": getattr(backend, "thinking", False)}
 '''}
+# A model backend got from a getter with no return annotation, unloaded on a thread by an idle timer.
+_KEEPWARM = {
+    "app/backends.py": '''
+        _backend = None
+
+
+        def get_backend():
+            return _backend
+    ''',
+    "app/keepwarm.py": '''
+        import asyncio
+
+        from .backends import get_backend
+
+
+        async def unload_when_idle(idle_seconds):
+            await asyncio.sleep(idle_seconds)
+            await asyncio.to_thread(get_backend().unload_model)
+    ''',
+}
 # A transcriber whose streaming route steps its segments on a worker thread.
 _TRANSCRIBER = {
     "app/engine.py": '''
@@ -191,6 +211,14 @@ class OffloadedCallOnEventLoop(Rule):
                     audio = await websocket.receive_bytes()
                     await websocket.send_json(self.pipeline.transcribe(audio))  # expect: INV134
         ''', files=_AUDIO),
+        Invalid('''
+            from .backends import get_backend
+
+
+            async def unload(request):
+                get_backend().unload_model()  # expect: INV134
+                return {"status": "unloaded"}
+        ''', files=_KEEPWARM),
     ]
     VALID = [
         Valid('''

@@ -37,6 +37,7 @@ from mlx_invariants.checker.rules.inv131_stream_used_off_its_thread import Strea
 from mlx_invariants.checker.rules.inv132_generator_closed_while_stepped import GeneratorClosedWhileStepped
 from mlx_invariants.checker.rules.inv133_loop_object_used_off_loop import LoopObjectUsedOffLoop
 from mlx_invariants.checker.rules.inv134_offloaded_call_on_event_loop import OffloadedCallOnEventLoop
+from mlx_invariants.checker.rules.inv135_timeout_outlived_by_pool_exit import TimeoutOutlivedByPoolExit
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -73,6 +74,7 @@ RULES: list[type[Rule]] = [
     GeneratorClosedWhileStepped,
     LoopObjectUsedOffLoop,
     OffloadedCallOnEventLoop,
+    TimeoutOutlivedByPoolExit,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -38,6 +38,7 @@ from mlx_invariants.checker.rules.inv132_generator_closed_while_stepped import G
 from mlx_invariants.checker.rules.inv133_loop_object_used_off_loop import LoopObjectUsedOffLoop
 from mlx_invariants.checker.rules.inv134_offloaded_call_on_event_loop import OffloadedCallOnEventLoop
 from mlx_invariants.checker.rules.inv135_timeout_outlived_by_pool_exit import TimeoutOutlivedByPoolExit
+from mlx_invariants.checker.rules.inv136_pipe_never_read import PipeNeverRead
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -75,6 +76,7 @@ RULES: list[type[Rule]] = [
     LoopObjectUsedOffLoop,
     OffloadedCallOnEventLoop,
     TimeoutOutlivedByPoolExit,
+    PipeNeverRead,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -718,6 +718,19 @@ class Package:
                             self.forwards.setdefault(key, {})[ref[1:]] = Forward(forward.pool, call.text)
                             changed = True
 
+    def forwarded(self, helper: Key | None, call: Call) -> Iterator[tuple[str, Forward]]:
+        """The arguments of `call`, a call of `helper`, that `helper` hands to the default pool (`_forwarders`), each
+        with how: a callable the caller names (not a parameter of its own, nor a value the call makes)."""
+        forwards = self.forwards.get(helper) if helper is not None else None
+        if not forwards:
+            return
+        for arg, ref in call.args:
+            if ref.startswith("$") or ref.endswith("()"):
+                continue
+            forward = forwards.get(self.parameter(helper, arg, call) or "")  # type: ignore[arg-type]
+            if forward is not None:
+                yield ref, forward
+
     def stepping_modules(self) -> set[str]:
         """The modules INV107 also reports in: those of the functions the calls reach that step a generator they
         are handed on a pool (a module of stream helpers may mention no MLX, and so be no entry)."""

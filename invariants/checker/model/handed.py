@@ -131,14 +131,8 @@ def index(package: Package) -> dict[tuple[str, tuple[str, ...]], list[Handoff]]:
                 if work.pool == DEFAULT_POOL and work.stepped is not None and work.stepped.endswith("()"):
                     add(ITER, module, work.stepped[:-2], handoff)
             for call, _use, target, _ in package.edges.get(key, ()):
-                forwards = package.forwards.get(target) if target is not None and call is not None else None
-                if not forwards:
-                    continue
-                for arg, ref in call.args:  # type: ignore[union-attr]
-                    param = package.parameter(target, arg, call)  # type: ignore[arg-type]
-                    forward = forwards.get(param or "")
-                    if forward is not None and not ref.endswith("()"):
-                        add(RUN, module, ref, Handoff(key, call.place, f"{call.text}, which hands it to {forward.how}"))  # type: ignore[union-attr]
+                for ref, forward in package.forwarded(target, call) if call is not None else ():
+                    add(RUN, module, ref, Handoff(key, call.place, f"{call.text}, which hands it to {forward.how}"))
     package.memo["handed"] = found
     return found
 
@@ -146,8 +140,9 @@ def index(package: Package) -> dict[tuple[str, tuple[str, ...]], list[Handoff]]:
 def _run_by(package: Package, module: str, work: Offload) -> list[str]:
     """The references a handoff to the default pool runs there: its callable, or the call a lambda handed over is
     (`lambda: engine.transcribe(path)`), not the calls in its arguments. A lambda that makes several calls side by
-    side (`lambda: (active_model(), context_length())`) is handed over for one of them, and nothing says which: unslothai/unsloth's monitor route hands three helpers to one `to_thread` because
-    one of them may wait on hardware detection, and calls the others inline elsewhere by design
+    side (`lambda: (active_model(), context_length())`) is handed over for one of them, and nothing says which:
+    unslothai/unsloth's monitor route hands three helpers to one `to_thread` because one of them may wait on
+    hardware detection, and calls the others inline elsewhere by design
     (studio/backend/routes/inference.py@015bdef:11329). A handoff to an executor or a thread of the package's own
     says where the work runs, often for the thread's sake, not its speed: vllm-mlx queues a stream restore on
     the one worker that generates, to order it after the work there, and makes the same call inline when that
@@ -176,8 +171,9 @@ def handed(package: Package, caller: Key, call: Call, mode: str) -> Handoff | No
 
 
 def _leaf(ref: str) -> str:
-    """The name a reference ends with (`.engine.Engine().run` -> `run`): a call of the same function ends so too."""
-    return ref.rpartition(".")[2].removesuffix("()")
+    """The name a reference ends with (`.engine.Engine().run` -> `run`, `:folder_size` -> `folder_size`): a call of
+    the same function ends so too."""
+    return ref.rpartition(".")[2].lstrip(":").removesuffix("()")
 
 
 __all__ = ["Handoff", "SERVES_NO_ONE", "handed", "identity", "index", "serves_no_one"]

@@ -117,17 +117,12 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
             if fn.before_serving(call.place.line) or not package.can_run((module, name), call.place.line):
                 continue
             helper, _ = package.callee(module, call.target)
-            forwards = package.forwards.get(helper) if helper is not None else None
-            if not forwards:
-                continue
-            for arg, ref in call.args:
-                param = package.parameter(helper, arg, call) if not ref.startswith("$") else None  # type: ignore[arg-type]
-                forward = forwards.get(param or "") if not ref.endswith("()") else None
-                work, _ = package.callee(module, ref) if forward is not None else (None, None)
+            for ref, forward in package.forwarded(helper, call):
+                work, _ = package.callee(module, ref)
                 chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
                 locked = fn.guarded(call.place.line, _any_lock)
                 if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
-                    where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"  # type: ignore[union-attr]
+                    where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"
                     yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
                         target=chain[0], what=" -> ".join(chain[1:]), where=where),
                         requires(package.chain(GENERATION, (work, RUN)) is not None))  # type: ignore[arg-type]
@@ -427,7 +422,7 @@ def offloaded_call_on_loop(package: Package, module: str) -> Iterator[ModelFindi
         return
     for name, fn in summary.functions.items():
         key = (module, name)
-        if not _serving_coroutine(package, module, name, fn) or _run_at_startup_only(package, key):
+        if not _serving_coroutine(package, module, name, fn):
             continue
         for call in fn.calls:
             line = call.place.line
@@ -442,7 +437,8 @@ def offloaded_call_on_loop(package: Package, module: str) -> Iterator[ModelFindi
             if callee is None or not callee.is_generator:
                 modes.append(RUN)
             found = next(((m, h) for m in modes if (h := handed(package, key, call, m)) is not None), None)
-            if found is None or _sync_reach(package, module, call, BLOCKING) is not None:
+            if (found is None or _sync_reach(package, module, call, BLOCKING) is not None
+                    or _run_at_startup_only(package, key)):
                 continue
             mode, handoff = found
             place = call.iterated_at if mode == ITER and call.iterated_at is not None else call.place

@@ -219,6 +219,28 @@ class OffloadedCallOnEventLoop(Rule):
                 get_backend().unload_model()  # expect: INV134
                 return {"status": "unloaded"}
         ''', files=_KEEPWARM),
+        Invalid('''
+            import os
+
+            from .hub import download
+
+
+            def folder_size(path):
+                return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+            async def pull(model, dest):
+                await download(model, dest)
+                return {"model": model, "bytes": folder_size(dest)}  # expect: INV134
+        ''', files={"app/hub.py": "async def download(model, dest):\n    pass\n", "app/admin.py": '''
+            import asyncio
+
+            from .main import folder_size
+
+
+            async def disk_usage(path):
+                return await asyncio.to_thread(folder_size, path)
+        '''}),
     ]
     VALID = [
         Valid('''

@@ -734,3 +734,37 @@ def test_a_module_that_becomes_a_package_with_the_same_text_is_modelled_again(pr
     (project.root / "pkg/eng.py").unlink()
     project.write("pkg/eng/__init__.py", engine)  # now `.helpers` is pkg.eng.helpers, which does not exist
     assert project.run("check").code == 0
+
+
+def test_modules_in_a_folder_of_benchmarks_or_tests_outside_a_package_serve_no_one(project: Project) -> None:
+    """A load generator in `benchmarks/` (no `__init__.py`) blocks only its own loop: no package rule asks it,
+    while the same two modules in a folder that serves are judged, and an HTTP client module with an async def
+    is an entry once INV137 is asked, though it names neither MLX nor the package."""
+    project.config('select = ["INV", "INV137"]\n')
+    helpers = """
+        import mlx.core as mx
+
+        def step(x):
+            mx.eval(x)
+            return x
+    """
+    driver = """
+        import requests
+
+        from helpers import step
+
+        async def run_once(x):
+            step(x)
+            return requests.get("http://127.0.0.1:8080/health", timeout=5).ok
+    """
+    for folder in ("benchmarks", "tests/load", "service"):
+        project.write(f"{folder}/helpers.py", helpers)
+        project.write(f"{folder}/run_load.py", driver)
+    project.write("service/upstream.py", """
+        import httpx
+
+        async def models(base):
+            return httpx.get(f"{base}/v1/models").json()
+    """)
+    assert sorted(_check(project)) == [("run_load.py", 6, "INV108"), ("run_load.py", 7, "INV137"),
+                                       ("upstream.py", 4, "INV137")]

@@ -18,7 +18,7 @@ from typing import Any
 from mlx_invariants.checker import mlx_api, mlx_facts, source
 from mlx_invariants.checker.cancellers import DEADLINES, ROUTE_DECORATORS
 from mlx_invariants.checker.globs import matcher, matches_name
-from mlx_invariants.checker.model import classify, raises, streams, waits
+from mlx_invariants.checker.model import classify, network, raises, streams, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.scan import own_nodes as _own_nodes
 from mlx_invariants.checker.model.summary import (
@@ -316,6 +316,9 @@ class _Resolver:
             if use != "await" and waits.named(call) and waits.blocks(self._typed(call.func, target, fn), call) \
                     and not waits.checked_out(call, (c for c, *_ in fn.calls)):
                 blocked.append(Touch(waits.THREAD, text, call.lineno, self._place(call, stmt)))
+                continue
+            if use != "await" and network.named(call) and network.calls_out(self._typed(call.func, target, fn)):
+                blocked.append(Touch(network.HTTP, text, call.lineno, self._place(call, stmt)))
                 continue
             if target in classify.STREAM_BINDING or self.binders(text):
                 touches.append(Touch(BIND, text, call.lineno))

@@ -27,6 +27,7 @@ from mlx_invariants.checker.cache import UNKNOWN
 from mlx_invariants.checker.errors import SourceError
 from mlx_invariants.checker.model.cancel import Cancellers
 from mlx_invariants.checker.model.graph import Package
+from mlx_invariants.checker.model.handed import serves_no_one
 from mlx_invariants.checker.model.layout import Layout
 from mlx_invariants.checker.model.stored import Stored
 from mlx_invariants.checker.model.queries import BEYOND_ENTRIES, QUERIES, ModelFinding
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 Row = list[Any]  # [rule, line, col, message, suppressed_by_line(, requires)], as in a file's report
 Spot = tuple[str, int, int]  # a finding's rule, line and column
+_HTTP_LIBRARIES = ("requests", "httpx", "urllib", "urllib3", "http")  # what INV137's calls are imported from
 _ENTRY_WORDS = ("async ", "to_thread", "run_in_executor", "Thread(", ".submit(")  # a thread handoff: INV125
 _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
@@ -57,6 +59,8 @@ def text_facts(text: str) -> dict[str, Any]:
         else:
             roots.update(part.strip() for part in match.group(2).split(","))
     facts = {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
+    if any(library in roots for library in _HTTP_LIBRARIES):
+        facts["http"] = True
     classes = top_classes(text)
     if classes:
         facts["classes"] = classes
@@ -94,11 +98,13 @@ def top_classes(text: str) -> dict[str, list[list[str]]]:
     return found
 
 
-def is_entry(facts: dict[str, Any], tops: set[str]) -> bool:
+def is_entry(facts: dict[str, Any], tops: set[str], http: bool = False) -> bool:
     """An entry module: it has an async def or a handoff, and some chain from it can reach MLX
     (it mentions MLX, or imports from the package: a file that does neither reaches only itself
-    and modules outside the package, where the per-file rules already see everything)."""
-    return bool(facts["entry"]) and (bool(facts["mlx"]) or any(r == "." or r in tops for r in facts["imports"]))
+    and modules outside the package, where the per-file rules already see everything), or, with `http`
+    (INV137 asked), a sync HTTP call (it imports an HTTP client library: model/network.py)."""
+    return bool(facts["entry"]) and (bool(facts["mlx"]) or any(r == "." or r in tops for r in facts["imports"])
+                                     or (http and bool(facts.get("http"))))
 
 
 def package_findings(
@@ -128,14 +134,20 @@ def package_findings(
     stored = Stored(settings.cache_dir / f"model-{settings.key}.json" if cache is not None else None)
     found: dict[str, list[Row]] = {}
     withdrawn: dict[str, set[Spot]] = {}
+    top = os.path.commonpath(list(roots)) if roots else ""
     for root, modules in roots.items():
         # a module's digest, and whether it is a package: the same text as `a/b.py` and as `a/b/__init__.py`
         # resolves its relative imports to different modules
         shape = {m: known[p][1] + ("/" if packages[p] else "") for m, p in modules.items()}
-        fingerprint = _fingerprint(rules, shape)
+        # Modules outside any package, in a folder of tests, benchmarks or scripts (`benchmarks/run_load.py`,
+        # `tests/evals/gsm8k/run.py`: a folder on the way down to them from the checked tree's top), serve no
+        # one, as a package's `tests` module does: nothing of theirs is an entry.
+        idle = any(serves_no_one(part) for part in _folders_below(top, root))
+        fingerprint = _fingerprint([*rules, "idle"] if idle else rules, shape)
         result = stored.get(fingerprint)
         if result is None:
-            result = _check_package(modules, packages, reports, known, texts, settings, cache, rules, holds or {})
+            result = _check_package(modules, packages, reports, known, texts, settings, cache, rules, holds or {},
+                                    idle)
             stored.put(fingerprint, result)
         for module, items in result["add"].items():
             if module in modules:
@@ -149,12 +161,13 @@ def package_findings(
 
 def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: dict[str, dict[str, Any]],
                    known: dict[str, tuple[os.stat_result, str]], texts: dict[str, str], settings: Settings,
-                   cache: Cache | None, rules: list[str], holds: dict[str, frozenset[str]]) -> dict[str, Any]:
+                   cache: Cache | None, rules: list[str], holds: dict[str, frozenset[str]],
+                   idle: bool = False) -> dict[str, Any]:
     """Rows to add ("add") and spots withdrawn ("withdraw"), by module name (paths may change while the
     contents stay the same)."""
     summaries = _Summaries(reports, known, texts, settings, cache, holds)
     tops = {m.split(".", 1)[0] for m in modules}
-    entries = [m for m, p in modules.items() if is_entry(summaries.facts(p), tops)]
+    entries = [] if idle else [m for m, p in modules.items() if is_entry(summaries.facts(p), tops, "INV137" in rules)]
     package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared,
                       {m: summaries.facts(p).get("classes", {}) for m, p in modules.items()},
                       {m: summaries.facts(p).get("state", []) for m, p in modules.items()})
@@ -281,6 +294,12 @@ class _Summaries:
         if self.cache is not None:
             info, digest = self.known[path]
             self.cache.put(path, info, digest, report)
+
+
+def _folders_below(top: str, root: str) -> list[str]:
+    """The names of the folders from `top` (exclusive: the folder a run was pointed at is checked, whatever its
+    name) down to `root`."""
+    return [part for part in os.path.relpath(root, top).split(os.sep) if part not in (".", "..")]
 
 
 def _fingerprint(rules: list[str], digests: dict[str, str]) -> str:

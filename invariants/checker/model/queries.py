@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mlx_invariants.checker.model.graph import (
-    ANY_MLX, BLOCKING, GENERATION, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
+    ANY_MLX, BLOCKING, GENERATION, HTTP_CALLS, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
 )
 from mlx_invariants.checker.model.handed import handed, serves_no_one
 from mlx_invariants.checker.model.summary import (
@@ -343,6 +343,27 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
     lifespan, a start-up hook, a def named for starting or shutting down), where nothing is being served; the
     arm of a mode `if` whose other arm hands the same work to a thread (the mode without that
     worker, as INV108 leaves it); modules that serve no one (tests, benchmarks, scripts, a CLI)."""
+    yield from _held_on_loop(package, module, "INV130", WAITING, WAIT_ON_LOOP_MESSAGE)
+
+
+HTTP_ON_LOOP_MESSAGE = (
+    "{what} blocks the event loop thread on a sync HTTP call (`{wait}`): every request and stream this loop "
+    "serves stands still until the other end answers; use an async client (`httpx.AsyncClient`, awaited) or "
+    "hand the call to a thread (`await asyncio.to_thread(...)`)"
+)
+
+
+def blocking_http_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV137: an `async def` that makes a sync HTTP call (model/network.py), itself or through the sync defs of
+    the package it calls; left out as INV130 leaves its waits."""
+    yield from _held_on_loop(package, module, "INV137", HTTP_CALLS, HTTP_ON_LOOP_MESSAGE)
+
+
+def _held_on_loop(package: Package, module: str, rule: str, level: frozenset[str],
+                  message: str) -> Iterator[ModelFinding]:
+    """A serving coroutine's sync calls of `level` (the summary's `Function.waits` of that kind), its own or
+    reached through the package's sync defs, each worded by `message` (`{what}` the call, `{wait}` the call
+    that holds the thread)."""
     summary = package.summary(module)
     if summary is None or serves_no_one(module):
         return
@@ -350,17 +371,17 @@ def blocking_wait_on_loop(package: Package, module: str) -> Iterator[ModelFindin
         if not _serving_coroutine(package, module, name, fn):
             continue
         for wait in fn.waits:
-            if not fn.in_fallback(wait.line):
-                yield ModelFinding("INV130", wait.place, WAIT_ON_LOOP_MESSAGE.format(  # type: ignore[arg-type]
+            if wait.kind in level and not fn.in_fallback(wait.line):
+                yield ModelFinding(rule, wait.place, message.format(  # type: ignore[arg-type]
                     what=f"`{wait.text}()`", wait=wait.text))
         for call in fn.calls:
-            node = _sync_reach(package, module, call, WAITING) if not (
+            node = _sync_reach(package, module, call, level) if not (
                 fn.in_fallback(call.place.line) or package.preloaded((module, name), call.place.line)) else None
             if node is None:
                 continue
-            _, text = package.links(WAITING, node)[-1]
-            what, place = _described(call, node, " -> ".join([name, *(package.chain(WAITING, node) or [])]))
-            yield ModelFinding("INV130", place, WAIT_ON_LOOP_MESSAGE.format(what=what, wait=text))
+            _, text = package.links(level, node)[-1]
+            what, place = _described(call, node, " -> ".join([name, *(package.chain(level, node) or [])]))
+            yield ModelFinding(rule, place, message.format(what=what, wait=text))
 
 
 def _serving_coroutine(package: Package, module: str, name: str, fn: Function) -> bool:
@@ -514,6 +535,7 @@ QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV130": blocking_wait_on_loop,
     "INV131": stream_off_its_thread,
     "INV134": offloaded_call_on_loop,
+    "INV137": blocking_http_on_loop,
 }
 # Queries asked of modules besides the entry modules (phase.py): INV131 reports where a stream is made,
 # which may be a module with no async def and no handoff of its own; INV107 at a helper that steps the

@@ -14,6 +14,7 @@ from typing import Any
 
 from mlx_invariants.checker.iteration import CONSUMERS as _CONSUMERS
 from mlx_invariants.checker.iteration import LAZY as _LAZY
+from mlx_invariants.checker.model.network import CLIENT_CLASSES
 from mlx_invariants.checker.model.summary import ITERATED, PLAIN, RETURNED
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -173,7 +174,9 @@ class Scanner:
                 elif isinstance(expr, ast.Call):
                     fn.entered.append((span, expr.func))
         elif isinstance(node, ast.withitem):
-            if node.optional_vars is not None:
+            if _enters_itself(node):
+                self.assign(fn, node.optional_vars, node.context_expr)  # type: ignore[arg-type]
+            elif node.optional_vars is not None:
                 self.bind_target(fn, node.optional_vars)
             plain(node.context_expr)
             return out
@@ -234,6 +237,14 @@ class Scanner:
                 stack.append(node.value)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
                 fn.self_attrs.append((node.attr, UNKNOWN))  # type: ignore[arg-type]
+
+
+def _enters_itself(item: ast.withitem) -> bool:
+    """`with httpx.Client() as client:`: the name is bound to the client the call made (its `__enter__` returns
+    it), so that the client's calls are typed as a local's would be."""
+    expr = item.context_expr
+    return (isinstance(item.optional_vars, ast.Name) and isinstance(expr, ast.Call)
+            and (dotted(expr.func) or "").rpartition(".")[2] in CLIENT_CLASSES)
 
 
 def imported(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:

@@ -39,6 +39,7 @@ from mlx_invariants.checker.rules.inv133_loop_object_used_off_loop import LoopOb
 from mlx_invariants.checker.rules.inv134_offloaded_call_on_event_loop import OffloadedCallOnEventLoop
 from mlx_invariants.checker.rules.inv135_timeout_outlived_by_pool_exit import TimeoutOutlivedByPoolExit
 from mlx_invariants.checker.rules.inv136_pipe_never_read import PipeNeverRead
+from mlx_invariants.checker.rules.inv137_blocking_http_on_event_loop import BlockingHttpOnEventLoop
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -77,6 +78,7 @@ RULES: list[type[Rule]] = [
     OffloadedCallOnEventLoop,
     TimeoutOutlivedByPoolExit,
     PipeNeverRead,
+    BlockingHttpOnEventLoop,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -24,9 +24,10 @@ kashman001/local-model, decdees/LOcha and gdemerges/Benji (heldout9.json), those
 andychoi/ai-mlx-server and BuildItCode/MLX-Server (heldout10.json), those of asher/gmlx and
 aperepel/claude-mlx-tts (heldout11.json), those of epheterson/immich-ml-metal (heldout12.json),
 those of unslothai/unsloth (heldout13.json), those of firstbatchxyz/dnet (heldout14.json), those of
-pipecat-ai/pipecat (heldout15.json), those of open-jarvis/OpenJarvis (heldout16.json) and those of
-opendatalab/MinerU and opendatalab/mineru-vl-utils (heldout17.json) are
-nineteen splits: each is scored and reported on its own, and the targets are judged on the training split alone.
+pipecat-ai/pipecat (heldout15.json), those of open-jarvis/OpenJarvis (heldout16.json), those of
+opendatalab/MinerU and opendatalab/mineru-vl-utils (heldout17.json), those of avalan-ai/avalan and
+lm-sys/FastChat (heldout18.json) and those of vectorize-io/hindsight (heldout19.json) are
+twenty-one splits: each is scored and reported on its own, and the targets are judged on the training split alone.
 
 Leave-one-repository-out: each repository's cases are scored again by the checker
 of the commit of this project that stood before anyone studied them (loro.py names
@@ -65,7 +66,8 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / f"{name}.json"
                  for name in ("train", "mined", "omlx", "heldout2", "heldout3", "heldout4", "heldout5",
                               "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11",
-                              "heldout12", "heldout13", "heldout14", "heldout15", "heldout16", "heldout17")]
+                              "heldout12", "heldout13", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18",
+                              "heldout19")]
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "invariants-corpus-tools"
 SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError, checker_at.CheckerError)
 

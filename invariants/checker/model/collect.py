@@ -18,7 +18,7 @@ from typing import Any
 from mlx_invariants.checker import mlx_api, mlx_facts, source
 from mlx_invariants.checker.cancellers import DEADLINES, ROUTE_DECORATORS
 from mlx_invariants.checker.globs import matcher, matches_name
-from mlx_invariants.checker.model import classify, network, raises, streams, waits
+from mlx_invariants.checker.model import blocking, classify, raises, streams, waits
 from mlx_invariants.checker.model.scan import SCOPES, UNKNOWN, Def, Scanner, child_name, dotted, imported
 from mlx_invariants.checker.model.scan import own_nodes as _own_nodes
 from mlx_invariants.checker.model.summary import (
@@ -39,6 +39,7 @@ _PLAIN_DECORATORS = frozenset({
     "torch.no_grad", "torch.inference_mode", "wraps",
 })
 _UNWRAP = frozenset({"functools.partial", "partial"})
+_LAZY_IMPORTS = frozenset({"importlib.import_module", "__import__"})  # a call that names a module by a string
 # What makes a task of a coroutine on the running loop; a TaskGroup's `create_task` is not here (the group cancels
 # its tasks when one fails, so a task dropped there is still cancelled by its siblings).
 _TASK_MAKERS = frozenset({"asyncio.create_task", "asyncio.ensure_future", "asyncio.get_running_loop().create_task",
@@ -269,6 +270,9 @@ class _Resolver:
                 return None
             return f"{base}.{expr.attr}"
         if isinstance(expr, ast.Call):
+            named = self._named_by_call(expr, fn)
+            if named is not None:
+                return named
             base = self.ref(expr.func, fn)
             if base is None or base.startswith("$") or base.endswith("()"):
                 return None
@@ -276,6 +280,41 @@ class _Resolver:
         if isinstance(expr, ast.Lambda):
             return self.local_ref(expr, fn)
         return None
+
+    def _named_by_call(self, call: ast.Call, fn: Def | None) -> str | None:
+        """What a call only names, running nothing: a lazy import (`importlib.import_module("mlx_lm")`, the
+        module), `getattr(mlx_lm, "stream_generate")` (the attribute), `typing.cast(T, value)` and `iter(gen)`
+        (the value), and
+        a def of this file whose every `return` is one of these (`_require_mlx_lm()`). Engines with optional
+        backends reach MLX this way: avalan-ai/avalan's `MlxLmModel` called `getattr(_require_mlx_lm(),
+        "stream_generate")` (src/avalan/model/nlp/text/mlxlm.py@861b268:150)."""
+        func = dotted(call.func)
+        if func is None:
+            return None
+        first, second = _positional(call, 0), _positional(call, 1)
+        if func == "iter" and len(call.args) == 1 and not call.keywords and self.lookup("iter", fn) is None:
+            return self.ref(first, fn)  # an iterator's (a generator's) own iterator is itself
+        if func == "getattr" and _text(second) is not None and not call.keywords:
+            base = self.ref(first, fn)
+            return f"{base}.{_text(second)}" if base is not None and not base.startswith("$") else None
+        head = func.split(".", 1)[0]
+        target = self.lookup(head, fn)
+        qual = f"{target}{func[len(head):]}" if target is not None else func if func == "__import__" else None
+        if qual in _LAZY_IMPORTS and (module := _text(first)) is not None and not module.startswith("."):
+            return module if qual == "importlib.import_module" else module.split(".", 1)[0]
+        if qual == "typing.cast" and second is not None:
+            return self.ref(second, fn)
+        helper = getattr(self, "_by_name", {}).get(qual[1:]) if qual is not None and qual.startswith(":") and not call.args else None
+        if helper is None or (id(helper), "<return>") in self._resolving:
+            return None
+        self._resolving.add((id(helper), "<return>"))
+        try:
+            returned = {self.ref(node.value, helper) for node in _own_nodes(helper.node)
+                        if isinstance(node, ast.Return) and isinstance(node.value, ast.Call)}
+        finally:
+            self._resolving.discard((id(helper), "<return>"))
+        found = returned.pop() if len(returned) == 1 else None
+        return found if found is not None and not found.startswith((":", "$")) and "()" not in found else None
 
     # --- per def -------------------------------------------------------------------------------
     def _function(self, fn: Def) -> Function:
@@ -317,8 +356,8 @@ class _Resolver:
                     and not waits.checked_out(call, (c for c, *_ in fn.calls)):
                 blocked.append(Touch(waits.THREAD, text, call.lineno, self._place(call, stmt)))
                 continue
-            if use != "await" and network.named(call) and network.calls_out(self._typed(call.func, target, fn)):
-                blocked.append(Touch(network.HTTP, text, call.lineno, self._place(call, stmt)))
+            if use != "await" and blocking.named(call) and (held := blocking.kind(self._typed(call.func, target, fn))):
+                blocked.append(Touch(held, text, call.lineno, self._place(call, stmt)))
                 continue
             if target in classify.STREAM_BINDING or self.binders(text):
                 touches.append(Touch(BIND, text, call.lineno))
@@ -571,13 +610,36 @@ class _Resolver:
         (heylookitsanllm's stream wrapper, src/heylook_llm/streaming_utils.py@4ce23f9:56)."""
         name: str | None = None
         if isinstance(target, ast.Name) and target.id == "next" and self.lookup("next", fn) is None:
-            name = first.id if isinstance(first, ast.Name) else None
+            if not isinstance(first, ast.Name):
+                return self._constructor_parameter(first, fn)
+            name = first.id
         else:
             inner = self._inner.get((id(fn), target.id)) if isinstance(target, ast.Name) else None
             body = target.body if isinstance(target, ast.Lambda) else inner.node if inner is not None else None
             name = _stepped_name(body) if body is not None else None
         ref = self.lookup(name, fn) if name is not None else None
         return ref if ref is not None and (ref == f"${name}" or ref.endswith("()")) else None
+
+    def _constructor_parameter(self, expr: ast.AST | None, fn: Def) -> str | None:
+        """`self.attr` where the class's one store into it is `self.attr = param` in its `__init__`, as
+        `$Class.__init__:param`: the generator an async adapter is built around and steps on a pool, one
+        `to_thread(next, self._iterator)` per item (avalan-ai/avalan's `MlxLmStream`,
+        src/avalan/model/nlp/text/mlxlm.py@861b268:99, built as `MlxLmStream(iter(stream_generate(...)))`)."""
+        if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+            return None
+        method = fn
+        while method is not None and method.cls is None:
+            method = method.parent
+        info = self.classes.get(method.cls) if method is not None and method.cls is not None else None
+        values = info["attrs"].get(expr.attr, []) if info is not None else []
+        if len(values) != 1:
+            return None
+        scope, value = values[0]
+        init = f"{method.cls}.__init__"  # type: ignore[union-attr]
+        if (scope is None or scope.name != init or not isinstance(value, ast.Name) or value.id not in scope.params
+                or len(scope.bindings.get(value.id, ())) > 1):  # the parameter as passed, annotated or not
+            return None
+        return f"${init}:{value.id}"
 
     def _one_thread(self, executor: ast.AST | None, fn: Def) -> bool:
         """`executor` is a thread pool this file builds with one worker (`ThreadPoolExecutor(max_workers=1)`),
@@ -865,6 +927,11 @@ def _stepped_name(body: ast.AST) -> str | None:
         if isinstance(first, ast.Name):
             names.add(first.id)
     return names.pop() if len(names) == 1 else None
+
+
+def _text(node: ast.AST | None) -> str | None:
+    """The value of a constant string."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _positional(call: ast.Call, index: int) -> ast.AST | None:

@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any
 
 from mlx_invariants.checker.globs import matcher
-from mlx_invariants.checker.model import network, waits
+from mlx_invariants.checker.model import blocking, waits
 from mlx_invariants.checker.model.locks import identity, infer
 from mlx_invariants.checker.model.streams import LIBRARY_STREAMS
 from mlx_invariants.checker.model.summary import (
@@ -39,7 +39,8 @@ GENERATION = frozenset({GEN})                 # a generation library's own strea
 LOADING = frozenset({LOAD})
 BINDING = frozenset({BIND})                   # gives the calling thread its own generation stream
 WAITING = frozenset({waits.THREAD})           # what INV130 counts: a wait on another thread (model/waits.py)
-HTTP_CALLS = frozenset({network.HTTP})        # what INV137 counts: a sync HTTP call (model/network.py)
+HTTP_CALLS = frozenset({blocking.HTTP})       # what INV137 counts: a sync HTTP call (model/blocking.py)
+INFERENCE = frozenset({blocking.INFERENCE})  # what INV138 counts: a model library's inference (model/blocking.py)
 # MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
 UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 # With an inferred MLX lock, only MLX that runs in Metal counts (summary.METAL): the lock was not declared
@@ -413,6 +414,7 @@ class Package:
         self.reach[BINDING] = self._reach(BINDING)
         self.reach[WAITING] = self._reach(WAITING, skip=self.loaders | constructors, once=True)
         self.reach[HTTP_CALLS] = self._reach(HTTP_CALLS, skip=self.loaders | constructors, once=True)
+        self.reach[INFERENCE] = self._reach(INFERENCE, skip=self.loaders | constructors, once=True)
         self._forwarders()
         self.private = self._privately_run()
         self._roles()
@@ -1000,5 +1002,5 @@ def _external_kind(qual: str, use: str) -> str | None:
 
 
 __all__ = ["Package", "Symbol", "Step", "Forward", "RUN", "ITER", "BLOCKING", "ANY_MLX", "GENERATION", "UNGUARDED", "INFERRED",
-           "BINDING", "WAITING", "HTTP_CALLS",
+           "BINDING", "WAITING", "HTTP_CALLS", "INFERENCE",
            "LOOP", "OWNER_THREAD", "PRIVATE_LOOP"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mlx_invariants.checker import source
 from mlx_invariants.checker.cache import UNKNOWN
 from mlx_invariants.checker.errors import SourceError
+from mlx_invariants.checker.model import blocking
 from mlx_invariants.checker.model.cancel import Cancellers
 from mlx_invariants.checker.model.graph import Package
 from mlx_invariants.checker.model.handed import serves_no_one
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 Row = list[Any]  # [rule, line, col, message, suppressed_by_line(, requires)], as in a file's report
 Spot = tuple[str, int, int]  # a finding's rule, line and column
-_HTTP_LIBRARIES = ("requests", "httpx", "urllib", "urllib3", "http")  # what INV137's calls are imported from
+_LIBRARY_RULES = frozenset({"INV137", "INV138"})  # rules about calls of libraries outside the package
 _ENTRY_WORDS = ("async ", "to_thread", "run_in_executor", "Thread(", ".submit(")  # a thread handoff: INV125
 _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
@@ -59,8 +60,8 @@ def text_facts(text: str) -> dict[str, Any]:
         else:
             roots.update(part.strip() for part in match.group(2).split(","))
     facts = {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
-    if any(library in roots for library in _HTTP_LIBRARIES):
-        facts["http"] = True
+    if roots & blocking.LIBRARIES:
+        facts["blocking"] = True
     classes = top_classes(text)
     if classes:
         facts["classes"] = classes
@@ -98,13 +99,13 @@ def top_classes(text: str) -> dict[str, list[list[str]]]:
     return found
 
 
-def is_entry(facts: dict[str, Any], tops: set[str], http: bool = False) -> bool:
+def is_entry(facts: dict[str, Any], tops: set[str], libraries: bool = False) -> bool:
     """An entry module: it has an async def or a handoff, and some chain from it can reach MLX
     (it mentions MLX, or imports from the package: a file that does neither reaches only itself
-    and modules outside the package, where the per-file rules already see everything), or, with `http`
-    (INV137 asked), a sync HTTP call (it imports an HTTP client library: model/network.py)."""
+    and modules outside the package, where the per-file rules already see everything), or, with `libraries`
+    (INV137 or INV138 asked), a blocking library call (it imports a library of model/blocking.py's)."""
     return bool(facts["entry"]) and (bool(facts["mlx"]) or any(r == "." or r in tops for r in facts["imports"])
-                                     or (http and bool(facts.get("http"))))
+                                     or (libraries and bool(facts.get("blocking"))))
 
 
 def package_findings(
@@ -167,7 +168,7 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
     contents stay the same)."""
     summaries = _Summaries(reports, known, texts, settings, cache, holds)
     tops = {m.split(".", 1)[0] for m in modules}
-    entries = [] if idle else [m for m, p in modules.items() if is_entry(summaries.facts(p), tops, "INV137" in rules)]
+    entries = [] if idle else [m for m, p in modules.items() if is_entry(summaries.facts(p), tops, bool(_LIBRARY_RULES & set(rules)))]
     package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared,
                       {m: summaries.facts(p).get("classes", {}) for m, p in modules.items()},
                       {m: summaries.facts(p).get("state", []) for m, p in modules.items()})

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mlx_invariants.checker.model.graph import (
-    ANY_MLX, BLOCKING, GENERATION, HTTP_CALLS, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
+    ANY_MLX, BLOCKING, GENERATION, HTTP_CALLS, INFERENCE, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
 )
+from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.handed import handed, serves_no_one
 from mlx_invariants.checker.model.summary import (
     DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, PLAIN, RETURNED, THREAD, Call, Function, Offload, Place,
@@ -131,20 +132,26 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                     or not package.can_run((module, name), work.place.line)):
                 continue
             for found, mode, target, source in _offloaded(package, (module, name), work):
-                chain = package.chain(ANY_MLX, (found, mode))
-                if chain and not _one_at_a_time(package, found, work.serialized):
+                if isinstance(found, str):  # a library's MLX generator, made by the caller and stepped here
+                    chain, generates, alone = [found], True, work.serialized
+                else:
+                    chain = package.chain(ANY_MLX, (found, mode))
+                    generates = package.chain(GENERATION, (found, mode)) is not None
+                    alone = bool(chain) and _one_at_a_time(package, found, work.serialized)
+                if chain and not alone:
                     where = f"the default thread pool via {work.how} (a different thread each call)"
                     what = " -> ".join(chain[1:]) if source is None else f"the generator {source} hands it: {' -> '.join(chain)}"
                     yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
-                        target=target, what=what, where=where),
-                        requires(package.chain(GENERATION, (found, mode)) is not None))
+                        target=target, what=what, where=where), requires(generates))
                     break
 
 
-def _offloaded(package: Package, key: Key, work: Offload) -> Iterator[tuple[Key, str, str, str | None]]:
+def _offloaded(package: Package, key: Key, work: Offload) -> Iterator[tuple[Key | str, str, str, str | None]]:
     """What a handoff runs, how, how to name it and where it came from: the callable it hands over, run;
     else the generator the callable steps, iterated: one a call of this function made (`next(gen)` of
-    `gen = engine.stream()`), or each the package's callers hand to the parameter it steps."""
+    `gen = engine.stream()`), or each the package's callers hand to the parameter it steps, or that its
+    class's constructor was handed (`$Class.__init__:param`); a library's MLX generator
+    (`mlx_lm.stream_generate`) a caller made is named by its library name instead of a function of the package."""
     found, _ = package.callee(key[0], work.target) if work.target is not None else (None, None)
     if found is not None and package.chain(ANY_MLX, (found, RUN)):
         yield found, RUN, work.text, None
@@ -157,10 +164,14 @@ def _offloaded(package: Package, key: Key, work: Offload) -> Iterator[tuple[Key,
         if made is not None:
             yield made, ITER, f"next({stepped})", None
         return
-    for module, ref, caller in package.handed_generators(key, stepped[1:]):
-        made, _ = package.callee(module, made_by(ref))
+    # `$param` of this function, or `$Class.__init__:param` for what a constructor stored on `self`
+    owner, _, param = stepped[1:].rpartition(":")
+    for module, ref, caller in package.handed_generators((key[0], owner) if owner else key, param):
+        made, symbol = package.callee(module, made_by(ref))
         if made is not None:
-            yield made, ITER, stepped[1:], caller
+            yield made, ITER, param, caller
+        elif symbol is not None and symbol.kind == "external" and classify.is_generator(symbol.module):
+            yield symbol.module, ITER, param, caller
 
 
 def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:
@@ -354,9 +365,23 @@ HTTP_ON_LOOP_MESSAGE = (
 
 
 def blocking_http_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
-    """INV137: an `async def` that makes a sync HTTP call (model/network.py), itself or through the sync defs of
+    """INV137: an `async def` that makes a sync HTTP call (model/blocking.py), itself or through the sync defs of
     the package it calls; left out as INV130 leaves its waits."""
     yield from _held_on_loop(package, module, "INV137", HTTP_CALLS, HTTP_ON_LOOP_MESSAGE)
+
+
+INFERENCE_ON_LOOP_MESSAGE = (
+    "{what} runs a model's inference on the event loop thread (`{wait}`): every request and stream this loop "
+    "serves stands still until it finishes; hand it to a thread (`await asyncio.to_thread(...)`), or to the "
+    "worker that owns the model"
+)
+
+
+def blocking_inference_on_loop(package: Package, module: str) -> Iterator[ModelFinding]:
+    """INV138: an `async def` that runs a model library's inference (model/blocking.py: an embedding model's
+    `encode`, a Whisper transcription, an ONNX session's `run`), itself or through the sync defs of the
+    package it calls; left out as INV130 leaves its waits."""
+    yield from _held_on_loop(package, module, "INV138", INFERENCE, INFERENCE_ON_LOOP_MESSAGE)
 
 
 def _held_on_loop(package: Package, module: str, rule: str, level: frozenset[str],
@@ -536,6 +561,7 @@ QUERIES: dict[str, Callable[[Package, str], Iterator[ModelFinding]]] = {
     "INV131": stream_off_its_thread,
     "INV134": offloaded_call_on_loop,
     "INV137": blocking_http_on_loop,
+    "INV138": blocking_inference_on_loop,
 }
 # Queries asked of modules besides the entry modules (phase.py): INV131 reports where a stream is made,
 # which may be a module with no async def and no handoff of its own; INV107 at a helper that steps the

@@ -14,7 +14,7 @@ from typing import Any
 
 from mlx_invariants.checker.iteration import CONSUMERS as _CONSUMERS
 from mlx_invariants.checker.iteration import LAZY as _LAZY
-from mlx_invariants.checker.model.network import CLIENT_CLASSES
+from mlx_invariants.checker.model.blocking import CLIENT_CLASSES
 from mlx_invariants.checker.model.summary import ITERATED, PLAIN, RETURNED
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)

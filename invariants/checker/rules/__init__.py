@@ -40,6 +40,7 @@ from mlx_invariants.checker.rules.inv134_offloaded_call_on_event_loop import Off
 from mlx_invariants.checker.rules.inv135_timeout_outlived_by_pool_exit import TimeoutOutlivedByPoolExit
 from mlx_invariants.checker.rules.inv136_pipe_never_read import PipeNeverRead
 from mlx_invariants.checker.rules.inv137_blocking_http_on_event_loop import BlockingHttpOnEventLoop
+from mlx_invariants.checker.rules.inv138_blocking_inference_on_event_loop import BlockingInferenceOnEventLoop
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -79,6 +80,7 @@ RULES: list[type[Rule]] = [
     TimeoutOutlivedByPoolExit,
     PipeNeverRead,
     BlockingHttpOnEventLoop,
+    BlockingInferenceOnEventLoop,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -43,6 +43,51 @@ _PREVIEW = '''
 '''
 
 
+# An engine with optional backends: mlx-lm imported lazily, its generation wrapped in an async adapter whose
+# constructor keeps the generator and whose `__anext__` steps it, one `next()` per token, on {pool}
+# (avalan-ai/avalan's MlxLmStream, src/avalan/model/nlp/text/mlxlm.py@861b268:99).
+_ADAPTER = '''
+    import asyncio
+    import importlib
+    from typing import Any, Callable, Iterator, cast
+    {setup}
+
+    def _require_mlx_lm():
+        return importlib.import_module("mlx_lm")
+
+
+    class TokenStream:
+        _DONE = object()
+
+        def __init__(self, generator: Iterator[object]):
+            self._iterator = generator
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            loop = asyncio.get_running_loop()
+            item = await loop.run_in_executor({pool}, next, self._iterator, self._DONE){expect}
+            if item is self._DONE:
+                raise StopAsyncIteration
+            return item.text
+
+
+    class MlxBackend:
+        def __init__(self, model, tokenizer):
+            self.model, self.tokenizer = model, tokenizer
+
+        async def stream(self, prompt):
+            stream_generate = cast(Callable[..., Any], getattr(_require_mlx_lm(), "stream_generate"))
+            async for text in TokenStream(iter(stream_generate(self.model, self.tokenizer, prompt))):
+                yield text
+'''
+
+
+# Checked as a package: the package model follows the generator from the backend's call into the adapter.
+_PACKAGE = {"app/settings.py": "PORT = 8000\n"}
+
+
 # A route module that streams a generation through the stepping helper of the main module (below).
 _STREAM_ROUTE = '''
     from mlx_lm import stream_generate
@@ -315,11 +360,14 @@ class MlxOffOwnerThread(Rule):
         # streams step at once. Reported at the helper's handoff, where the fix goes.
         Invalid(_STEPPER.format(pool="None", setup="", expect="  # expect: INV107"),
                 files={"app/routes.py": _STREAM_ROUTE}),
+        Invalid(_ADAPTER.format(pool="None", setup="", expect="  # expect: INV107"), files=_PACKAGE),
     ]
     VALID = [
         # The same helper stepping every stream on one worker thread: the owner.
         Valid(_STEPPER.format(pool="_OWNER", expect="", setup="from concurrent.futures import ThreadPoolExecutor\n\n"
                               "    _OWNER = ThreadPoolExecutor(1)"), files={"app/routes.py": _STREAM_ROUTE}),
+        Valid(_ADAPTER.format(pool="_OWNER", expect="", setup="from concurrent.futures import ThreadPoolExecutor\n\n"
+                              "    _OWNER = ThreadPoolExecutor(max_workers=1)"), files=_PACKAGE),
         # Code that cannot run: the module never defines what the endpoint asks of it (AttributeError, caught), so
         # the handoff after it never happens (qwen3-tts-apple-silicon's voice lab, issue 23's set h, graded false).
         Valid(_PREVIEW.replace("  # expect: INV107", ""), files={"app/runtime.py": '''

@@ -36,7 +36,7 @@ class BlockingHttpOnEventLoop(Rule):
     URLs of a chat request with `urlopen` in its chat handler (src/mlx_serve/routers/chat.py@a773868:970, graded
     true blind).
 
-    The calls it knows (model/network.py): requests' and httpx's request functions, `urllib.request.urlopen`,
+    The calls it knows (model/blocking.py): requests' and httpx's request functions, `urllib.request.urlopen`,
     and the request methods of `requests.Session`, `httpx.Client`, `urllib3.PoolManager` and
     `http.client.HTTP(S)Connection` objects, typed as the package model types receivers (an attribute its
     class assigns, a local, a `with httpx.Client() as client:` target, an annotated parameter). Not judged,

@@ -41,6 +41,7 @@ from mlx_invariants.checker.rules.inv135_timeout_outlived_by_pool_exit import Ti
 from mlx_invariants.checker.rules.inv136_pipe_never_read import PipeNeverRead
 from mlx_invariants.checker.rules.inv137_blocking_http_on_event_loop import BlockingHttpOnEventLoop
 from mlx_invariants.checker.rules.inv138_blocking_inference_on_event_loop import BlockingInferenceOnEventLoop
+from mlx_invariants.checker.rules.inv139_coupled_coroutines_gathered import CoupledCoroutinesGathered
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -81,6 +82,7 @@ RULES: list[type[Rule]] = [
     PipeNeverRead,
     BlockingHttpOnEventLoop,
     BlockingInferenceOnEventLoop,
+    CoupledCoroutinesGathered,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

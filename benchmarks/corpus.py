@@ -26,8 +26,9 @@ aperepel/claude-mlx-tts (heldout11.json), those of epheterson/immich-ml-metal (h
 those of unslothai/unsloth (heldout13.json), those of firstbatchxyz/dnet (heldout14.json), those of
 pipecat-ai/pipecat (heldout15.json), those of open-jarvis/OpenJarvis (heldout16.json), those of
 opendatalab/MinerU and opendatalab/mineru-vl-utils (heldout17.json), those of avalan-ai/avalan and
-lm-sys/FastChat (heldout18.json) and those of vectorize-io/hindsight (heldout19.json) are
-twenty-one splits: each is scored and reported on its own, and the targets are judged on the training split alone.
+lm-sys/FastChat (heldout18.json), those of vectorize-io/hindsight (heldout19.json), those of
+geeks-accelerator/ollama-herd (heldout20.json) and those of docling-project/docling-serve and
+docling-project/docling-jobkit (heldout21.json) are twenty-three splits: each is scored and reported on its own, and the targets are judged on the training split alone.
 
 Leave-one-repository-out: each repository's cases are scored again by the checker
 of the commit of this project that stood before anyone studied them (loro.py names
@@ -67,7 +68,7 @@ DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / f"{name}.json"
                  for name in ("train", "mined", "omlx", "heldout2", "heldout3", "heldout4", "heldout5",
                               "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11",
                               "heldout12", "heldout13", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18",
-                              "heldout19")]
+                              "heldout19", "heldout20", "heldout21")]
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "invariants-corpus-tools"
 SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError, checker_at.CheckerError)
 

@@ -161,6 +161,15 @@ _HELDOUT18_19 = Studied(
     "before anyone here read them; the rule written meanwhile (INV137) is opt-in, and the miners picked outside "
     "the list benchmarks/studied_repos.py prints")
 
+# HEAD when heldout20.json and heldout21.json's cases were mined (later in the thirteenth session), with the three
+# rules written that session before them (INV137 opt-in, INV138 and INV139 on by default); scored at this commit
+# before anyone here read them: heldout20 S 0/1, P 0/6, silent at fix 7/7; heldout21 S 0/3, P 0/10, 12/12.
+_HELDOUT20_21 = Studied(
+    "ef2e6c88f7c4c3aa0f1bb30302864c9e1051b9a3",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout20.json and heldout21.json) were mined, scored "
+    "before anyone here read them, with the rules written earlier that session (INV138, INV139 on by default); the "
+    "miners picked outside the list benchmarks/studied_repos.py prints")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -201,6 +210,9 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "avalan-ai/avalan": _HELDOUT18_19,
     "lm-sys/FastChat": _HELDOUT18_19,
     "vectorize-io/hindsight": _HELDOUT18_19,
+    "geeks-accelerator/ollama-herd": _HELDOUT20_21,
+    "docling-project/docling-serve": _HELDOUT20_21,
+    "docling-project/docling-jobkit": _HELDOUT20_21,
 }
 
 

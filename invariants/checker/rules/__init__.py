@@ -42,6 +42,7 @@ from mlx_invariants.checker.rules.inv136_pipe_never_read import PipeNeverRead
 from mlx_invariants.checker.rules.inv137_blocking_http_on_event_loop import BlockingHttpOnEventLoop
 from mlx_invariants.checker.rules.inv138_blocking_inference_on_event_loop import BlockingInferenceOnEventLoop
 from mlx_invariants.checker.rules.inv139_coupled_coroutines_gathered import CoupledCoroutinesGathered
+from mlx_invariants.checker.rules.inv140_container_changed_across_await import ContainerChangedAcrossAwait
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -83,6 +84,7 @@ RULES: list[type[Rule]] = [
     BlockingHttpOnEventLoop,
     BlockingInferenceOnEventLoop,
     CoupledCoroutinesGathered,
+    ContainerChangedAcrossAwait,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

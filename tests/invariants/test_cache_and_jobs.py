@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from mlx_invariants.checker import config, runner
 from mlx_invariants.checker.rules import RULES
@@ -85,3 +87,26 @@ def test_jobs_2_finds_what_one_process_finds(project: Project, monkeypatch) -> N
     assert two.findings == one.findings
     assert [f.rule for f in one.findings].count("INV105") == 4 and "INV000" in {f.rule for f in one.findings}
     assert project.run("check", "--jobs", "0", "--no-cache", "pkg").code == 1
+
+
+def test_an_unchanged_rerun_imports_no_libcst(project: Project) -> None:
+    """The re-run of an unchanged package reads every answer from the cache: nothing on that path may import
+    libcst (the per-file rules and the summaries' MLX tables do), or the re-run pays for importing it
+    (0.17 s became 0.34 s on vllm-mlx when the package model's queries imported `classify` at the top)."""
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", """
+        import asyncio
+
+        import mlx.core as mx
+        from mlx_lm import stream_generate
+
+
+        async def generate(model, tokenizer, prompt):
+            mx.eval(model(prompt))
+            return await asyncio.to_thread(lambda: list(stream_generate(model, tokenizer, prompt)))
+    """)
+    code = ("import sys; from mlx_invariants.cli import main; code = main(['check', '.']); "
+            "print('libcst' in sys.modules, code)")
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=project.root, capture_output=True, text=True, check=False)
+            for _ in range(2)]
+    assert [run.stdout.split()[-2:] for run in runs] == [["True", "1"], ["False", "1"]], [r.stderr for r in runs]

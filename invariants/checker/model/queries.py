@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from mlx_invariants.checker.model.graph import (
     ANY_MLX, BLOCKING, GENERATION, HTTP_CALLS, INFERENCE, ITER, RUN, UNGUARDED, WAITING, Key, Package, made_by,
 )
-from mlx_invariants.checker.model import classify
 from mlx_invariants.checker.model.handed import handed, serves_no_one
 from mlx_invariants.checker.model.summary import (
     DEFAULT_POOL, ITERATED, METAL, ONE_THREAD, OWNER, PLAIN, RETURNED, THREAD, Call, Function, Offload, Place,
@@ -170,8 +169,16 @@ def _offloaded(package: Package, key: Key, work: Offload) -> Iterator[tuple[Key 
         made, symbol = package.callee(module, made_by(ref))
         if made is not None:
             yield made, ITER, param, caller
-        elif symbol is not None and symbol.kind == "external" and classify.is_generator(symbol.module):
+        elif symbol is not None and symbol.kind == "external" and _library_generator(symbol.module):
             yield symbol.module, ITER, param, caller
+
+
+def _library_generator(qual: str) -> bool:
+    """`qual` names a library's MLX generator (`mlx_lm.stream_generate`). Asked only while the model answers
+    queries: `classify` pulls in libcst, which a re-run of an unchanged tree never imports."""
+    from mlx_invariants.checker.model import classify
+
+    return classify.is_generator(qual)
 
 
 def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:

@@ -65,8 +65,9 @@ _KINDS: dict[str, str] = {
 _NAMES = frozenset(qual.rpartition(".")[2] for qual in _KINDS)
 # The last names of the HTTP clients' constructors: `with httpx.Client() as client:` binds the client itself.
 CLIENT_CLASSES = frozenset(made[:-2].rpartition(".")[2] for made in _TABLES[HTTP][1])
-# The top-level names these calls are imported from: a module that imports none of them makes none of them.
-LIBRARIES = frozenset(qual.split(".", 1)[0] for qual in _KINDS)
+# The top-level names each kind's calls are imported from: a module that imports none of them makes none of them.
+LIBRARIES: dict[str, frozenset[str]] = {
+    kind: frozenset(qual.split(".", 1)[0] for qual, of in _KINDS.items() if of == kind) for kind in _TABLES}
 
 
 def named(call: ast.Call) -> bool:

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
 Row = list[Any]  # [rule, line, col, message, suppressed_by_line(, requires)], as in a file's report
 Spot = tuple[str, int, int]  # a finding's rule, line and column
-_LIBRARY_RULES = frozenset({"INV137", "INV138"})  # rules about calls of libraries outside the package
+# Rules about calls of libraries outside the package, with the kind of call each asks about (model/blocking.py).
+_LIBRARY_RULES = {"INV137": blocking.HTTP, "INV138": blocking.INFERENCE}
 _ENTRY_WORDS = ("async ", "to_thread", "run_in_executor", "Thread(", ".submit(")  # a thread handoff: INV125
 _IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.+|[A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*))", re.M)
 
@@ -60,8 +61,9 @@ def text_facts(text: str) -> dict[str, Any]:
         else:
             roots.update(part.strip() for part in match.group(2).split(","))
     facts = {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
-    if roots & blocking.LIBRARIES:
-        facts["blocking"] = True
+    imported = sorted(kind for kind, libraries in blocking.LIBRARIES.items() if roots & libraries)
+    if imported:
+        facts["blocking"] = imported
     classes = top_classes(text)
     if classes:
         facts["classes"] = classes
@@ -99,13 +101,14 @@ def top_classes(text: str) -> dict[str, list[list[str]]]:
     return found
 
 
-def is_entry(facts: dict[str, Any], tops: set[str], libraries: bool = False) -> bool:
+def is_entry(facts: dict[str, Any], tops: set[str], libraries: frozenset[str] = frozenset()) -> bool:
     """An entry module: it has an async def or a handoff, and some chain from it can reach MLX
     (it mentions MLX, or imports from the package: a file that does neither reaches only itself
     and modules outside the package, where the per-file rules already see everything), or, with `libraries`
-    (INV137 or INV138 asked), a blocking library call (it imports a library of model/blocking.py's)."""
+    (the kinds of blocking call the rules asked about: INV137's HTTP, INV138's inference), such a call (it imports
+    a library of that kind, model/blocking.py)."""
     return bool(facts["entry"]) and (bool(facts["mlx"]) or any(r == "." or r in tops for r in facts["imports"])
-                                     or (libraries and bool(facts.get("blocking"))))
+                                     or bool(libraries.intersection(facts.get("blocking", ()))))
 
 
 def package_findings(
@@ -168,7 +171,8 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
     contents stay the same)."""
     summaries = _Summaries(reports, known, texts, settings, cache, holds)
     tops = {m.split(".", 1)[0] for m in modules}
-    entries = [] if idle else [m for m, p in modules.items() if is_entry(summaries.facts(p), tops, bool(_LIBRARY_RULES & set(rules)))]
+    kinds = frozenset(kind for rule, kind in _LIBRARY_RULES.items() if rule in rules)
+    entries = [] if idle else [m for m, p in modules.items() if is_entry(summaries.facts(p), tops, kinds)]
     package = Package({m: packages[p] for m, p in modules.items()}, lambda m: summaries.get(modules[m]), settings.shared,
                       {m: summaries.facts(p).get("classes", {}) for m, p in modules.items()},
                       {m: summaries.facts(p).get("state", []) for m, p in modules.items()})

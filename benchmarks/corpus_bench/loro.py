@@ -170,6 +170,14 @@ _HELDOUT20_21 = Studied(
     "before anyone here read them, with the rules written earlier that session (INV138, INV139 on by default); the "
     "miners picked outside the list benchmarks/studied_repos.py prints")
 
+# HEAD when heldout22.json and heldout23.json's cases were mined (the fourteenth session on issue 23), by miners who
+# picked outside the list benchmarks/studied_repos.py prints; scored at this commit before anyone here read them:
+# heldout22 S 0/1, P 0/9, silent at fix 13/13; heldout23 S 0/0, P 0/5, 9/9.
+_HELDOUT22_23 = Studied(
+    "a8faa5764dcba4149c3df463d01a50145ad21b28",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout22.json and heldout23.json) were mined, scored "
+    "before anyone here read them; the miners picked outside the list benchmarks/studied_repos.py prints")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -213,6 +221,8 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "geeks-accelerator/ollama-herd": _HELDOUT20_21,
     "docling-project/docling-serve": _HELDOUT20_21,
     "docling-project/docling-jobkit": _HELDOUT20_21,
+    "OpenSourceWTF/mtplx-moe": _HELDOUT22_23,
+    "ToPo-ToPo-ToPo/local-llm-server": _HELDOUT22_23,
 }
 
 

@@ -354,13 +354,13 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json, mined.json, omlx.json and heldout2.json to heldout21.json load and share no id; the mined and
+    """train.json, mined.json, omlx.json and heldout2.json to heldout23.json load and share no id; the mined and
     held-out cases come from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
     splits = case_file.load_splits(corpus.DEFAULT_CASES)
     train, mined, omlx = splits[:3]
-    assert [s.name for s in splits] == ["train", "mined", "omlx", *(f"heldout{n}" for n in range(2, 22))]
+    assert [s.name for s in splits] == ["train", "mined", "omlx", *(f"heldout{n}" for n in range(2, 24))]
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
@@ -391,6 +391,8 @@ def test_shipped_case_files_are_well_formed() -> None:
         "heldout19": {"vectorize-io/hindsight"},
         "heldout20": {"geeks-accelerator/ollama-herd"},
         "heldout21": {"docling-project/docling-serve", "docling-project/docling-jobkit"},
+        "heldout22": {"OpenSourceWTF/mtplx-moe"},
+        "heldout23": {"ToPo-ToPo-ToPo/local-llm-server"},
     }
     for i, split in enumerate(splits[3:], start=3):
         assert {c.repo for c in split.cases} == held_out_repos[split.name]

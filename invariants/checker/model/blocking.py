@@ -15,6 +15,10 @@ A call is judged by the qualified name the summary gives its callee, receivers t
 `collect.py` types them (an attribute its class assigns, a local, a `with httpx.Client() as
 client:` target). An awaited call is an asyncio client's, never one of these.
 
+Where the summary cannot type the receiver (a backend picked at run time, a model another library loaded), an
+inference call is guessed from its method's and receiver's names (`guessed`, INV138 only), and left to the
+package model where the call names a def of the package.
+
 Left out: subprocesses (on request paths of MLX servers nearly all are a `sysctl` probe of a few
 milliseconds, model/waits.py), model hub downloads and model loads (`from_pretrained`, a Whisper
 `load_model`: start-up work, which INV108 leaves to start-up as it leaves loads), sockets (a
@@ -25,10 +29,13 @@ methods are not told apart from their data here), and MLX, which INV108 judges.
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Callable, Iterable, Iterator
 
 # The kinds of the summary's entries for these calls (`Function.waits`), as a finding says them.
 HTTP = "a sync HTTP call"
 INFERENCE = "a model's inference"
+GUESSED = "a model's inference, by its name"  # `guessed` below: judged with INFERENCE, where no package def is called
 
 _VERBS = ("get", "post", "put", "patch", "delete", "head", "options", "request")
 # Functions, by qualified name, and the methods of objects by the constructor that made them.
@@ -80,3 +87,82 @@ def named(call: ast.Call) -> bool:
 def kind(qual: str | None) -> str | None:
     """HTTP or INFERENCE when the callee named `qual` is a call of that table, else None."""
     return _KINDS.get(qual) if qual is not None else None
+
+
+# Inference a call names where the model cannot type its receiver: a model handed in from another library's
+# loader, a backend chosen at run time (`embeddings_backend.encode(texts)`, `self.whisper.transcribe(path)`). The
+# method is one inference libraries name so, and the receiver's name ends in a word for what holds a model
+# (`stt_engine`, `local_model`, not `model_name`), or in a word for what serves one after a word for the model
+# (`transcription_service`, not `user_service`); `encode` only on a model or an embedder (a tokenizer's, a JSON
+# encoder's or a string's `encode` takes microseconds).
+_GUESSED_VERBS = frozenset({"transcribe", "synthesize", "embed", "embed_documents", "embed_query", "rerank", "diarize",
+                            "generate", "predict", "infer", "generate_speech", "generate_audio", "encode"})
+_HOLDERS = frozenset({"model", "models", "whisper", "pipeline", "pipe", "llm", "tts", "stt", "asr", "vlm", "embedder",
+                      "embedding", "embeddings", "encoder", "reranker", "synthesizer", "transcriber", "diarizer",
+                      "recognizer", "engine", "backend"})
+_SERVERS = frozenset({"service", "manager", "runner", "worker", "provider"})
+_WHAT_IS_SERVED = frozenset({"model", "whisper", "llm", "tts", "stt", "asr", "vlm", "embedding", "embeddings", "embed",
+                             "rerank", "reranker", "speech", "transcription", "inference", "ocr", "vision"})
+_EMBEDDERS = frozenset({"model", "models", "embedder", "embedding", "embeddings"})
+# Calls that take a coroutine or an awaitable and run it: a value passed to one was never a sync result.
+_RUNS_AWAITABLES = frozenset({"create_task", "ensure_future", "gather", "wait_for", "shield", "wait",
+                              "run_coroutine_threadsafe", "as_completed", "timeout"})
+
+
+def guessed(call: ast.Call, stmt: ast.stmt | None, own: Callable[[], Iterable[ast.AST]], coroutine: bool) -> bool:
+    """`call`, not awaited, names a model's inference on a receiver named for a model (`backend.transcribe(path)`),
+    and its def (`own()`: its nodes, asked for last; `coroutine`: an `async def`) uses the result as a sync
+    call's: its statement runs nothing holding it as an awaitable, a coroutine does not return it as it is, and
+    a name it is assigned to is never run so (a call of an async backend kept and awaited later is the loop's
+    way)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _GUESSED_VERBS:
+        return False
+    receiver = func.value.func if isinstance(func.value, ast.Call) else func.value  # `get_backend().embed(texts)`
+    words = [w for w in re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", _last(receiver)).lower().split("_") if w]
+    if not words or not (words[-1] in _EMBEDDERS if func.attr == "encode" else words[-1] in _HOLDERS or (
+            words[-1] in _SERVERS and _WHAT_IS_SERVED.intersection(words[:-1]))):
+        return False
+    if stmt is None or any(_holds(_awaitable(node), lambda n: n is call) for node in _header(stmt)):
+        return False
+    if coroutine and isinstance(stmt, ast.Return) and stmt.value is call:
+        return False  # a coroutine that returns an async backend's stream (`return engine.generate(prompt)`)
+    if not (isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is call):
+        return True  # used where it is made: a statement, a return, a loop's iterable, an argument, a subscript
+    names = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) for n in ast.walk(t)
+             if isinstance(n, ast.Name)}
+    return not any(_holds(_awaitable(node), lambda n: isinstance(n, ast.Name) and n.id in names) for node in own())
+
+
+def _header(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """The nodes of `stmt` but those of the statements in its blocks (an `if`'s test, not its body)."""
+    stack: list[ast.AST] = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for field, value in ast.iter_fields(node) if field not in _BLOCKS
+                     for child in (value if isinstance(value, list) else [value]) if isinstance(child, ast.AST))
+
+
+_BLOCKS = frozenset({"body", "orelse", "handlers", "finalbody", "cases"})
+
+
+def _awaitable(node: ast.AST) -> list[ast.AST]:
+    """What `node` runs as an awaitable: an `await`'s expression (`await wait_with_disconnect(engine.generate())`),
+    an `async for`'s iterable, an `async with`'s context managers, a call that takes coroutines (`create_task`,
+    `gather`, `wait_for`)."""
+    if isinstance(node, ast.Await):
+        return [node.value]
+    if isinstance(node, ast.AsyncFor):
+        return [node.iter]
+    if isinstance(node, ast.AsyncWith):
+        return [item.context_expr for item in node.items]
+    return [node] if isinstance(node, ast.Call) and _last(node.func) in _RUNS_AWAITABLES else []
+
+
+def _holds(exprs: list[ast.AST], found: Callable[[ast.AST], bool]) -> bool:
+    return any(found(n) for expr in exprs for n in ast.walk(expr))
+
+
+def _last(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""

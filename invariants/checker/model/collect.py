@@ -364,6 +364,9 @@ class _Resolver:
             if mlx_api.no_op(target, len(call.args) + len(call.keywords)):
                 continue  # `mx.eval()`: nothing runs, nothing to follow
             kind = self._mlx(call, target, text, fn, use)
+            if kind is None and use != AWAITED and blocking.guessed(
+                    call, stmt, lambda: _own_nodes(node), isinstance(node, ast.AsyncFunctionDef)):
+                blocked.append(Touch(blocking.GUESSED, ast.unparse(call.func), call.lineno, self._place(call, stmt)))
             if kind is not None:
                 touches.append(Touch(kind[0], kind[1], call.lineno, self._place(call, stmt)))
                 # A call by name is still the call the package model follows, and so is a coroutine named like a

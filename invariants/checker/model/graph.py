@@ -40,7 +40,7 @@ LOADING = frozenset({LOAD})
 BINDING = frozenset({BIND})                   # gives the calling thread its own generation stream
 WAITING = frozenset({waits.THREAD})           # what INV130 counts: a wait on another thread (model/waits.py)
 HTTP_CALLS = frozenset({blocking.HTTP})       # what INV137 counts: a sync HTTP call (model/blocking.py)
-INFERENCE = frozenset({blocking.INFERENCE})  # what INV138 counts: a model library's inference (model/blocking.py)
+INFERENCE = frozenset({blocking.INFERENCE, blocking.GUESSED})  # what INV138 counts: a model's inference (model/blocking.py)
 # MLX reached with no declared MLX lock held (INV125); the marker keeps its chains apart in `reach`.
 UNGUARDED = frozenset({BLOCK, GEN, TOUCH, "unguarded"})
 # With an inferred MLX lock, only MLX that runs in Metal counts (summary.METAL): the lock was not declared
@@ -347,6 +347,19 @@ class Package:
             if found is not None:
                 self.functions[key] = found
         return found
+
+    def waits(self, key: Key, fn: Function) -> Iterator[Touch]:
+        """`fn`'s calls that hold its thread (`Function.waits`), but an inference guessed by its name on a line where
+        it calls a def of the package: the package model follows that def instead (model/blocking.py, `guessed`)."""
+        called: set[tuple[int, int, str]] | None = None
+        for wait in fn.waits:
+            if wait.kind == blocking.GUESSED:
+                if called is None:  # each resolved call by its place and its method (`get_backend().embed` shares a col)
+                    called = {(call.place.line, call.place.col, call.text.rpartition(".")[2])
+                              for call, _, target, _ in self.edges.get(key, ()) if call is not None and target is not None}
+                if (wait.line, wait.place.col, wait.text.rpartition(".")[2]) in called:  # type: ignore[union-attr]
+                    continue
+            yield wait
 
     # --- the graph -----------------------------------------------------------------------------
     def prepare(self, entries: list[str]) -> None:
@@ -687,7 +700,7 @@ class Package:
                 fn = self.functions[key]
                 if fn.is_async:
                     continue
-                touches = sorted((*fn.mlx, *fn.waits), key=lambda t: t.kind not in BLOCKING)
+                touches = sorted((*fn.mlx, *self.waits(key, fn)), key=lambda t: t.kind not in BLOCKING)
                 marked = []
                 for call, use, target, external in edges:
                     callee = self.function(target) if target is not None else None

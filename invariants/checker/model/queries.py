@@ -402,7 +402,7 @@ def _held_on_loop(package: Package, module: str, rule: str, level: frozenset[str
     for name, fn in summary.functions.items():
         if not _serving_coroutine(package, module, name, fn):
             continue
-        for wait in fn.waits:
+        for wait in package.waits((module, name), fn):
             if wait.kind in level and not fn.in_fallback(wait.line):
                 yield ModelFinding(rule, wait.place, message.format(  # type: ignore[arg-type]
                     what=f"`{wait.text}()`", wait=wait.text))
@@ -469,7 +469,7 @@ def offloaded_call_on_loop(package: Package, module: str) -> Iterator[ModelFindi
     patched it, studio/backend/routes/inference.py@015bdef:4819, and sixteen coroutines reached it). Left out as
     INV130 leaves them: start-up and teardown coroutines, the arm of a mode `if` whose other arm hands work to a
     thread, set-up done once, lines that cannot run, modules that serve no one; a coroutine only start-up code
-    awaits; and a call INV108 reports (it blocks with MLX)."""
+    awaits; and a call INV108 or INV138 reports (it blocks with MLX, or a model's inference)."""
     summary = package.summary(module)
     if summary is None or serves_no_one(module):
         return
@@ -491,7 +491,7 @@ def offloaded_call_on_loop(package: Package, module: str) -> Iterator[ModelFindi
                 modes.append(RUN)
             found = next(((m, h) for m in modes if (h := handed(package, key, call, m)) is not None), None)
             if (found is None or _sync_reach(package, module, call, BLOCKING) is not None
-                    or _run_at_startup_only(package, key)):
+                    or _sync_reach(package, module, call, INFERENCE) is not None or _run_at_startup_only(package, key)):
                 continue
             mode, handoff = found
             place = call.iterated_at if mode == ITER and call.iterated_at is not None else call.place

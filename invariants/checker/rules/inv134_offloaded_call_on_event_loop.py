@@ -87,7 +87,7 @@ _TRANSCRIBER = {
                 self.backend = backend
 
             def segments(self, path):
-                for segment in self.backend.transcribe(path):
+                for segment in self.backend.decode(path):
                     yield segment.text
     ''',
     "app/streaming.py": '''
@@ -133,7 +133,7 @@ class OffloadedCallOnEventLoop(Rule):
     def` named for starting, loading or shutting down), where nothing is being served; the arm of a mode `if`
     whose other arm hands work to a thread; a lazy set-up branch that runs once; tests, benchmarks, scripts and
     command lines, as the call site and as evidence. A call INV108 reports (it reaches blocking MLX) is left to
-    it."""
+    it, and one INV138 reports (a model's inference) to that rule."""
 
     id = "INV134"
     catches = "a call made inline in a serving coroutine that the same package hands to a worker thread elsewhere"

@@ -95,15 +95,23 @@ def kind(qual: str | None) -> str | None:
 # (`stt_engine`, `local_model`, not `model_name`), or in a word for what serves one after a word for the model
 # (`transcription_service`, not `user_service`); `encode` only on a model or an embedder (a tokenizer's, a JSON
 # encoder's or a string's `encode` takes microseconds).
-_GUESSED_VERBS = frozenset({"transcribe", "synthesize", "embed", "embed_documents", "embed_query", "rerank", "diarize",
-                            "generate", "predict", "infer", "generate_speech", "generate_audio", "encode"})
+_GUESSED_VERBS = frozenset({"transcribe", "synthesize", "embed", "rerank", "diarize", "generate", "predict", "infer",
+                            "encode"})
+# A method is named for one of these verbs alone or followed by what it works on (`transcribe_file`,
+# `generate_speech`, `embed_documents`), but not by what a method that is no inference makes (`generate_id`,
+# `generate_progress`), nor a model's token-embedding layer (`model.embed_tokens(ids)`, a table lookup).
+_NOT_INFERENCE = frozenset({"id", "ids", "uuid", "key", "keys", "name", "hash", "password", "secret", "salt", "filename",
+                            "path", "url", "slug", "token", "tokens", "nonce", "config", "schema", "cache", "progress",
+                            "status", "stats", "next"})
 _HOLDERS = frozenset({"model", "models", "whisper", "pipeline", "pipe", "llm", "tts", "stt", "asr", "vlm", "embedder",
                       "embedding", "embeddings", "encoder", "reranker", "synthesizer", "transcriber", "diarizer",
                       "recognizer", "engine", "backend"})
 _SERVERS = frozenset({"service", "manager", "runner", "worker", "provider"})
 _WHAT_IS_SERVED = frozenset({"model", "whisper", "llm", "tts", "stt", "asr", "vlm", "embedding", "embeddings", "embed",
                              "rerank", "reranker", "speech", "transcription", "inference", "ocr", "vision"})
+_STREAMS = frozenset({"stream", "streaming"})
 _EMBEDDERS = frozenset({"model", "models", "embedder", "embedding", "embeddings"})
+_EMBEDDING = frozenset({"embed", "embedder", "embedding", "embeddings"})
 # Calls that take a coroutine or an awaitable and run it: a value passed to one was never a sync result.
 _RUNS_AWAITABLES = frozenset({"create_task", "ensure_future", "gather", "wait_for", "shield", "wait",
                               "run_coroutine_threadsafe", "as_completed", "timeout"})
@@ -116,12 +124,19 @@ def guessed(call: ast.Call, stmt: ast.stmt | None, own: Callable[[], Iterable[as
     a name it is assigned to is never run so (a call of an async backend kept and awaited later is the loop's
     way)."""
     func = call.func
-    if not isinstance(func, ast.Attribute) or func.attr not in _GUESSED_VERBS:
+    verb = _words(func.attr) if isinstance(func, ast.Attribute) else []
+    if not verb or verb[0] not in _GUESSED_VERBS or _NOT_INFERENCE.intersection(verb[1:]):
         return False
+    if _STREAMS.intersection(verb) and not (isinstance(stmt, ast.For) and stmt.iter is call):
+        return False  # `transcribe_stream()` makes a stream or a session; iterated in place, it works here
     receiver = func.value.func if isinstance(func.value, ast.Call) else func.value  # `get_backend().embed(texts)`
-    words = [w for w in re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", _last(receiver)).lower().split("_") if w]
-    if not words or not (words[-1] in _EMBEDDERS if func.attr == "encode" else words[-1] in _HOLDERS or (
-            words[-1] in _SERVERS and _WHAT_IS_SERVED.intersection(words[:-1]))):
+    words = _words(_last(receiver))
+    if not words:
+        return False
+    if verb[0] == "encode":  # `embeddings_backend.encode(texts)`
+        if not (words[-1] in _EMBEDDERS or (words[-1] in _HOLDERS | _SERVERS and _EMBEDDING.intersection(words))):
+            return False
+    elif not (words[-1] in _HOLDERS or (words[-1] in _SERVERS and _WHAT_IS_SERVED.intersection(words[:-1]))):
         return False
     if stmt is None or any(_holds(_awaitable(node), lambda n: n is call) for node in _header(stmt)):
         return False
@@ -162,6 +177,11 @@ def _awaitable(node: ast.AST) -> list[ast.AST]:
 
 def _holds(exprs: list[ast.AST], found: Callable[[ast.AST], bool]) -> bool:
     return any(found(n) for expr in exprs for n in ast.walk(expr))
+
+
+def _words(name: str) -> list[str]:
+    """`_sttEngine` -> ["stt", "engine"]."""
+    return [w for w in re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower().split("_") if w]
 
 
 def _last(func: ast.AST) -> str:

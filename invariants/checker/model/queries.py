@@ -395,7 +395,8 @@ def _held_on_loop(package: Package, module: str, rule: str, level: frozenset[str
                   message: str) -> Iterator[ModelFinding]:
     """A serving coroutine's sync calls of `level` (the summary's `Function.waits` of that kind), its own or
     reached through the package's sync defs, each worded by `message` (`{what}` the call, `{wait}` the call
-    that holds the thread)."""
+    that holds the thread); not a call whose result the coroutine steps on a thread (`to_thread(next, gen)` of
+    `gen = stream()`), where that generator's body runs."""
     summary = package.summary(module)
     if summary is None or serves_no_one(module):
         return
@@ -406,9 +407,11 @@ def _held_on_loop(package: Package, module: str, rule: str, level: frozenset[str
             if wait.kind in level and not fn.in_fallback(wait.line):
                 yield ModelFinding(rule, wait.place, message.format(  # type: ignore[arg-type]
                     what=f"`{wait.text}()`", wait=wait.text))
+        stepped = {work.stepped for work in fn.offloads if work.stepped}  # generators made here, stepped on a thread
         for call in fn.calls:
             node = _sync_reach(package, module, call, level) if not (
-                fn.in_fallback(call.place.line) or package.preloaded((module, name), call.place.line)) else None
+                fn.in_fallback(call.place.line) or package.preloaded((module, name), call.place.line)
+                or f"{call.target}()" in stepped) else None
             if node is None:
                 continue
             _, text = package.links(level, node)[-1]

@@ -32,12 +32,15 @@ class BlockingInferenceOnEventLoop(Rule):
 
     Most servers reach their models through objects nothing types: a backend picked at run time, an engine
     loaded by another library, a global filled lazily. There the call is judged by what it says: a method
-    inference libraries name so (`transcribe`, `generate`, `synthesize`, `embed`, `rerank`, `predict`,
-    `diarize`, `encode` on a model or an embedder) on a receiver whose name ends in a word for what holds a model
+    inference libraries name so, alone or with what it works on (`transcribe`, `transcribe_file`, `generate`,
+    `generate_speech`, `synthesize`, `embed`, `rerank`, `predict`, `diarize`, `encode` on a model or an embedder;
+    not `generate_id`, `generate_progress`, a model's `embed_tokens` layer, nor a `*_stream()` that is not
+    iterated where it is made) on a receiver whose name ends in a word for what holds a model
     (`_stt_engine`, `local_model`, `reranker`, `embeddings_backend`; not `model_name` or `user_service`), not
     awaited, and its result not run as an awaitable anywhere (`await wrapper(engine.generate(...))`, `async for`
     over it, a task or `wait_for` made of it, a coroutine returning it as it is: an async backend's call). A
-    call the package model follows into a def of the package is judged there instead. waybarrios/vllm-mlx's
+    call the package model follows into a def of the package is judged there instead, and a generator made on
+    the loop and stepped on a thread (`gen = chat_stream(messages)`, then `to_thread(next, gen)`) runs there. waybarrios/vllm-mlx's
     speech and embedding routes call `_stt_engine.transcribe`, `_tts_engine.generate` and
     `_embedding_engine.embed` inline (vllm_mlx/server.py@4b654c0, the HEAD of docs/corpus.md);
     Blaizzy/mlx-audio's realtime websocket runs `stt_model.generate` on the loop while its other routes hand
@@ -69,7 +72,10 @@ class BlockingInferenceOnEventLoop(Rule):
     # 14 findings in 7 repositories, 12 true, 2 arguable (a voice-activity ONNX call on 32 ms of audio in two
     # single-user apps), none false; the calls judged by name (fourteenth session), 60 more findings in 29
     # repositories, 45 true, 15 arguable (a single sentence for a small embedding model, a file nothing launches,
-    # a one-shot command line or batch job, a localhost sidecar with one client), none false.
+    # a one-shot command line or batch job, a localhost sidecar with one client), none false; then methods named
+    # for a verb and its object (`transcribe_file`, `synthesize_full`), 15 more, 9 true and 6 false: a streaming
+    # session made and kept (`transcribe_stream()`), and five streams of a sync backend made on the loop and
+    # stepped on a thread, both left out since. In all, 83 findings: 66 true, 17 arguable, none false.
     triggers = PACKAGE_ONLY
 
     INVALID = [
@@ -127,6 +133,17 @@ class BlockingInferenceOnEventLoop(Rule):
                 stt_backend = pick_backend()
                 text = stt_backend.transcribe(await file.read())  # expect: INV138
                 return {"text": text}
+
+
+            @app.post("/v1/audio/files")
+            async def transcribe_file(path: str):
+                return {"text": pick_backend().transcribe_file(path)}  # expect: INV138
+
+
+            @app.post("/v1/embeddings")
+            async def embeddings(texts: list[str]):
+                embeddings_backend = pick_backend()
+                return {"data": embeddings_backend.encode(texts).tolist()}  # expect: INV138
         ''', files={"app/backends.py": '''
             import importlib
 
@@ -184,8 +201,8 @@ class BlockingInferenceOnEventLoop(Rule):
 
             app = FastAPI(lifespan=lifespan)
         ''', files=_EMBEDDINGS),
-        # An async backend's calls, run as awaitables where they are made or later, and the `encode` of a tokenizer
-        # and of a string: none holds the loop.
+        # An async backend's calls, run as awaitables where they are made or later, the `encode` of a tokenizer and
+        # of a string, a streaming session made and kept: none holds the loop.
         Valid('''
             import asyncio
 
@@ -201,7 +218,7 @@ class BlockingInferenceOnEventLoop(Rule):
                 async def complete(self, prompt):
                     ids = self.tokenizer.encode(prompt)
                     key = self.model_name.encode()
-                    pending = self.engine.generate(ids, cache_key=key)
+                    pending = self.engine.generate(ids, cache_key=key, request=self.engine.generate_request_id())
                     return await asyncio.wait_for(pending, timeout=60)
 
                 async def answer(self, prompt, request):
@@ -213,5 +230,26 @@ class BlockingInferenceOnEventLoop(Rule):
 
                 async def stream_of(self, prompt):
                     return self.engine.generate(prompt)
+
+                async def live_session(self, stt_model):
+                    session = stt_model.transcribe_stream(context_size=(256, 256))
+                    self.sessions.append(session)
+                    return len(self.sessions)
+        '''),
+        # A sync backend's stream made on the loop and stepped on a thread: its body runs there.
+        Valid('''
+            import asyncio
+
+            from .backends import llm_backend
+
+
+            def chat_stream(messages):
+                return llm_backend.generate_chat_completion(messages)
+
+
+            async def stream_chunks(messages):
+                chunks = chat_stream(messages)
+                while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                    yield chunk
         '''),
     ]

@@ -246,6 +246,23 @@ def test_mlx_whispers_transcribe_is_blocking_mlx_across_modules(project: Project
     assert _check(project) == [("server.py", 6, "INV108"), ("server.py", 9, "INV107")]
 
 
+def test_a_line_inv108_reports_as_mlx_is_not_reported_again_as_a_models_inference(project: Project) -> None:
+    """An MLX model's `generate` on the loop is INV108's (it knows the model is MLX); INV138, which guesses a
+    model's inference from the method's name, leaves that line to it, and reports the untyped one beside it."""
+    project.write("app/__init__.py", "")
+    project.write("app/server.py", """
+        from mlx_audio.stt import load
+
+        model = load("mlx-community/parakeet-tdt-0.6b-v2")
+
+
+        async def transcribe(audio, stt_backend):
+            result = model.generate(audio)
+            return result.text, stt_backend.transcribe(audio)
+    """)
+    assert _check(project) == [("server.py", 7, "INV108"), ("server.py", 8, "INV138")]
+
+
 def test_a_constructor_is_set_up_work(project: Project) -> None:
     """MLX an `__init__` runs (and what it calls) builds the object's own arrays once: INV108 leaves the
     construction out, as it leaves loads out; the object's methods that run MLX are still judged."""

@@ -193,6 +193,8 @@ def _check_package(modules: dict[str, str], packages: dict[str, bool], reports: 
                 spot = (finding.rule, finding.place.line, finding.place.col)
                 if spot in taken:
                     continue  # the file's own rule already reports this call
+                if rule in _LEFT_TO and any(r in _LEFT_TO[rule] and line == finding.place.line for r, line, _ in taken):
+                    continue  # a more precise rule reports this line
                 if rule in WITHDRAWALS and WITHDRAWALS[rule](cancellers, module, finding.place.line):
                     continue  # what the test withdraws from a file's own report, the model does not add either
                 taken.add(spot)
@@ -226,6 +228,10 @@ _ALWAYS_SHOWN = frozenset({"INV000", "INV001"})  # an unreadable file, an unused
 # can meet a step still running only where a cancellation or the coroutine's own deadline cuts the await short;
 # INV121's worker loop wastes work only once its caller stops waiting, which a caller only the shutdown cancels
 # never does.
+# A rule whose finding on a line gives way to another rule's on the same line: a model's inference (INV138, a
+# method named for inference) that INV108 knows to be MLX on the loop is INV108's.
+_LEFT_TO: dict[str, tuple[str, ...]] = {"INV138": ("INV108",)}
+
 WITHDRAWALS: dict[str, Callable[[Cancellers, str, int], bool]] = {
     "INV105": Cancellers.shutdown_only,
     "INV132": Cancellers.shutdown_only,

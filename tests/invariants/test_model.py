@@ -263,6 +263,67 @@ def test_a_line_inv108_reports_as_mlx_is_not_reported_again_as_a_models_inferenc
     assert _check(project) == [("server.py", 7, "INV108"), ("server.py", 8, "INV138")]
 
 
+def test_a_generation_handed_over_under_a_lock_is_inv107_only_where_its_stream_is_the_importing_threads(
+        project: Project) -> None:
+    """One at a time under a lock, two threads are never in Metal together, the hazard before MLX 0.31.2; from
+    0.31.2 a generation library's stream made at import (mlx-lm before 0.31.3) still raises on a pool thread.
+    So a project that runs only MLX 0.31.0 has no INV107 there (tts-router, precision set o, graded false and
+    arguable blind), and one that admits 0.31.2 with mlx-lm 0.31.2 has (the lock's early release on a cancel is
+    INV105's either way)."""
+    project.write("app/__init__.py", "")
+    project.write("app/engine.py", """
+        from mlx_lm import stream_generate
+
+        def generate_text(model, tokenizer, prompt):
+            return "".join(response.text for response in stream_generate(model, tokenizer, prompt))
+    """)
+    project.write("app/server.py", """
+        import asyncio
+
+        from .engine import generate_text
+
+        _gen_lock = asyncio.Lock()
+
+        async def complete(model, tokenizer, prompt):
+            async with _gen_lock:
+                return await asyncio.to_thread(generate_text, model, tokenizer, prompt)
+    """)
+    project.write("pyproject.toml", """
+        [project]
+        name = "app"
+        dependencies = ["mlx==0.31.0", "mlx-lm==0.31.0"]
+    """)
+    assert _check(project) == [("server.py", 9, "INV105")]
+    project.write("pyproject.toml", """
+        [project]
+        name = "app"
+        dependencies = ["mlx>=0.31.2", "mlx-lm==0.31.2"]
+    """)
+    assert _check(project) == [("server.py", 9, "INV105"), ("server.py", 9, "INV107")]
+    # The same in one file, where the per-file rule sees the generation itself.
+    project.write("app/server.py", """
+        import asyncio
+
+        from mlx_lm import stream_generate
+
+        _gen_lock = asyncio.Lock()
+
+        def generate_text(model, tokenizer, prompt):
+            return "".join(response.text for response in stream_generate(model, tokenizer, prompt))
+
+        async def complete(model, tokenizer, prompt):
+            async with _gen_lock:
+                return await asyncio.to_thread(generate_text, model, tokenizer, prompt)
+    """)
+    assert _check(project) == [("server.py", 12, "INV105"), ("server.py", 12, "INV107")]
+    project.write("pyproject.toml", """
+        [project]
+        name = "app"
+        dependencies = ["mlx==0.31.0", "mlx-lm==0.31.0"]
+    """)
+    assert _check(project) == [("server.py", 12, "INV105")]
+
+
 def test_a_constructor_is_set_up_work(project: Project) -> None:
     """MLX an `__init__` runs (and what it calls) builds the object's own arrays once: INV108 leaves the
     construction out, as it leaves loads out; the object's methods that run MLX are still judged."""

@@ -30,6 +30,17 @@ OFF_OWNER_MESSAGE = (
 )
 
 
+LOCKED_GENERATION_MESSAGE = (
+    "`{target}` runs a generation ({what}) on {where}, one at a time under a lock, but from MLX 0.31.2 the "
+    "library's generation stream (mlx-lm's before 0.31.3, mlx-vlm's before 0.5.0) belongs to the thread that "
+    "imported it and raises \"There is no Stream(gpu, N) in current thread\" on any other; run it on the owner "
+    "thread (a dedicated thread, or an executor with one worker), or use mlx-lm 0.31.3 or later"
+)
+# A generation handed over one at a time is untrue where the project runs only MLX before 0.31.2 (one shared
+# stream, and the lock keeps a second thread out of it) and where the library's stream is per thread.
+LOCKED_GENERATION_REQUIRES = ("from:thread-local-streams", "thread-local-generation-stream")
+
+
 def requires(generates: bool) -> tuple[str, ...]:
     """The facts under which MLX work on a thread that changes per call is fine (INV107): each thread's
     own streams, and, for a generation, the library's thread-local generation stream (mlx_facts.py)."""
@@ -108,7 +119,10 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
     handoff made under a lock (`async with self._gen_lock: await asyncio.to_thread(...)`): one call at a time
     while it is held; a cancel that frees the lock early is INV105's (set f: whisper-server's `asr_lock`,
     src/cmd/http.py@5c61b0a:309, 318, and mlx-tts-studio's `_gen_lock`, app/app.py@b76e1b8:676, graded
-    false blind)."""
+    false blind). A generation handed over so is reported only where it can fail all the same: from MLX 0.31.2,
+    with a generation library whose stream is made at import on one thread (mlx-lm before 0.31.3), not where
+    the project runs only MLX before 0.31.2 (set o: hrhrng/tts-router's `_gen_lock` with a lock file pinning
+    MLX 0.31.0, server.py@e01153b:295, 413, 850, graded arguable and false blind)."""
     summary = package.summary(module)
     if summary is None:
         return
@@ -121,11 +135,13 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                 work, _ = package.callee(module, ref)
                 chain = package.chain(ANY_MLX, (work, RUN)) if work is not None else None
                 locked = fn.guarded(call.place.line, _any_lock)
-                if chain and not _one_at_a_time(package, work, locked):  # type: ignore[arg-type]
+                if chain:
                     where = f"the default thread pool via `{call.text}`, which hands it to `{forward.how}` (a different thread each call)"
-                    yield ModelFinding("INV107", call.place, OFF_OWNER_MESSAGE.format(
-                        target=chain[0], what=" -> ".join(chain[1:]), where=where),
-                        requires(package.chain(GENERATION, (work, RUN)) is not None))  # type: ignore[arg-type]
+                    finding = _off_owner(call.place, chain[0], " -> ".join(chain[1:]), where,
+                                         package.chain(GENERATION, (work, RUN)) is not None,  # type: ignore[arg-type]
+                                         _one_at_a_time(package, work, locked))  # type: ignore[arg-type]
+                    if finding is not None:
+                        yield finding
         for work in fn.offloads:
             if (work.pool != DEFAULT_POOL or fn.before_serving(work.place.line)
                     or not package.can_run((module, name), work.place.line)):
@@ -137,12 +153,13 @@ def mlx_handed_to_default_pool(package: Package, module: str) -> Iterator[ModelF
                     chain = package.chain(ANY_MLX, (found, mode))
                     generates = package.chain(GENERATION, (found, mode)) is not None
                     alone = bool(chain) and _one_at_a_time(package, found, work.serialized)
-                if chain and not alone:
+                if chain:
                     where = f"the default thread pool via {work.how} (a different thread each call)"
                     what = " -> ".join(chain[1:]) if source is None else f"the generator {source} hands it: {' -> '.join(chain)}"
-                    yield ModelFinding("INV107", work.place, OFF_OWNER_MESSAGE.format(
-                        target=target, what=what, where=where), requires(generates))
-                    break
+                    finding = _off_owner(work.place, target, what, where, generates, alone)
+                    if finding is not None:
+                        yield finding
+                        break
 
 
 def _offloaded(package: Package, key: Key, work: Offload) -> Iterator[tuple[Key | str, str, str, str | None]]:
@@ -181,12 +198,24 @@ def _library_generator(qual: str) -> bool:
     return classify.is_generator(qual)
 
 
+def _off_owner(place: Place, target: str, what: str, where: str, generates: bool, alone: bool) -> ModelFinding | None:
+    """INV107's finding for MLX handed to a thread that changes per call: none where the handoffs run one at a
+    time (`alone`) and make no generation; one true only from MLX 0.31.2, with a generation library's stream
+    made on the importing thread, where they run one at a time and generate (the lock keeps a second thread
+    out of Metal, not the stream on the wrong thread); else the hazards of both eras."""
+    if alone and not generates:
+        return None
+    if alone:
+        return ModelFinding("INV107", place, LOCKED_GENERATION_MESSAGE.format(target=target, what=what, where=where),
+                            LOCKED_GENERATION_REQUIRES)
+    return ModelFinding("INV107", place, OFF_OWNER_MESSAGE.format(target=target, what=what, where=where),
+                        requires(generates))
+
+
 def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:
     """Two threads running `work` cannot be in Metal at once (the hazard INV107 names before MLX 0.31.2): it
     is handed over under a lock (`locked`), takes one lock of the process around all its MLX, or runs all its
-    MLX under the package's MLX lock. A generation is judged all the same: its stream is the library's."""
-    if package.chain(GENERATION, (work, RUN)) is not None:
-        return False
+    MLX under the package's MLX lock."""
     return locked or _self_serialized(package, work) or _serialized(package, work)
 
 

@@ -9,7 +9,9 @@ from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.iteration import CONSUMERS
 from mlx_invariants.checker.locks import is_lock, shared_lock
 from mlx_invariants.checker.loop_owner import handed_reaches
-from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, requires
+from mlx_invariants.checker.model.queries import (
+    LOCKED_GENERATION_MESSAGE, LOCKED_GENERATION_REQUIRES, OFF_OWNER_MESSAGE, requires,
+)
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.offload import (
@@ -203,7 +205,10 @@ class MlxOffOwnerThread(Rule):
         "`create_task` of one) runs on while the server serves and is still not reported; a server started another way "
         "(`uvicorn.run` in a thread, a serve method of the project's own) makes no start-up span. The per-file rule knows a "
         "shared lock only as one the file imports from a module of its project (a def of the file that takes "
-        "it around all its MLX is not reported); a lock of the file's own that other modules import is not seen."
+        "it around all its MLX is not reported); a lock of the file's own that other modules import is not seen. "
+        "A generation handed over one at a time under a lock is reported only for a project that may run MLX 0.31.2 "
+        "or later with a generation library older than its thread-local stream (mlx-lm 0.31.3, mlx-vlm 0.5.0), "
+        "where the library's stream fails on the pool thread whatever the lock."
     )
     triggers = (("to_thread", "run_in_executor", "submit", "run_sync", "StreamingResponse", "EventSourceResponse"),
                 ("mlx",))
@@ -781,6 +786,7 @@ class MlxOffOwnerThread(Rule):
                 if pool is None:  # one thread, or not known here
                     continue
                 where = f"`{dotted(work.executor) or 'an executor'}`, {pool} (any of them each call)"
+            alone = False
             if candidate.stepped is not None:
                 what, generates = self._steps(candidate.stepped, work.call)
                 label = f"next({dotted(candidate.stepped) or '...'})"
@@ -789,11 +795,17 @@ class MlxOffOwnerThread(Rule):
                 generates = handed_reaches(candidate.target, self.ctx, mlx_api.generation) is not None
                 label = dotted(candidate.target) or ("lambda" if isinstance(candidate.target, cst.Lambda) else "callable")
                 # One call at a time (a lock held across the await, or one the work takes around all its
-                # MLX) rules out two threads in Metal at once; a generation's stream is the library's, and
-                # it is judged all the same. A cancel that frees an awaited lock early is INV105's.
-                if what is not None and not generates and (candidate.locked or self._under_shared_lock(candidate.target)):
+                # MLX) rules out two threads in Metal at once; a generation's stream is the library's, which
+                # from MLX 0.31.2 raises on the pool thread all the same. A cancel that frees an awaited lock
+                # early is INV105's.
+                alone = what is not None and (candidate.locked or self._under_shared_lock(candidate.target))
+                if alone and not generates:
                     continue
             if what is None:
+                continue
+            if alone:
+                self.ctx.report_at(self.id, work.call, candidate.statement, LOCKED_GENERATION_MESSAGE.format(
+                    target=label, what=what, where=where), LOCKED_GENERATION_REQUIRES)
                 continue
             message = self.message.format(target=label, what=what, where=where)
             self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(generates))

@@ -149,6 +149,9 @@ def guessed(call: ast.Call, stmt: ast.stmt | None, own: Callable[[], Iterable[as
     return not any(_holds(_awaitable(node), lambda n: isinstance(n, ast.Name) and n.id in names) for node in own())
 
 
+_BLOCKS = frozenset({"body", "orelse", "handlers", "finalbody", "cases"})  # the fields of a statement's blocks
+
+
 def _header(stmt: ast.stmt) -> Iterator[ast.AST]:
     """The nodes of `stmt` but those of the statements in its blocks (an `if`'s test, not its body)."""
     stack: list[ast.AST] = [stmt]
@@ -157,9 +160,6 @@ def _header(stmt: ast.stmt) -> Iterator[ast.AST]:
         yield node
         stack.extend(child for field, value in ast.iter_fields(node) if field not in _BLOCKS
                      for child in (value if isinstance(value, list) else [value]) if isinstance(child, ast.AST))
-
-
-_BLOCKS = frozenset({"body", "orelse", "handlers", "finalbody", "cases"})
 
 
 def _awaitable(node: ast.AST) -> list[ast.AST]:

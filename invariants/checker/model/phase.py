@@ -221,6 +221,11 @@ def _withdrawn(cancellers: Cancellers, modules: dict[str, str], reports: dict[st
 _ALWAYS_SHOWN = frozenset({"INV000", "INV001"})  # an unreadable file, an unused suppression: about the text itself
 
 
+# A rule whose finding on a line gives way to another rule's on the same line: a model's inference (INV138, a
+# method named for inference) that INV108 knows to be MLX on the loop is INV108's.
+_LEFT_TO: dict[str, tuple[str, ...]] = {"INV138": ("INV108",)}
+
+
 # Per-file rules whose findings the model withdraws, each with its test (the model's own findings of the rule
 # pass the same test): INV105's lock freed by a cancelled await is no hazard where only the server's shutdown
 # can cancel the coroutine; INV107's pool thread cannot meet a request's MLX in Metal at start-up, before the
@@ -228,10 +233,6 @@ _ALWAYS_SHOWN = frozenset({"INV000", "INV001"})  # an unreadable file, an unused
 # can meet a step still running only where a cancellation or the coroutine's own deadline cuts the await short;
 # INV121's worker loop wastes work only once its caller stops waiting, which a caller only the shutdown cancels
 # never does.
-# A rule whose finding on a line gives way to another rule's on the same line: a model's inference (INV138, a
-# method named for inference) that INV108 knows to be MLX on the loop is INV108's.
-_LEFT_TO: dict[str, tuple[str, ...]] = {"INV138": ("INV108",)}
-
 WITHDRAWALS: dict[str, Callable[[Cancellers, str, int], bool]] = {
     "INV105": Cancellers.shutdown_only,
     "INV132": Cancellers.shutdown_only,

@@ -97,6 +97,7 @@ def kind(qual: str | None) -> str | None:
 # encoder's or a string's `encode` takes microseconds).
 _GUESSED_VERBS = frozenset({"transcribe", "synthesize", "embed", "rerank", "diarize", "generate", "predict", "infer",
                             "encode"})
+_VERB_STARTS = tuple(_GUESSED_VERBS)
 # A method is named for one of these verbs alone or followed by what it works on (`transcribe_file`,
 # `generate_speech`, `embed_documents`), but not by what a method that is no inference makes (`generate_id`,
 # `generate_progress`), nor a model's token-embedding layer (`model.embed_tokens(ids)`, a table lookup).
@@ -124,7 +125,9 @@ def guessed(call: ast.Call, stmt: ast.stmt | None, own: Callable[[], Iterable[as
     a name it is assigned to is never run so (a call of an async backend kept and awaited later is the loop's
     way)."""
     func = call.func
-    verb = _words(func.attr) if isinstance(func, ast.Attribute) else []
+    if not isinstance(func, ast.Attribute) or not func.attr.lstrip("_").lower().startswith(_VERB_STARTS):
+        return False  # most calls, cheaply: this runs on every call the summary reads
+    verb = _words(func.attr)
     if not verb or verb[0] not in _GUESSED_VERBS or _NOT_INFERENCE.intersection(verb[1:]):
         return False
     if _STREAMS.intersection(verb) and not (isinstance(stmt, ast.For) and stmt.iter is call):

@@ -80,8 +80,7 @@ LIBRARIES: dict[str, frozenset[str]] = {
 def named(call: ast.Call) -> bool:
     """`call`'s last name is one of the table's (`get`, `stream`, `encode`, `transcribe`, ...): worth typing its
     receiver."""
-    func = call.func
-    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") in _NAMES
+    return last_name(call.func) in _NAMES
 
 
 def kind(qual: str | None) -> str | None:
@@ -133,7 +132,7 @@ def guessed(call: ast.Call, stmt: ast.stmt | None, own: Callable[[], Iterable[as
     if _STREAMS.intersection(verb) and not (isinstance(stmt, ast.For) and stmt.iter is call):
         return False  # `transcribe_stream()` makes a stream or a session; iterated in place, it works here
     receiver = func.value.func if isinstance(func.value, ast.Call) else func.value  # `get_backend().embed(texts)`
-    words = _words(_last(receiver))
+    words = _words(last_name(receiver))
     if not words:
         return False
     if verb[0] == "encode":  # `embeddings_backend.encode(texts)`
@@ -175,7 +174,7 @@ def _awaitable(node: ast.AST) -> list[ast.AST]:
         return [node.iter]
     if isinstance(node, ast.AsyncWith):
         return [item.context_expr for item in node.items]
-    return [node] if isinstance(node, ast.Call) and _last(node.func) in _RUNS_AWAITABLES else []
+    return [node] if isinstance(node, ast.Call) and last_name(node.func) in _RUNS_AWAITABLES else []
 
 
 def _holds(exprs: list[ast.AST], found: Callable[[ast.AST], bool]) -> bool:
@@ -187,5 +186,6 @@ def _words(name: str) -> list[str]:
     return [w for w in re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower().split("_") if w]
 
 
-def _last(func: ast.AST) -> str:
+def last_name(func: ast.AST) -> str:
+    """The name a call is made by: `get` of `client.get(...)`, `sleep` of `sleep(...)`; "" for anything else."""
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
+from mlx_invariants.checker.model.blocking import last_name
 from mlx_invariants.checker.model.scan import dotted
 
 # The kind of the summary's entries for these calls (`Function.waits`), as a finding says it.
@@ -67,8 +68,7 @@ _NAMES = frozenset(method or qual.rpartition(".")[2] for qual, method in _CALLS)
 
 def named(call: ast.Call) -> bool:
     """`call`'s last name is one of the waits' (`wait`, `get`, `result`, ...): worth typing its receiver."""
-    func = call.func
-    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") in _NAMES
+    return last_name(call.func) in _NAMES
 
 
 def blocks(qual: str | None, call: ast.Call) -> bool:

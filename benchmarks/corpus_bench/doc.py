@@ -72,6 +72,9 @@ def short_message(message: str, limit: int = 160) -> str:
     return (cut[:cut.rindex(" ")] if " " in cut[limit // 2:] else cut) + "\u2026"
 
 
+REPLAYED = "replayed:"
+
+
 def verdict_key(repo: str, commit: str, location: str, rule: str, message: str) -> VerdictKey:
     return repo, commit[:12], location.strip("`"), rule, short_message(message)
 
@@ -138,8 +141,11 @@ def head_section(runs: list[HeadRun], verdicts: dict[VerdictKey, str], meta: dic
     if given:
         # "arguable" counts as false, as the target does.
         true = sum(v.startswith("true positive") for v in given)
+        # A verdict is read from the code; "replayed:" in it names a standalone reproducer that showed the bug.
+        replayed = sum(v.startswith("true positive") and REPLAYED in v for v in given)
         lines += [f"Verdicts: {true} of {len(given)} findings are true positives ({100 * true / len(given):.0f} %), "
-                  f"{sum(not v for v in given)} without a verdict yet.", ""]
+                  f"{replayed} of them replayed by a standalone reproducer (the verdict names it, after "
+                  f"`{REPLAYED}`), {sum(not v for v in given)} without a verdict yet.", ""]
     rules = sorted({f.rule for run in runs for _, f in run.findings})
     rows = [[f"`{run.repo}`", f"`{run.commit[:12]}`", ", ".join(f"`{p}/`" for p in run.packages),
              ", ".join(f"`{e}`" for e in run.exclude) or "-", run.files, len(run.findings), f"{run.seconds:.1f}"]

@@ -196,8 +196,13 @@ def test_regenerating_the_doc_keeps_verdicts_of_findings_still_reported(tmp_path
     # The tally counts only verdicts that start "true positive"; the unjudged one is counted as such.
     tally = doc.head_section([HeadRun("acme/server", "a" * 40, ("srv",), 3, (("srv/x.py", kept), ("srv/y.py", moved)))],
                              {**verdicts, ("acme/server", "a" * 12, "srv/y.py:30", "INV106", "c"): "true positive: yes"})
-    assert "Verdicts: 1 of 2 findings are true positives (50 %), 0 without a verdict yet." in tally
-    assert "Verdicts: 0 of 2 findings are true positives (0 %), 2 without a verdict yet." in doc.head_section([before], {})
+    assert ("Verdicts: 1 of 2 findings are true positives (50 %), 0 of them replayed by a standalone reproducer "
+            "(the verdict names it, after `replayed:`), 0 without a verdict yet.") in tally
+    replayed = doc.head_section([before], {**verdicts, ("acme/server", "a" * 12, "srv/y.py:30", "INV106", "c"):
+                                           "true positive: yes; replayed: repro.py exits 1"})
+    assert "1 of 2 findings are true positives (50 %), 1 of them replayed" in "\n".join(replayed)
+    assert "Verdicts: 0 of 2 findings are true positives (0 %), 0 of them replayed" in "\n".join(
+        doc.head_section([before], {}))
     assert doc.head_section([HeadRun("acme/server", "b" * 40, ("srv",), 3, ((("srv/x.py", kept),)))], verdicts)[-2] \
         .endswith("|  |")  # another commit: judged anew
 

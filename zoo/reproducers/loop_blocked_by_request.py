@@ -23,12 +23,16 @@ repeats, a request alone not 20 times a GET alone, the server failed).
 
     python loop_blocked_by_request.py --model NAME --tokens 400 \\
         -- fastmlx --host 127.0.0.1 --port {port} --workers 1
+
+A server of another API takes `--path` and `--body` (the JSON sent as it is, long enough to
+take many times a GET) and, where it has no `/v1/models`, `--ready-path`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shlex
 import signal
@@ -53,6 +57,9 @@ def free_port() -> int:
 
 
 def chat(args: argparse.Namespace, tokens: int) -> dict:
+    """The request's body: an OpenAI chat completion, or --body as given (a server of another API)."""
+    if args.body is not None:
+        return args.body
     return {"model": args.model, "max_tokens": tokens, "temperature": 0.0, "stream": False,
             "messages": [{"role": "user", "content": "tell me a story"}]}
 
@@ -74,7 +81,7 @@ async def wait_ready(client: httpx.AsyncClient, server: subprocess.Popen, path: 
 async def generation(client: httpx.AsyncClient, args: argparse.Namespace) -> tuple[float, int]:
     """Seconds until the answer of a --tokens request came, and how many tokens it had."""
     started = time.monotonic()
-    response = await client.post("/v1/chat/completions", json=chat(args, args.tokens))
+    response = await client.post(args.path, json=chat(args, args.tokens))
     response.raise_for_status()
     return time.monotonic() - started, int(response.json().get("usage", {}).get("completion_tokens", 0))
 
@@ -106,7 +113,7 @@ def verdict(request_s: float, sent_s: float, answered_s: float) -> int:
 async def probe(args: argparse.Namespace, server: subprocess.Popen, url: str) -> int:
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         await wait_ready(client, server, args.ready_path, args.startup_s)
-        (await client.post("/v1/chat/completions", json=chat(args, 8))).raise_for_status()  # warm-up
+        (await client.post(args.path, json=chat(args, 8))).raise_for_status()  # warm-up
         full_s, produced = await generation(client, args)
         started = time.monotonic()
         (await client.get(args.probe_path)).raise_for_status()
@@ -135,7 +142,11 @@ async def probe(args: argparse.Namespace, server: subprocess.Popen, url: str) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="the model field the server accepts")
+    parser.add_argument("--model", default="", help="the model field the server accepts")
+    parser.add_argument("--path", default="/v1/chat/completions", help="where the request is POSTed")
+    parser.add_argument("--body", type=json.loads, default=None,
+                        help="the request's JSON body, for a server of another API (default: an OpenAI chat "
+                             "completion of --tokens tokens for --model)")
     parser.add_argument("--tokens", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ready-path", default="/v1/models")

@@ -18,7 +18,8 @@ for the end of a session, set "h" (SERVERS_H) is ten more, kept aside likewise, 
 eight more, kept aside unmeasured until it is measured once, at a session's end, with its final rules; sets "k", "l",
 "m" and "n" (SERVERS_K, SERVERS_L, SERVERS_M, SERVERS_N) are nine more each, kept aside from their picking until they
 are measured at a session's start and again at its end; set "o" (SERVERS_O) is nine more, picked outside the list
-benchmarks/studied_repos.py prints and first measured near a session's end. Verdicts
+benchmarks/studied_repos.py prints and first measured near a session's end, and set "p" (SERVERS_P) nine more,
+picked likewise (and outside every earlier set) as the fifteenth session began. Verdicts
 come from reviewers who were handed the finding and the code (the packets `--packets`
 writes), never the rule's intent; they live in
 benchmarks/results/unstudied_verdicts.json, keyed by repository, path, line and rule, so a
@@ -655,9 +656,32 @@ FIRST_O = "31 findings, 23 true, 6 arguable, 2 false (74 % true)"
 # Measured again at d90b988, after INV107 was changed on its verdicts (a generation handed over under a lock is
 # reported only where the project may run MLX 0.31.2 with mlx-lm before 0.31.3: tts-router's three are gone):
 # 28 findings, 23 true, 4 arguable, 1 false (82 % true). Not a held-out figure, so not in THEN.
+# Set p (nine servers), picked on 2026-11-29 (fifteenth session) by a helper outside the list
+# benchmarks/studied_repos.py prints, the 281 mirrored HEADs, every earlier set and the session's miners' claims, kept
+# aside until it is measured once with that session's final rules (MEASURED_P), every finding graded blind.
+SERVERS_P = (
+    head.Server("OoriData/Toolio", "a1e4597376940f626c9aa086f49d7d9b1ad6d7cf",
+                ("pylib",), (*_EXCLUDE, "pylib/vendor/**")),
+    head.Server("jina-ai/jina-grep-cli", "53af380c1d5f928bdc636c6e8cb34e5ac7f13f19",
+                ("jina_grep",), _EXCLUDE),
+    head.Server("chrisswimlee/local-lattice", "34241383fc755ffa1a5ba17ccf3c5c3d3ba0b9c3",
+                (".",), (*_EXCLUDE, "tests/**", "scripts/**")),
+    head.Server("littlepush/plllm-mlx", "87a0a93769bbf182df2c336364cc31c22897c2ff",
+                ("plllm_mlx",), _EXCLUDE),
+    head.Server("tillahoffmann/wordbird", "1c54645dd62e6fe2f3fd9d5ba9b90e47ef1d600f",
+                ("backend/src/wordbird",), _EXCLUDE),
+    head.Server("199-biotechnologies/textstream-asr", "cacf67acadbd90789b631d9ee8f2e76f1a6cd7c2",
+                ("src/textstream",), _EXCLUDE),
+    head.Server("fikrikarim/parlor", "40d46153dc8fdd5132a6268945e65255432db962",
+                ("src",), (*_EXCLUDE, "src/benchmarks/**")),
+    head.Server("toogle/mlx-dev-server", "4e6f0ef00d4e6809ebca086bc13c40e3a3feb71d",
+                ("src/mlx_dev_server",), _EXCLUDE),
+    head.Server("Blaizzy/nativ", "488056e4205976f15d2edc3b69c271db9d7305b3",
+                ("PythonDistribution",), (*_EXCLUDE, "PythonDistribution/Scripts/**")),
+)
 SETS = {"a": SERVERS, "b": SERVERS_B, "c": SERVERS_C, "d": SERVERS_D, "e": SERVERS_E, "f": SERVERS_F,
         "g": SERVERS_G, "h": SERVERS_H, "i": SERVERS_I, "j": SERVERS_J, "k": SERVERS_K, "l": SERVERS_L,
-        "m": SERVERS_M, "n": SERVERS_N, "o": SERVERS_O}
+        "m": SERVERS_M, "n": SERVERS_N, "o": SERVERS_O, "p": SERVERS_P}
 # The held-out sets: who they are, the commit they were first measured at and their figure then.
 HELD_OUT = {
     "b": ("servers first measured at checker commit `{commit}`, before anyone tuned a rule on them", MEASURED_B,
@@ -697,7 +721,8 @@ DOCS = {"a": "docs/precision.md", "b": "docs/precision-b.md", "c": "docs/precisi
         "d": "docs/precision-d.md", "e": "docs/precision-e.md", "f": "docs/precision-f.md",
         "g": "docs/precision-g.md", "h": "docs/precision-h.md", "i": "docs/precision-i.md",
         "j": "docs/precision-j.md", "k": "docs/precision-k.md", "l": "docs/precision-l.md",
-        "m": "docs/precision-m.md", "n": "docs/precision-n.md", "o": "docs/precision-o.md"}
+        "m": "docs/precision-m.md", "n": "docs/precision-n.md", "o": "docs/precision-o.md",
+        "p": "docs/precision-p.md"}
 VERDICT_KINDS = ("true", "arguable", "false")
 
 

@@ -28,8 +28,9 @@ pipecat-ai/pipecat (heldout15.json), those of open-jarvis/OpenJarvis (heldout16.
 opendatalab/MinerU and opendatalab/mineru-vl-utils (heldout17.json), those of avalan-ai/avalan and
 lm-sys/FastChat (heldout18.json), those of vectorize-io/hindsight (heldout19.json), those of
 geeks-accelerator/ollama-herd (heldout20.json), those of docling-project/docling-serve and
-docling-project/docling-jobkit (heldout21.json), those of OpenSourceWTF/mtplx-moe (heldout22.json) and those of
-ToPo-ToPo-ToPo/local-llm-server (heldout23.json) are twenty-five splits: each is scored and reported on its own,
+docling-project/docling-jobkit (heldout21.json), those of OpenSourceWTF/mtplx-moe (heldout22.json), those of
+ToPo-ToPo-ToPo/local-llm-server (heldout23.json), those of nodetool-ai/nodetool-core (heldout24.json) and those
+of isair/jarvis (heldout25.json) are twenty-seven splits: each is scored and reported on its own,
 and the targets are judged on the training split alone.
 
 Leave-one-repository-out: each repository's cases are scored again by the checker
@@ -70,7 +71,8 @@ DEFAULT_CASES = [HERE / "corpus_bench" / "cases" / f"{name}.json"
                  for name in ("train", "mined", "omlx", "heldout2", "heldout3", "heldout4", "heldout5",
                               "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11",
                               "heldout12", "heldout13", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18",
-                              "heldout19", "heldout20", "heldout21", "heldout22", "heldout23")]
+                              "heldout19", "heldout20", "heldout21", "heldout22", "heldout23", "heldout24",
+                              "heldout25")]
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "invariants-corpus-tools"
 SETUP_ERRORS = (case_file.CaseError, mirrors.MirrorError, tools.ToolError, checker_at.CheckerError)
 

@@ -42,13 +42,15 @@ SPLIT_TITLES = {"mined": "Mined cases (other MLX servers)", "omlx": "Held-out ca
                 "heldout20": "Held-out cases (geeks-accelerator/ollama-herd)",
                 "heldout21": "Held-out cases (docling-project/docling-serve, docling-project/docling-jobkit)",
                 "heldout22": "Held-out cases (OpenSourceWTF/mtplx-moe)",
-                "heldout23": "Held-out cases (ToPo-ToPo-ToPo/local-llm-server)"}
+                "heldout23": "Held-out cases (ToPo-ToPo-ToPo/local-llm-server)",
+                "heldout24": "Held-out cases (nodetool-ai/nodetool-core)",
+                "heldout25": "Held-out cases (isair/jarvis)"}
 # Splits whose per-case tables stay out of the doc, so that nobody tunes a rule on them while
 # they are meant to measure rules that never saw them; stdout and --json of a run have them.
 HELD_OUT_SPLITS = {"omlx", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
                    "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14",
                    "heldout15", "heldout16", "heldout17", "heldout18", "heldout19",
-                   "heldout20", "heldout21", "heldout22", "heldout23"}
+                   "heldout20", "heldout21", "heldout22", "heldout23", "heldout24", "heldout25"}
 _REPO_HEADING = re.compile(r"^### (\S+) @ ([0-9a-f]+)")
 _PIPE = re.compile(r"(?<!\\)\|")
 _LOCATION = re.compile(r"^`?[^`\s]+:\d+`?$")

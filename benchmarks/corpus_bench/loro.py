@@ -178,6 +178,15 @@ _HELDOUT22_23 = Studied(
     "HEAD when their cases (benchmarks/corpus_bench/cases/heldout22.json and heldout23.json) were mined, scored "
     "before anyone here read them; the miners picked outside the list benchmarks/studied_repos.py prints")
 
+# HEAD when heldout24.json and heldout25.json's cases were mined (the fifteenth session on issue 23), by miners who
+# picked outside the list benchmarks/studied_repos.py prints, the 281 swept HEADs and every precision set; scored at
+# this commit before anyone here read them: heldout24 S 0/4, P 0/10, silent at fix 10/10; heldout25 S 0/1, P 0/7,
+# 9/9 (flake8-async and ruff found none either).
+_HELDOUT24_25 = Studied(
+    "d9757eeabad25fe681800a6f0f74a83ce4952dda",
+    "HEAD when their cases (benchmarks/corpus_bench/cases/heldout24.json and heldout25.json) were mined, scored "
+    "before anyone here read them; the miners picked outside the list benchmarks/studied_repos.py prints")
+
 BEFORE_STUDIED: dict[str, Studied] = {
     "waybarrios/vllm-mlx": _TRAINING,
     "lightseekorg/smg": _TRAINING,
@@ -223,6 +232,8 @@ BEFORE_STUDIED: dict[str, Studied] = {
     "docling-project/docling-jobkit": _HELDOUT20_21,
     "OpenSourceWTF/mtplx-moe": _HELDOUT22_23,
     "ToPo-ToPo-ToPo/local-llm-server": _HELDOUT22_23,
+    "nodetool-ai/nodetool-core": _HELDOUT24_25,
+    "isair/jarvis": _HELDOUT24_25,
 }
 
 

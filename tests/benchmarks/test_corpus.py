@@ -359,13 +359,13 @@ def test_split_setup_mistakes_are_usage_errors(mirror: tuple[Path, str, str], tm
 
 
 def test_shipped_case_files_are_well_formed() -> None:
-    """train.json, mined.json, omlx.json and heldout2.json to heldout23.json load and share no id; the mined and
+    """train.json, mined.json, omlx.json and heldout2.json to heldout25.json load and share no id; the mined and
     held-out cases come from other repositories; every repository has a before-studied commit."""
     from corpus_bench import cases as case_file
 
     splits = case_file.load_splits(corpus.DEFAULT_CASES)
     train, mined, omlx = splits[:3]
-    assert [s.name for s in splits] == ["train", "mined", "omlx", *(f"heldout{n}" for n in range(2, 24))]
+    assert [s.name for s in splits] == ["train", "mined", "omlx", *(f"heldout{n}" for n in range(2, 26))]
     mined_bugs = [c for c in mined.cases if isinstance(c, case_file.BugCase)]
     assert len(mined_bugs) >= 10 and len(mined.cases) - len(mined_bugs) >= 2
     assert not {c.repo for c in mined.cases} & {c.repo for c in train.cases}
@@ -398,6 +398,8 @@ def test_shipped_case_files_are_well_formed() -> None:
         "heldout21": {"docling-project/docling-serve", "docling-project/docling-jobkit"},
         "heldout22": {"OpenSourceWTF/mtplx-moe"},
         "heldout23": {"ToPo-ToPo-ToPo/local-llm-server"},
+        "heldout24": {"nodetool-ai/nodetool-core"},
+        "heldout25": {"isair/jarvis"},
     }
     for i, split in enumerate(splits[3:], start=3):
         assert {c.repo for c in split.cases} == held_out_repos[split.name]

@@ -232,9 +232,11 @@ _LEFT_TO: dict[str, tuple[str, ...]] = {"INV138": ("INV108",)}
 # server serves anyone, in start-up code or a coroutine only start-up code awaits (model/cancel.py); INV132's close
 # can meet a step still running only where a cancellation or the coroutine's own deadline cuts the await short;
 # INV121's worker loop wastes work only once its caller stops waiting, which a caller only the shutdown cancels
-# never does.
+# never does; INV141's thread takes a lock nobody releases only where a cancellation or the coroutine's own deadline
+# cuts the await short.
 WITHDRAWALS: dict[str, Callable[[Cancellers, str, int], bool]] = {
     "INV105": Cancellers.shutdown_only,
+    "INV141": Cancellers.shutdown_only,
     "INV132": Cancellers.shutdown_only,
     "INV107": Cancellers.at_startup,
     "INV121": Cancellers.handed_by_shutdown_only,

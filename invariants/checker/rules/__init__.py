@@ -43,6 +43,7 @@ from mlx_invariants.checker.rules.inv137_blocking_http_on_event_loop import Bloc
 from mlx_invariants.checker.rules.inv138_blocking_inference_on_event_loop import BlockingInferenceOnEventLoop
 from mlx_invariants.checker.rules.inv139_coupled_coroutines_gathered import CoupledCoroutinesGathered
 from mlx_invariants.checker.rules.inv140_container_changed_across_await import ContainerChangedAcrossAwait
+from mlx_invariants.checker.rules.inv141_lock_taken_by_abandoned_thread import LockTakenByAbandonedThread
 
 RULES: list[type[Rule]] = [
     LongWaitInRequestPath,
@@ -85,6 +86,7 @@ RULES: list[type[Rule]] = [
     BlockingInferenceOnEventLoop,
     CoupledCoroutinesGathered,
     ContainerChangedAcrossAwait,
+    LockTakenByAbandonedThread,
 ]
 
 __all__ = ["RULES", *(r.__name__ for r in RULES)]

@@ -844,26 +844,30 @@ def held_out_by_rule(mirror_root: Path, verdicts: dict) -> str:
 
 
 def rule_table(found_by_set: dict[str, list[dict]], verdicts: dict) -> str:
-    """The findings of several sets with their verdicts, summed by rule, with the sets each rule fired in."""
+    """The findings of several sets with their verdicts, summed by rule, with the sets each rule fired in.
+    "of them replayed": true findings a standalone reproducer showed on the server itself (a verdict's
+    `replayed`, which says how)."""
     by_rule: dict[str, Counter] = {}
+    replayed: Counter = Counter()
     sets: dict[str, set[str]] = {}
     for name, found in found_by_set.items():
         for f in found:
-            verdict = verdicts.get(_key(f["repo"], f["path"], f["line"], f["rule"]), {}).get("verdict", "not graded")
-            by_rule.setdefault(f["rule"], Counter())[verdict] += 1
+            given = verdicts.get(_key(f["repo"], f["path"], f["line"], f["rule"]), {})
+            by_rule.setdefault(f["rule"], Counter())[given.get("verdict", "not graded")] += 1
+            replayed[f["rule"]] += given.get("verdict") == "true" and "replayed" in given
             sets.setdefault(f["rule"], set()).add(name)
     lines = [
-        "| rule | findings | true | arguable | false | not graded | sets |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| rule | findings | true | of them replayed | arguable | false | not graded | sets |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     total = Counter()
     for rule in sorted(by_rule):
         c = by_rule[rule]
         total.update(c)
-        lines.append(f"| {rule} | {sum(c.values())} | {c['true']} | {c['arguable']} | {c['false']} | "
+        lines.append(f"| {rule} | {sum(c.values())} | {c['true']} | {replayed[rule]} | {c['arguable']} | {c['false']} | "
                      f"{c['not graded']} | {', '.join(sorted(sets[rule]))} |")
-    lines.append(f"| all | {sum(total.values())} | {total['true']} | {total['arguable']} | {total['false']} | "
-                 f"{total['not graded']} | {', '.join(sorted(found_by_set))} |")
+    lines.append(f"| all | {sum(total.values())} | {total['true']} | {sum(replayed.values())} | {total['arguable']} | "
+                 f"{total['false']} | {total['not graded']} | {', '.join(sorted(found_by_set))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -97,6 +97,8 @@ def kind(qual: str | None) -> str | None:
 _GUESSED_VERBS = frozenset({"transcribe", "synthesize", "embed", "rerank", "diarize", "generate", "predict", "infer",
                             "encode"})
 _VERB_STARTS = tuple(_GUESSED_VERBS)
+# A call of a method so named, in a file's text: such a file may hold an inference `guessed` judges (model/phase.py).
+NAMED_INFERENCE = re.compile(r"\.[ \t]*_?(?:" + "|".join(sorted(_GUESSED_VERBS)) + r")\w*[ \t]*\(", re.I)
 # A method is named for one of these verbs alone or followed by what it works on (`transcribe_file`,
 # `generate_speech`, `embed_documents`), but not by what a method that is no inference makes (`generate_id`,
 # `generate_progress`), nor a model's token-embedding layer (`model.embed_tokens(ids)`, a table lookup).

@@ -62,6 +62,8 @@ def text_facts(text: str) -> dict[str, Any]:
             roots.update(part.strip() for part in match.group(2).split(","))
     facts = {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
     imported = sorted(kind for kind, libraries in blocking.LIBRARIES.items() if roots & libraries)
+    if blocking.NAMED_INFERENCE.search(text):  # `engine.transcribe_file(...)`: INV138 judges it by its name alone
+        imported = sorted({*imported, blocking.INFERENCE})
     if imported:
         facts["blocking"] = imported
     classes = top_classes(text)
@@ -106,7 +108,10 @@ def is_entry(facts: dict[str, Any], tops: set[str], libraries: frozenset[str] = 
     (it mentions MLX, or imports from the package: a file that does neither reaches only itself
     and modules outside the package, where the per-file rules already see everything), or, with `libraries`
     (the kinds of blocking call the rules asked about: INV137's HTTP, INV138's inference), such a call (it imports
-    a library of that kind, model/blocking.py)."""
+    a library of that kind, or calls a method named for a model's inference: model/blocking.py). TranscriptionSuite's
+    routes call `engine.transcribe_file(...)` on an engine taken from the app's state, in a module whose imports
+    name the package by the name it is installed as (`server.core`) rather than its folder's (`backend`)
+    (server/backend/api/routes/transcription.py@6e3ea51:265, TS-ROUTEBLOCK)."""
     return bool(facts["entry"]) and (bool(facts["mlx"]) or any(r == "." or r in tops for r in facts["imports"])
                                      or bool(libraries.intersection(facts.get("blocking", ()))))
 

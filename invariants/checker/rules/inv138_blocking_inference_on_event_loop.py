@@ -46,7 +46,11 @@ class BlockingInferenceOnEventLoop(Rule):
     Blaizzy/mlx-audio's realtime websocket runs `stt_model.generate` on the loop while its other routes hand
     inference to a thread (mlx_audio/server.py@ebf44df:1203). Written from held-out misses:
     vectorize-io/hindsight's recall embedding (HS-RECALLEMBED) and open-jarvis/OpenJarvis's local transcription
-    (OJ-TRANSCRIBE) reach the model through an untyped backend object.
+    (OJ-TRANSCRIBE) reach the model through an untyped backend object. Such a call is judged in a module that
+    imports no model library and nothing the checker knows as the package's: homelab-00/TranscriptionSuite's
+    routes take their engine from the app's state and import the package by its installed name (`server.core`,
+    while it lives in `server/backend`), and call `engine.transcribe_file(...)` inline
+    (server/backend/api/routes/transcription.py@6e3ea51:265, TS-ROUTEBLOCK).
 
     The calls it knows by type (model/blocking.py): `SentenceTransformer.encode` (and `encode_query`,
     `encode_document`), `CrossEncoder.predict` and `rank`, faster-whisper's `WhisperModel.transcribe` and
@@ -150,6 +154,18 @@ class BlockingInferenceOnEventLoop(Rule):
             def pick_backend():
                 return importlib.import_module("stt_plugins").load()
         '''}),
+        Invalid('''
+            from fastapi import FastAPI, Request
+
+            app = FastAPI()
+
+
+            @app.post("/transcribe")
+            async def transcribe(request: Request, path: str):
+                engine = request.app.state.stt_engine
+                result = engine.transcribe_file(path, language="en")  # expect: INV138
+                return {"text": result.text}
+        '''),
     ]
     VALID = [
         Valid('''

@@ -45,10 +45,11 @@ def test_packets_are_written_only_for_findings_without_a_verdict(tmp_path: Path)
 
 def test_the_held_out_record_sums_each_rule_over_sets_with_its_verdicts() -> None:
     verdicts = {
-        "acme/server:server/app.py:10:INV108": {"verdict": "true", "reason": "blocks the loop"},
-        "acme/server:server/app.py:20:INV107": {"verdict": "false", "reason": "under a lock"},
+        "acme/server:server/app.py:10:INV108": {"verdict": "true", "reason": "blocks the loop", "replayed": "exit 1"},
+        "acme/server:server/app.py:20:INV107": {"verdict": "false", "reason": "under a lock", "replayed": "no"},
     }
     table = pu.rule_table({"b": [_finding(10), _finding(20, "INV107")], "c": [_finding(30)]}, verdicts)
-    assert "| INV107 | 1 | 0 | 0 | 1 | 0 | b |" in table
-    assert "| INV108 | 2 | 1 | 0 | 0 | 1 | b, c |" in table
-    assert table.rstrip().endswith("| all | 3 | 1 | 0 | 1 | 1 | b, c |")
+    # Only a true finding counts as replayed.
+    assert "| INV107 | 1 | 0 | 0 | 0 | 1 | 0 | b |" in table
+    assert "| INV108 | 2 | 1 | 1 | 0 | 0 | 1 | b, c |" in table
+    assert table.rstrip().endswith("| all | 3 | 1 | 1 | 0 | 1 | 1 | b, c |")

@@ -97,8 +97,6 @@ def kind(qual: str | None) -> str | None:
 _GUESSED_VERBS = frozenset({"transcribe", "synthesize", "embed", "rerank", "diarize", "generate", "predict", "infer",
                             "encode"})
 _VERB_STARTS = tuple(_GUESSED_VERBS)
-# A call of a method so named, in a file's text: such a file may hold an inference `guessed` judges (model/phase.py).
-NAMED_INFERENCE = re.compile(r"\.[ \t]*_?(?:" + "|".join(sorted(_GUESSED_VERBS)) + r")\w*[ \t]*\(", re.I)
 # A method is named for one of these verbs alone or followed by what it works on (`transcribe_file`,
 # `generate_speech`, `embed_documents`), but not by what a method that is no inference makes (`generate_id`,
 # `generate_progress`), nor a model's token-embedding layer (`model.embed_tokens(ids)`, a table lookup).
@@ -111,6 +109,17 @@ _HOLDERS = frozenset({"model", "models", "whisper", "pipeline", "pipe", "llm", "
 _SERVERS = frozenset({"service", "manager", "runner", "worker", "provider"})
 _WHAT_IS_SERVED = frozenset({"model", "whisper", "llm", "tts", "stt", "asr", "vlm", "embedding", "embeddings", "embed",
                              "rerank", "reranker", "speech", "transcription", "inference", "ocr", "vision"})
+# A call of a method so named on a receiver so named, in a file's text (`engine.transcribe_file(`,
+# `get_backend().embed(`): such a file may hold an inference `guessed` judges (model/phase.py). Not `encode`,
+# which an embedder's text says more about. The method is sought first (a literal dot leads the pattern), the
+# receiver's name then in the few characters before it: a pattern led by the receivers' names would be tried at
+# every character of every file.
+_NAMED_METHOD = re.compile(r"\.[ \t]*_?(?:" + "|".join(sorted(_GUESSED_VERBS - {"encode"})) + r")\w*[ \t]*\(", re.I)
+_NAMED_RECEIVER = re.compile(r"(?:" + "|".join(sorted(_HOLDERS | _SERVERS)) + r")s?[ \t]*(?:\(\))?[ \t]*$", re.I)
+
+
+def names_inference(text: str) -> bool:
+    return any(_NAMED_RECEIVER.search(text, max(0, m.start() - 40), m.start()) for m in _NAMED_METHOD.finditer(text))
 _STREAMS = frozenset({"stream", "streaming"})
 _EMBEDDERS = frozenset({"model", "models", "embedder", "embedding", "embeddings"})
 _EMBEDDING = frozenset({"embed", "embedder", "embedding", "embeddings"})

@@ -62,7 +62,7 @@ def text_facts(text: str) -> dict[str, Any]:
             roots.update(part.strip() for part in match.group(2).split(","))
     facts = {"entry": any(word in text for word in _ENTRY_WORDS), "mlx": "mlx" in text, "imports": sorted(roots)}
     imported = sorted(kind for kind, libraries in blocking.LIBRARIES.items() if roots & libraries)
-    if blocking.NAMED_INFERENCE.search(text):  # `engine.transcribe_file(...)`: INV138 judges it by its name alone
+    if blocking.names_inference(text):  # `engine.transcribe_file(...)`: INV138 judges it by its name alone
         imported = sorted({*imported, blocking.INFERENCE})
     if imported:
         facts["blocking"] = imported

@@ -22,17 +22,21 @@ class LockTakenByAbandonedThread(Rule):
     acquirer waits forever: the server's writes, swaps or generations stand still until it restarts.
     nodetool-core bounded its SQLite write lock this way (`await asyncio.wait_for(asyncio.to_thread(
     lock.acquire), timeout=...)`, src/nodetool/runtime/db_sqlite.py@0ce3abe:104): a timed-out writer left a
-    thread behind that took the lock with no owner, and every writer after it stalled. unsloth's studio
-    awaits `asyncio.to_thread(file_lock.acquire)` for a cross-process credential lock
-    (studio/backend/core/inference/openai_codex_auth.py, HEAD of 2026-11), while its own swap gate says in a
-    comment why it polls instead (routes/inference.py, `_acquire_swap_gate`).
+    thread behind that took the lock with no owner, and every writer after it stalled; its fix dropped the
+    `wait_for` but still hands the acquire over, so a cancelled job leaves the same thread behind (:106 and
+    `write_lock_context` :311 at 228710b). unslothai/unsloth's studio polls its process-wide swap gate instead,
+    with a comment saying why: a cancelled `to_thread(acquire)` took the gate and deadlocked later swaps
+    (studio/backend/routes/inference.py, `_acquire_swap_gate`).
 
     Not reported: `acquire(blocking=False)` (it returns at once); an await inside a `try` whose handler for
     the cancellation (or the deadline's `TimeoutError`) names a `release`, as a coroutine does that waits for
     the thread to finish and then gives the lock back (Rapid-MLX's process-wide audio lanes,
     vllm_mlx/routes/audio.py, `_CrossLoopAsyncLock`); a def that releases what it acquires (a critical
-    section run on the thread, not a hand-off); a coroutine only the server's shutdown cancels (a plain route
-    handler, start-up code, and with the package model whatever only they await) with no deadline of its own.
+    section run on the thread, not a hand-off); a lock the coroutine makes for itself (a local bound only to a
+    constructor's call, or to a def of the file returning one: no one else waits on it, and a file lock is let
+    go when its object is dropped: unsloth's per-call `FileLock` in openai_codex_auth.py, graded false blind);
+    a coroutine only the server's shutdown cancels (a plain route handler, start-up code, and with the package
+    model whatever only they await) with no deadline of its own.
     """
 
     id = "INV141"
@@ -76,14 +80,16 @@ class LockTakenByAbandonedThread(Rule):
             from filelock import FileLock
 
 
+            CREDENTIALS = FileLock("/var/lib/app/credentials.lock", timeout=30)
+
+
             @asynccontextmanager
-            async def credentials_guard(path):
-                lock = FileLock(path, timeout=30)
-                await asyncio.to_thread(lock.acquire)  # expect: INV141
+            async def credentials_guard():
+                await asyncio.to_thread(CREDENTIALS.acquire)  # expect: INV141
                 try:
                     yield
                 finally:
-                    await asyncio.to_thread(lock.release)
+                    await asyncio.to_thread(CREDENTIALS.release)
         '''),
         Invalid('''
             import asyncio
@@ -140,6 +146,26 @@ class LockTakenByAbandonedThread(Rule):
         '''),
     ]
     VALID = [
+        Valid('''
+            import asyncio
+            from contextlib import asynccontextmanager
+
+            from filelock import FileLock
+
+
+            def _lock_for(name):
+                return FileLock(f"/tmp/{name}.lock", timeout=30)
+
+
+            @asynccontextmanager
+            async def credentials_guard(name):
+                lock = _lock_for(name)
+                await asyncio.to_thread(lock.acquire)
+                try:
+                    yield
+                finally:
+                    await asyncio.to_thread(lock.release)
+        '''),
         Valid('''
             import asyncio
             import threading
@@ -248,6 +274,10 @@ class LockTakenByAbandonedThread(Rule):
         '''),
     ]
 
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        self.found: list[tuple[cst.FunctionDef, cst.Call, cst.CSTNode, str, bool]] = []
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.asynchronous is None:
             return
@@ -263,8 +293,14 @@ class LockTakenByAbandonedThread(Rule):
                 lock = _acquired(work, self.ctx) if work is not None else None
                 if lock is not None:
                     timed = any(terminal(c.func) in DEADLINES for c in calls)
-                    self.ctx.report_at(self.id, call, statement, self.message.format(
-                        how=dotted(call.func) or "to_thread", lock=lock, deadline=" or times out" if timed else ""))
+                    self.found.append((node, call, statement, lock, timed))
+
+    def end(self) -> None:
+        # Decided once the walk has seen the locals each coroutine assigns after its `def` line.
+        for function, call, statement, lock, timed in self.found:
+            if not _made_here(lock, function, self.ctx):
+                self.ctx.report_at(self.id, call, statement, self.message.format(
+                    how=dotted(call.func) or "to_thread", lock=lock, deadline=" or times out" if timed else ""))
 
 
 def _acquired(work: Handoff, ctx) -> str | None:
@@ -293,6 +329,26 @@ def _acquired(work: Handoff, ctx) -> str | None:
             locks |= taken
         return min(locks) if locks else None
     return None
+
+
+def _made_here(lock: str, function: cst.FunctionDef, ctx) -> bool:
+    """`lock` is a local `function` binds only to objects made for this call: a constructor's (`FileLock(path)`)
+    or a def of the file that returns one. Nothing else can wait on such a lock, and a file lock is let go
+    when its object is dropped (unsloth's studio builds one per call, openai_codex_auth.py `_provider_file_lock`,
+    graded false blind)."""
+    made = [a.value for a in ctx.facts.assigned.get(lock, ()) if a.scope == id(function)]
+    return bool(made) and all(isinstance(v, cst.Call) and _constructs(v, ctx) for v in made)
+
+
+def _constructs(call: cst.Call, ctx) -> bool:
+    """A class's call (its name capitalized), or a call of defs of the file that each return only such calls."""
+    name = terminal(call.func) or ""
+    if name[:1].isupper():
+        return True
+    defs = [f.node for f in ctx.facts.by_key.get(ctx.key(call.func) or "", ())]
+    returns = [n.value for d in defs for n in descendants(d, _OWN_SCOPE[1:]) if type(n) is cst.Return]
+    return bool(defs) and bool(returns) and all(
+        isinstance(v, cst.Call) and (terminal(v.func) or "")[:1].isupper() for v in returns)
 
 
 def _blocking_acquire(expr: cst.BaseExpression) -> str | None:

@@ -125,6 +125,20 @@ def generator_defs(func: cst.BaseExpression, ctx: FileContext) -> list[FunctionF
     return list(defs)
 
 
+def only_makes_generator(target: cst.BaseExpression | None, ctx: FileContext) -> bool:
+    """A callable handed to a thread that only makes a generator of this file there: the generator function itself
+    (`run_in_executor(None, gen)`), or a lambda calling it (`lambda: gen()`, `lambda: iter(gen())`). The thread
+    runs none of its body, which runs where the generator is iterated. littlepush/plllm-mlx iterates
+    `await loop.run_in_executor(None, lambda: _sync_stream_generate())` on its inference thread
+    (plllm_mlx/subprocess/python/loaders/mlx_loader.py@87a0a93:410, set p: graded false for INV107 and INV121)."""
+    if isinstance(target, cst.Lambda):
+        body = target.body
+        if isinstance(body, cst.Call) and isinstance(body.func, cst.Name) and body.func.value == "iter" and body.args:
+            body = body.args[0].value
+        return isinstance(body, cst.Call) and bool(generator_defs(body.func, ctx))
+    return target is not None and bool(generator_defs(target, ctx))
+
+
 _OWN_SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
 
 

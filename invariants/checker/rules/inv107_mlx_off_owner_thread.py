@@ -15,7 +15,7 @@ from mlx_invariants.checker.model.queries import (
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.offload import (
-    Handoff, handoff, iterated_in_pool, shifting_pool, streamed_handoff, unwrap_callable,
+    Handoff, handoff, iterated_in_pool, only_makes_generator, shifting_pool, streamed_handoff, unwrap_callable,
 )
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP
@@ -368,6 +368,25 @@ class MlxOffOwnerThread(Rule):
         Invalid(_ADAPTER.format(pool="None", setup="", expect="  # expect: INV107"), files=_PACKAGE),
     ]
     VALID = [
+        Valid('''
+            import asyncio
+
+            from mlx_lm import stream_generate
+
+
+            class Loader:
+                async def stream(self, prompt):
+                    loop = asyncio.get_running_loop()
+
+                    def tokens():
+                        for response in stream_generate(self.model, self.tokenizer, prompt=prompt):
+                            yield response.text
+
+                    # The pool thread only calls a generator function: it makes the generator and runs none
+                    # of its body, which runs here, where the generator is iterated.
+                    for text in await loop.run_in_executor(None, lambda: tokens()):
+                        yield text
+        '''),
         # The same helper stepping every stream on one worker thread: the owner.
         Valid(_STEPPER.format(pool="_OWNER", expect="", setup="from concurrent.futures import ThreadPoolExecutor\n\n"
                               "    _OWNER = ThreadPoolExecutor(1)"), files={"app/routes.py": _STREAM_ROUTE}),
@@ -774,7 +793,8 @@ class MlxOffOwnerThread(Rule):
             work = candidate.work
             if candidate.streamed and not iterated_in_pool(work, self.ctx):
                 continue
-            if candidate.stepped is None and self._runs_nothing(candidate.target):
+            if candidate.stepped is None and (self._runs_nothing(candidate.target) or (
+                    not candidate.streamed and only_makes_generator(candidate.target, self.ctx))):
                 continue
             if candidate.streamed:
                 where = (f"Starlette's thread pool, where `{work.how}` runs each step of a sync generator "

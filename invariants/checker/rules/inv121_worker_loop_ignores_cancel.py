@@ -8,7 +8,7 @@ from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.facts import CallSite, FunctionFacts
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import (
-    HANDOFF_NAMES, Handoff, forwarded_handoff, handoff, positional, unwrap_callable,
+    HANDOFF_NAMES, Handoff, forwarded_handoff, handoff, only_makes_generator, positional, unwrap_callable,
 )
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
@@ -250,6 +250,25 @@ class WorkerLoopIgnoresCancel(Rule):
         ''', files={"requirements.txt": "mlx-lm>=0.31.3\n"}, options={"select": ["INV121"]}),
     ]
     VALID = [
+        Valid('''
+            import asyncio
+
+            from mlx_lm import stream_generate
+
+
+            class Loader:
+                async def stream(self, prompt):
+                    loop = asyncio.get_running_loop()
+
+                    def tokens():
+                        for response in stream_generate(self.model, self.tokenizer, prompt=prompt):
+                            yield response.text
+
+                    # The pool thread only calls a generator function: it makes the generator and runs none
+                    # of its body, which runs here, where the generator is iterated.
+                    for text in await loop.run_in_executor(None, lambda: iter(tokens())):
+                        yield text
+        '''),
         # A loop that breaks after its first step (a warm-up's one token) has nothing left to run after a cancel.
         Valid('''
             import asyncio
@@ -546,8 +565,8 @@ class WorkerLoopIgnoresCancel(Rule):
             if work is None or _wired(call):
                 continue
             target = unwrap_callable(work.target, self.ctx)
-            if target is None:
-                continue
+            if target is None or only_makes_generator(target, self.ctx):
+                continue  # the thread makes the generator; its loop runs where the generator is iterated
             how = f"handed over by `{dotted(call.func) or work.how}`"
             for loop in self._decode_loops(self._closure(target, where)):
                 if id(loop.node) not in reported:

@@ -346,7 +346,7 @@ def _constructs(call: cst.Call, ctx) -> bool:
     if name[:1].isupper():
         return True
     defs = [f.node for f in ctx.facts.by_key.get(ctx.key(call.func) or "", ())]
-    returns = [n.value for d in defs for n in descendants(d, _OWN_SCOPE[1:]) if type(n) is cst.Return]
+    returns = [n.value for d in defs for n in descendants(d.body, _OWN_SCOPE) if type(n) is cst.Return]
     return bool(defs) and bool(returns) and all(
         isinstance(v, cst.Call) and (terminal(v.func) or "")[:1].isupper() for v in returns)
 

@@ -20,17 +20,17 @@ class LockTakenByAbandonedThread(Rule):
     coroutine but not the thread: `acquire` cannot be interrupted, so the thread takes the lock whenever it
     is freed, and nobody owns it then. The release the coroutine would have made never runs, and every later
     acquirer waits forever: the server's writes, swaps or generations stand still until it restarts.
-    nodetool-core bounded its SQLite write lock this way (`await asyncio.wait_for(asyncio.to_thread(
-    lock.acquire), timeout=...)`, src/nodetool/runtime/db_sqlite.py@0ce3abe:104): a timed-out writer left a
+    nodetool-core bounded its SQLite write lock this way
+    (`await asyncio.wait_for(asyncio.to_thread(lock.acquire), timeout=...)`, src/nodetool/runtime/db_sqlite.py@0ce3abe:104): a timed-out writer left a
     thread behind that took the lock with no owner, and every writer after it stalled; its fix dropped the
     `wait_for` but still hands the acquire over, so a cancelled job leaves the same thread behind (:106 and
     `write_lock_context` :311 at 228710b). unslothai/unsloth's studio polls its process-wide swap gate instead,
     with a comment saying why: a cancelled `to_thread(acquire)` took the gate and deadlocked later swaps
     (studio/backend/routes/inference.py, `_acquire_swap_gate`).
 
-    Not reported: `acquire(blocking=False)` (it returns at once); an await inside a `try` whose handler for
-    the cancellation (or the deadline's `TimeoutError`) names a `release`, as a coroutine does that waits for
-    the thread to finish and then gives the lock back (Rapid-MLX's process-wide audio lanes,
+    Not reported: `acquire(blocking=False)` (it returns at once); a future made before a `try` and awaited in
+    it, whose handler for the cancellation (or the deadline's `TimeoutError`) names a `release`, as a coroutine
+    does that gives the lock back once the thread has taken it (Rapid-MLX's process-wide audio lanes,
     vllm_mlx/routes/audio.py, `_CrossLoopAsyncLock`); a def that releases what it acquires (a critical
     section run on the thread, not a hand-off); a lock the coroutine makes for itself (a local bound only to a
     constructor's call, or to a def of the file returning one: no one else waits on it, and a file lock is let

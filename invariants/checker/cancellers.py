@@ -45,6 +45,16 @@ def catches_cancellation(handler: cst.ExceptHandler, ctx) -> bool:
                for qual in caught(handler.type, ctx))
 
 
+# The timeouts a deadline raises (`wait_for`, `asyncio.timeout`, a future's `result(timeout)`), as `caught` names them.
+TIMEOUTS = frozenset({"TimeoutError", "asyncio.TimeoutError", "asyncio.exceptions.TimeoutError",
+                      "builtins.TimeoutError", "concurrent.futures.TimeoutError"})
+
+
+def catches_timeout(handler: cst.ExceptHandler, ctx) -> bool:
+    """An except naming a timeout (`except asyncio.TimeoutError:`)."""
+    return any(qual in TIMEOUTS for qual in caught(handler.type, ctx))
+
+
 def decorator_parts(expr: cst.BaseExpression) -> tuple[str, str | None]:
     """(the decorator's dotted name, or its call's callee's; the call's first argument if a plain string)."""
     if isinstance(expr, cst.Call):

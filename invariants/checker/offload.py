@@ -132,9 +132,7 @@ def only_makes_generator(target: cst.BaseExpression | None, ctx: FileContext) ->
     `await loop.run_in_executor(None, lambda: _sync_stream_generate())` on its inference thread
     (plllm_mlx/subprocess/python/loaders/mlx_loader.py@87a0a93:410, set p: graded false for INV107 and INV121)."""
     if isinstance(target, cst.Lambda):
-        body = target.body
-        if isinstance(body, cst.Call) and isinstance(body.func, cst.Name) and body.func.value == "iter" and body.args:
-            body = body.args[0].value
+        body = unwrap_iter(target.body, ctx)
         return isinstance(body, cst.Call) and bool(generator_defs(body.func, ctx))
     return target is not None and bool(generator_defs(target, ctx))
 
@@ -253,6 +251,14 @@ def unwrap_callable(expr: cst.BaseExpression | None, ctx: FileContext) -> cst.Ba
     """`functools.partial(f, ...)` -> `f`; anything else unchanged."""
     while isinstance(expr, cst.Call) and ctx.resolve(expr.func) in ("functools.partial", "contextvars.copy_context"):
         expr = positional(expr, 0)
+    return expr
+
+
+def unwrap_iter(expr: cst.BaseExpression, ctx: FileContext) -> cst.BaseExpression:
+    """`iter(x)` -> `x` (the builtin, not a name of the file's, given one argument); anything else unchanged."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "iter" \
+            and ctx.resolve(expr.func) is None and len(expr.args) == 1:
+        return expr.args[0].value
     return expr
 
 

@@ -31,6 +31,7 @@ import libcst as cst
 from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.loop_owner import handed_reaches
 from mlx_invariants.checker.names import dotted
+from mlx_invariants.checker.offload import unwrap_iter
 from mlx_invariants.checker.walker import OWN_BODY_STOP, descendants
 
 if TYPE_CHECKING:
@@ -99,9 +100,7 @@ def _events_only(receiver: cst.BaseExpression, ctx: FileContext) -> bool:
 def _makes_generator(body: cst.BaseExpression, ctx: FileContext) -> bool:
     """`G(...)` or `iter(G(...))`, G an MLX generator (mlx_api.is_mlx_generator), with arguments that call
     nothing: the lambda returns the generator unstarted."""
-    if isinstance(body, cst.Call) and isinstance(body.func, cst.Name) and body.func.value == "iter" \
-            and ctx.resolve(body.func) is None and len(body.args) == 1:
-        body = body.args[0].value
+    body = unwrap_iter(body, ctx)
     if not isinstance(body, cst.Call) or not mlx_api.is_mlx_generator(body, ctx):
         return False
     return not any(isinstance(node, cst.Call | cst.Await | cst.Lambda)

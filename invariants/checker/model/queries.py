@@ -198,18 +198,23 @@ def _library_generator(qual: str) -> bool:
     return classify.is_generator(qual)
 
 
-def _off_owner(place: Place, target: str, what: str, where: str, generates: bool, alone: bool) -> ModelFinding | None:
-    """INV107's finding for MLX handed to a thread that changes per call: none where the handoffs run one at a
-    time (`alone`) and make no generation; one true only from MLX 0.31.2, with a generation library's stream
-    made on the importing thread, where they run one at a time and generate (the lock keeps a second thread
-    out of Metal, not the stream on the wrong thread); else the hazards of both eras."""
+def off_owner_wording(target: str, what: str, where: str, generates: bool, alone: bool
+                      ) -> tuple[str, tuple[str, ...]] | None:
+    """INV107's message and `requires` for MLX handed to a thread that changes per call, for the per-file rule
+    and the package model alike: none where the handoffs run one at a time (`alone`) and make no generation;
+    one true only from MLX 0.31.2, with a generation library's stream made on the importing thread, where they
+    run one at a time and generate (the lock keeps a second thread out of Metal, not the stream on the wrong
+    thread); else the hazards of both eras."""
     if alone and not generates:
         return None
     if alone:
-        return ModelFinding("INV107", place, LOCKED_GENERATION_MESSAGE.format(target=target, what=what, where=where),
-                            LOCKED_GENERATION_REQUIRES)
-    return ModelFinding("INV107", place, OFF_OWNER_MESSAGE.format(target=target, what=what, where=where),
-                        requires(generates))
+        return LOCKED_GENERATION_MESSAGE.format(target=target, what=what, where=where), LOCKED_GENERATION_REQUIRES
+    return OFF_OWNER_MESSAGE.format(target=target, what=what, where=where), requires(generates)
+
+
+def _off_owner(place: Place, target: str, what: str, where: str, generates: bool, alone: bool) -> ModelFinding | None:
+    worded = off_owner_wording(target, what, where, generates, alone)
+    return ModelFinding("INV107", place, *worded) if worded is not None else None
 
 
 def _one_at_a_time(package: Package, work: Key, locked: bool) -> bool:

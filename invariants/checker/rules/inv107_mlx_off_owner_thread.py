@@ -9,9 +9,7 @@ from mlx_invariants.checker import mlx_api
 from mlx_invariants.checker.iteration import CONSUMERS
 from mlx_invariants.checker.locks import is_lock, shared_lock
 from mlx_invariants.checker.loop_owner import handed_reaches
-from mlx_invariants.checker.model.queries import (
-    LOCKED_GENERATION_MESSAGE, LOCKED_GENERATION_REQUIRES, OFF_OWNER_MESSAGE, requires,
-)
+from mlx_invariants.checker.model.queries import OFF_OWNER_MESSAGE, off_owner_wording
 from mlx_invariants.checker.names import dotted
 from mlx_invariants.checker.nodes import children
 from mlx_invariants.checker.offload import (
@@ -793,8 +791,7 @@ class MlxOffOwnerThread(Rule):
             work = candidate.work
             if candidate.streamed and not iterated_in_pool(work, self.ctx):
                 continue
-            if candidate.stepped is None and (self._runs_nothing(candidate.target) or (
-                    not candidate.streamed and only_makes_generator(candidate.target, self.ctx))):
+            if candidate.stepped is None and self._runs_nothing(candidate.target, candidate.streamed):
                 continue
             if candidate.streamed:
                 where = (f"Starlette's thread pool, where `{work.how}` runs each step of a sync generator "
@@ -819,24 +816,21 @@ class MlxOffOwnerThread(Rule):
                 # from MLX 0.31.2 raises on the pool thread all the same. A cancel that frees an awaited lock
                 # early is INV105's.
                 alone = what is not None and (candidate.locked or self._under_shared_lock(candidate.target))
-                if alone and not generates:
-                    continue
-            if what is None:
-                continue
-            if alone:
-                self.ctx.report_at(self.id, work.call, candidate.statement, LOCKED_GENERATION_MESSAGE.format(
-                    target=label, what=what, where=where), LOCKED_GENERATION_REQUIRES)
-                continue
-            message = self.message.format(target=label, what=what, where=where)
-            self.ctx.report_at(self.id, work.call, candidate.statement, message, requires(generates))
+            worded = off_owner_wording(label, what, where, generates, alone) if what is not None else None
+            if worded is not None:
+                self.ctx.report_at(self.id, work.call, candidate.statement, *worded)
 
-    def _runs_nothing(self, target: cst.BaseExpression) -> bool:
+    def _runs_nothing(self, target: cst.BaseExpression, streamed: bool) -> bool:
         """`target` names defs of this file that run no MLX on the thread they are handed to: an `async def`,
-        whose call only makes a coroutine (the MLX runs where that is awaited), or a def that only makes an
-        MLX generator and hands it back (`return stream_generate(...)`), which runs where it is iterated.
+        whose call only makes a coroutine (the MLX runs where that is awaited), a def that only makes an
+        MLX generator and hands it back (`return stream_generate(...)`), which runs where it is iterated, or,
+        handed to a thread as a call (not streamed, where Starlette's pool steps it), a generator function of
+        the file or a lambda calling one (offload.only_makes_generator).
         Issue 23, set f: crebAI hands its `async def _generate` and a `generate_streaming` that returns
         `stream_generate(...)` to the pool (app/llm/models/mlx_model.py@db71049:124, 193, 423, graded false
         blind; the MLX runs on the loop, where INV108 reports it)."""
+        if not streamed and only_makes_generator(target, self.ctx):
+            return True
         if not isinstance(target, cst.Name | cst.Attribute):
             return False
         functions = self.ctx.facts.by_key.get(self.ctx.key(target) or "", ())

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from mlx_invariants.checker.cancellers import DEADLINES, catches_cancellation, caught, shutdown_only
+from mlx_invariants.checker.cancellers import DEADLINES, catches_cancellation, catches_timeout, shutdown_only
 from mlx_invariants.checker.mlx_api import makes_generator_call
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import generator_defs, handoff, positional, unwrap_callable
@@ -16,8 +16,6 @@ from mlx_invariants.checker.walker import descendants
 _ABANDONING = frozenset({"asyncio.to_thread", "threads.to_thread", "run_in_executor"})
 # Wrappers an awaited step may sit in: a deadline, or a shield (which does not wait for the thread either).
 _WRAPPERS = frozenset({"wait_for", "shield"})
-_TIMEOUTS = frozenset({"TimeoutError", "asyncio.TimeoutError", "asyncio.exceptions.TimeoutError",
-                       "builtins.TimeoutError", "concurrent.futures.TimeoutError"})
 _OWN_SCOPE = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 # The examples' generator: an engine's decode, whose `finally` frees the request's batch entry.
 _DECODE = '''
@@ -329,7 +327,7 @@ class GeneratorClosedWhileStepped(Rule):
             for handler in attempt.handlers:
                 if catches_cancellation(handler, self.ctx):
                     places.append((handler.body, not cancellable))
-                elif self._catches_timeout(handler):
+                elif catches_timeout(handler, self.ctx):
                     places.append((handler.body, True))
             for block, deadline_only in places:
                 for statement, close, target in _closes(block):
@@ -374,9 +372,6 @@ class GeneratorClosedWhileStepped(Rule):
                 if any(n is awaited for n in descendants(block.body, _OWN_SCOPE)):
                     return True
         return False
-
-    def _catches_timeout(self, handler: cst.ExceptHandler) -> bool:
-        return any(qual in _TIMEOUTS for qual in caught(handler.type, self.ctx))
 
     def _known_generator(self, expr: cst.BaseExpression, function: cst.FunctionDef) -> bool:
         """`expr` is bound, in `function` or on `self`, only to what a call returned (and `None`, the placeholder

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mlx_invariants.checker.cancellers import DEADLINES, catches_cancellation, caught, shutdown_only
+from mlx_invariants.checker.cancellers import DEADLINES, catches_cancellation, catches_timeout, shutdown_only
 from mlx_invariants.checker.names import dotted, terminal
 from mlx_invariants.checker.offload import Handoff, handoff, keyword, positional, unwrap_callable
 from mlx_invariants.checker.rule import Invalid, Rule, Valid
 from mlx_invariants.checker.walker import descendants
 
 _OWN_SCOPE = (cst.FunctionDef, cst.Lambda, cst.ClassDef)  # their bodies run elsewhere, later, or never
-_TIMEOUTS = frozenset({"asyncio.TimeoutError", "TimeoutError", "asyncio.exceptions.TimeoutError"})
 
 
 class LockTakenByAbandonedThread(Rule):
@@ -378,7 +377,7 @@ def _guarded(function: cst.FunctionDef, ctx) -> set[str]:
     for attempt in descendants(function.body, _OWN_SCOPE):
         if type(attempt) is not cst.Try:
             continue
-        if any((catches_cancellation(h, ctx) or set(caught(h.type, ctx)) & _TIMEOUTS)
+        if any((catches_cancellation(h, ctx) or catches_timeout(h, ctx))
                and any(type(n) is cst.Name and n.value == "release" for n in descendants(h.body))
                for h in attempt.handlers):
             names.update(n.value for wait in descendants(attempt.body, _OWN_SCOPE) if type(wait) is cst.Await
